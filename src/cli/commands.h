@@ -1,0 +1,18 @@
+// Subcommand registry for the radixlm binary.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace rlm::cli {
+
+// Adds every subcommand (generate, info, ...) to `app`.
+void register_commands(CLI::App& app);
+// Runs the subcommand that was parsed; returns the process exit code.
+int run_selected(CLI::App& app);
+
+// Each subcommand file provides one of these; register_commands calls them all.
+using Runner = std::function<int()>;
+void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
+
+}  // namespace rlm::cli

@@ -1,0 +1,130 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace rlm {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+    case DType::kI8: return 1;
+  }
+  fail("dtype_size: invalid dtype");
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kU8: return "u8";
+    case DType::kI8: return "i8";
+  }
+  return "invalid";
+}
+
+StatusOr<DType> parse_dtype(std::string_view name) {
+  if (name == "f32" || name == "float32" || name == "float" || name == "F32") return DType::kF32;
+  if (name == "f16" || name == "float16" || name == "half" || name == "F16") return DType::kF16;
+  if (name == "bf16" || name == "bfloat16" || name == "BF16") return DType::kBF16;
+  if (name == "i32" || name == "int32" || name == "I32") return DType::kI32;
+  if (name == "i64" || name == "int64" || name == "I64") return DType::kI64;
+  if (name == "u8" || name == "uint8" || name == "U8") return DType::kU8;
+  if (name == "i8" || name == "int8" || name == "I8") return DType::kI8;
+  return invalid_argument(str("unknown dtype '", name, "'"));
+}
+
+bool is_floating(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+float f16_to_f32(f16 v) {
+  const uint32_t h = v.bits;
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      mant &= 0x3ffu;
+      u = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+f16 f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return f16{static_cast<uint16_t>(sign | 0x7e00u)};  // NaN
+  if (abs >= 0x477ff000u) return f16{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow -> inf
+  if (abs < 0x38800000u) {  // result is subnormal or zero: scale into the subnormal range
+    float a;
+    std::memcpy(&a, &abs, 4);
+    // 2^-24 is the smallest f16 subnormal; rint rounds half to even in the default mode.
+    const float scaled = a * 16777216.0f;
+    return f16{static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(scaled)))};
+  }
+  // Normal: rebias exponent, round mantissa to 10 bits, nearest even.
+  uint32_t mant_rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  uint32_t h = (mant_rounded >> 13) - ((127u - 15u) << 10);
+  return f16{static_cast<uint16_t>(sign | h)};
+}
+
+void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n) {
+  switch (src_dtype) {
+    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kBF16: {
+      const auto* s = static_cast<const bf16*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const f16*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    default: fail(str("convert_to_f32: unsupported source dtype ", dtype_name(src_dtype)));
+  }
+}
+
+void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n) {
+  switch (dst_dtype) {
+    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kBF16: {
+      auto* d = static_cast<bf16*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<f16*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    default: fail(str("convert_from_f32: unsupported destination dtype ", dtype_name(dst_dtype)));
+  }
+}
+
+}  // namespace rlm

@@ -1,0 +1,104 @@
+// ops:: — the numeric operations the models use. Each op checks shapes, dtypes and devices at
+// the boundary (naming the offending tensor) and dispatches on the device: kernels/cpu/ holds the
+// plain CPU versions, which are also the test references for the CUDA twins in kernels/cuda/.
+//
+// Conventions: activations are f32 on the CPU; weights may be f32, bf16 or f16. Index tensors are
+// i32 unless stated. "[n, d]" tensors must have a unit stride in the last dimension; the row stride
+// may be larger (views into a fused QKV buffer are fine) unless the op says "contiguous".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace rlm::ops {
+
+// out[i, :] = weight[ids[i], :] (converted to out's dtype).
+//   ids: i32 [num_tokens]; weight: [vocab_size, hidden]; out: [num_tokens, hidden].
+// Fails with a clear error when an id is outside [0, vocab_size).
+void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out);
+
+// out = x / sqrt(mean(x^2) + eps) * weight (HF LlamaRMSNorm: the norm in f32, then * weight).
+//   x, out: [n, d] (out may alias x); weight: [d].
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
+
+// residual += x; x = rms_norm(residual) * weight (SGLang's fused_add_rmsnorm). In place on both.
+//   x, residual: [n, d]; weight: [d].
+void fused_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps);
+
+// Rotary-embedding tables. inv_freq follows HF's rope init functions ("default", "linear",
+// "llama3", "dynamic" is not supported); cos/sin are computed in f32 like transformers.
+struct RopeConfig {
+  int64_t rotary_dim = 0;          // dims rotated per head (head_dim * partial_rotary_factor)
+  double theta = 10000.0;
+  bool is_neox = true;             // neox: rotate halves; GPT-J: rotate interleaved pairs
+  std::string scaling_type;        // "", "default", "linear", "llama3"
+  double factor = 1.0;             // linear / llama3
+  double low_freq_factor = 1.0;    // llama3
+  double high_freq_factor = 4.0;   // llama3
+  int64_t original_max_position = 8192;  // llama3
+};
+// cos_sin: f32 [max_positions, rotary_dim] — first half cos, second half sin, per position.
+Tensor make_rope_cos_sin_cache(const RopeConfig& cfg, int64_t max_positions);
+// Applies rotary embedding in place to the first rotary_dim dims of every head.
+//   q: [num_tokens, num_qo_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim];
+//   positions: i32/i64 [num_tokens]; cos_sin: from make_rope_cos_sin_cache.
+void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+                      bool is_neox);
+
+// out[m, n] = x[m, k] @ weight[n, k]^T (+ bias[n]). Weight f32/bf16/f16 (converted exactly to
+// f32 block by block), x and out f32. Through BLAS (sgemm) on the CPU.
+void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out);
+
+// out[n, i] = silu(x[n, :i]) * x[n, i:].   x: [n, 2*i]; out: [n, i].
+void silu_and_mul(const Tensor& x, const Tensor& out);
+
+// Writes new keys/values into the paged pool at slot indices.
+//   k, v: [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim]
+//   (num_slots = num_pages * page_size, NHD layout); out_cache_loc: i32/i64 [num_tokens].
+void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& out_cache_loc);
+
+// Per-layer attention parameters that are not tensors.
+struct AttentionParams {
+  float scale = 1.0f;        // usually 1/sqrt(head_dim)
+  int64_t sliding_window = -1;  // keys older than this many positions are masked; -1: off
+  float logit_soft_cap = 0.0f;  // 0: off, else cap * tanh(s / cap)
+};
+
+// Causal attention with GQA over a paged KV cache, for a batch of requests in one call (extend
+// and decode alike). Request r owns query rows [qo_indptr[r], qo_indptr[r+1]) and a KV sequence of
+// seq_lens[r] tokens stored in pages kv_indices[kv_indptr[r] .. kv_indptr[r+1]) of `page_size`
+// slots each (slot = page * page_size + offset). The queries are the LAST (qo_len) tokens of the
+// sequence: query j sits at position seq_len - qo_len + j and sees keys at positions <= its own.
+//   q: [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim];
+//   qo_indptr, kv_indptr: i32 [bs + 1]; kv_indices: i32 [nnz_pages]; seq_lens: i32 [bs];
+//   out: [num_tokens, num_qo_heads, head_dim]. num_qo_heads must be a multiple of num_kv_heads.
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                     int64_t page_size, const AttentionParams& params, const Tensor& out);
+
+// Row-wise softmax / log-softmax in place.   x: f32 [n, v].
+void softmax(const Tensor& x);
+void log_softmax(const Tensor& x);
+// Row-wise argmax (first index of the maximum).  x: f32 [n, v]; out: i32 [n].
+void argmax(const Tensor& x, const Tensor& out);
+
+// Per-row sampling parameters (the sampler batches them).
+struct SamplingRow {
+  float temperature = 1.0f;  // <= 0 (or < 1e-5): greedy
+  int32_t top_k = -1;        // <= 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  uint64_t seed = 0;         // with `step`, fixes the random draw: same seed+step => same token
+  uint64_t step = 0;         // index of the token being sampled within its request
+};
+// Samples one token per row from logits (f32 [n, v], not modified). Order: temperature scaling,
+// softmax, top-k, top-p (smallest set with cumulative mass >= top_p), min-p (relative to the max
+// probability), renormalise, then one uniform draw from a counter-based RNG keyed by (seed, step).
+//   out: i32 [n].
+void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, const Tensor& out);
+
+}  // namespace rlm::ops
