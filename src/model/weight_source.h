@@ -1,0 +1,37 @@
+// Where model weights come from: safetensors files (mmap), GGUF files (dequantized at load), or
+// random values of the right shapes (--load-format dummy). Models ask for each tensor by its
+// Hugging Face name together with the shape they expect; sources check it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace rlm {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // The tensor `name` on the CPU in its stored float dtype (f32/bf16/f16; may be a view into an
+  // mmap). Fails with kNotFound naming the tensor and the file when it is missing and with
+  // kInvalidArgument when its shape differs from `expected_shape`.
+  virtual StatusOr<Tensor> get(const std::string& name, const Shape& expected_shape) = 0;
+  virtual std::vector<std::string> names() const = 0;
+  // A short description for messages ("safetensors: /path (3 files)").
+  virtual std::string describe() const = 0;
+};
+
+// Opens a Hugging Face model directory: model.safetensors, a sharded checkpoint described by
+// model.safetensors.index.json, or failing those every *.safetensors file in the directory.
+StatusOr<std::unique_ptr<WeightSource>> open_safetensors(const std::string& model_dir);
+
+// Random weights of whatever shape is asked for (for benchmarks): values ~ U(-scale, scale),
+// deterministic in (seed, name). `dtype` is the dtype of the returned tensors.
+std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed, float scale = 0.02f);
+
+}  // namespace rlm
