@@ -70,6 +70,16 @@ SchedulerGauges ServingMetrics::gauges() const {
   return gauges_;
 }
 
+int64_t ServingMetrics::retractions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retractions_;
+}
+
+int64_t ServingMetrics::cached_tokens() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_tokens_;
+}
+
 std::string ServingMetrics::render_prometheus() const {
   std::ostringstream os;
   {

@@ -48,6 +48,8 @@ class ServingMetrics {
   void add_retraction();
   void set_gauges(const SchedulerGauges& g);
   SchedulerGauges gauges() const;
+  int64_t retractions() const;
+  int64_t cached_tokens() const;
   std::string render_prometheus() const;
 
  private:

@@ -182,9 +182,7 @@ bool Scheduler::run_prefill() {
   for (auto& rp : pending_) {
     Req& req = *rp;
     if (budget <= 0 || running + static_cast<int64_t>(admitted.size()) >= config_.max_running_requests) break;
-    if (!req.group.empty() && config_.cache == "radix" && groups.count(req.group) && req.req_slot < 0) {
-      continue;  // a sibling (n > 1) prefills now; this one reuses its prompt KV next step
-    }
+    const bool sibling_prefilling = !req.group.empty() && config_.cache == "radix" && groups.count(req.group) > 0;
     const std::vector<int32_t> ids = req.fill_ids();
     const int64_t len = static_cast<int64_t>(ids.size());
     bool started_now = false;
@@ -197,6 +195,15 @@ bool Scheduler::run_prefill() {
       req.cache_handle = m.handle;
       exec_.req_to_token().write(slot, 0, m.slots);
       req.kv_len = m.length();
+      if (sibling_prefilling && req.kv_len + page_size_ <= static_cast<int64_t>(ids.size()) - 1) {
+        // A sibling (n > 1) prefills this prompt now; wait one step and reuse its KV.
+        cache_->unlock(req.cache_handle);
+        req.cache_handle = CacheHandle{};
+        exec_.req_to_token().free(req.req_slot);
+        req.req_slot = -1;
+        req.kv_len = 0;
+        continue;
+      }
       if (!req.counted_cache_hit) {
         req.cached_tokens = std::min<int64_t>(m.length(), static_cast<int64_t>(req.prompt_ids.size()));
         req.counted_cache_hit = true;
