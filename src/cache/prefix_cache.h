@@ -10,7 +10,8 @@
 // page_size tokens), so that the cache's pages and the request's pages never share a page.
 //
 // OWNERSHIP CONTRACT (how a scheduler drives either implementation)
-//   Admission. m = match_prefix(tokens); lock(m.handle). Slots [0, c) with c = m.handle.length
+//   Admission. m = match_prefix(tokens); lock(m.handle). (A scheduler matches tokens[0, n-1) so
+//   that at least one token is computed and yields logits.) Slots [0, c) with c = m.handle.length
 //   are the cache's (m.slots); they stay valid while the handle is locked. The scheduler
 //   allocates its own slots for [c, n).
 //   Caching a request (after a prefill chunk, or when it finishes) with its n tokens and slots:
@@ -28,7 +29,8 @@
 //   rewrites its slot table [0, m2.handle.length) with m2.slots (the duplicates were freed).
 //   Eviction. When the allocator runs dry: freed = evict(k); return freed's pages to the
 //   allocator. Only unlocked entries are evicted, so in-flight prefixes are never freed.
-//   Accounting. Free pages + total_size() / page_size + pages held by requests == all pages.
+//   Accounting. Free pages + total_size() / page_size + pages held by requests == all pages;
+//   the room available for new work is free pages * page_size + evictable_size().
 //
 // Threading: not thread-safe; the scheduler thread owns the cache.
 #pragma once
@@ -51,6 +53,7 @@ struct CacheHandle {
   int32_t node = 0;         // implementation-defined node id; 0 is the root (empty prefix)
   uint32_t generation = 0;  // detects use of a handle whose node was evicted and reused
   int32_t length = 0;       // tokens from the root to the end of this node
+  bool operator==(const CacheHandle&) const = default;
 };
 
 struct MatchResult {
