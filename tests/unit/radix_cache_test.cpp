@@ -564,6 +564,90 @@ class Workload {
   Stats stats_;
 };
 
+// The ownership contract of prefix_cache.h, written once against the interface, must leak no page
+// and free none twice with either implementation.
+void run_contract_flow(PrefixCache& cache, uint32_t seed, int num_ops) {
+  const int32_t ps = cache.page_size();
+  const int32_t num_pages = 1024 / ps;
+  PageAllocator alloc(num_pages);
+  std::mt19937 rng(seed);
+  std::vector<Request> reqs;
+  const Vec shared = iota_vec(3 * ps, 0);  // a common system prompt
+  for (int i = 0; i < num_ops; ++i) {
+    const uint32_t op = rng() % 3;
+    if (op == 0 && reqs.size() < 6) {  // admit
+      Request q;
+      q.tokens = shared;
+      for (uint32_t j = 0, extra = 1 + rng() % static_cast<uint32_t>(3 * ps); j < extra; ++j) {
+        q.tokens.push_back(static_cast<int32_t>(rng() % 2));
+      }
+      const MatchResult m = cache.match_prefix(Vec(q.tokens.begin(), q.tokens.end() - 1));
+      cache.lock(m.handle);
+      const int32_t need = (static_cast<int32_t>(q.tokens.size()) - m.length() + ps - 1) / ps;
+      auto pages = alloc.alloc(need);
+      if (!pages) {
+        const Vec freed = cache.evict(static_cast<int64_t>(need - alloc.num_free()) * ps);
+        alloc.free(slots_to_pages(freed, ps));
+        pages = alloc.alloc(need);
+      }
+      if (!pages) {
+        cache.unlock(m.handle);
+        continue;
+      }
+      q.handle = m.handle;
+      q.cached_len = m.length();
+      q.slots = m.slots;
+      const Vec own = pages_to_slots(*pages, ps);
+      q.slots.insert(q.slots.end(), own.begin(), own.end());
+      reqs.push_back(std::move(q));
+    } else if (!reqs.empty()) {  // cache a chunk (op 1) or finish (op 2)
+      const size_t idx = rng() % reqs.size();
+      Request& q = reqs[idx];
+      const int32_t n = static_cast<int32_t>(q.tokens.size());
+      const InsertResult r = cache.insert(q.tokens, Vec(q.slots.begin(), q.slots.begin() + n));
+      ASSERT_GE(r.prefix_len, q.cached_len);
+      alloc.free(slots_to_pages(Vec(q.slots.begin() + q.cached_len, q.slots.begin() + r.prefix_len), ps));
+      if (op == 2) {
+        cache.unlock(q.handle);
+        alloc.free(slots_to_pages(Vec(q.slots.begin() + r.handle.length, q.slots.end()), ps));
+        reqs.erase(reqs.begin() + static_cast<std::ptrdiff_t>(idx));
+      } else {
+        const MatchResult m = cache.match_prefix(Vec(q.tokens.begin(), q.tokens.begin() + r.handle.length));
+        ASSERT_EQ(m.handle, r.handle);
+        cache.lock(m.handle);
+        cache.unlock(q.handle);
+        std::copy(m.slots.begin(), m.slots.end(), q.slots.begin());
+        q.handle = m.handle;
+        q.cached_len = m.length();
+      }
+    }
+    int64_t request_tokens = 0;
+    for (const Request& q : reqs) request_tokens += static_cast<int64_t>(q.slots.size()) - q.cached_len;
+    ASSERT_EQ(static_cast<int64_t>(alloc.num_free()) * ps + cache.total_size() + request_tokens,
+              static_cast<int64_t>(num_pages) * ps);
+    ASSERT_TRUE(cache.check_integrity().is_ok());
+  }
+  for (Request& q : reqs) {
+    cache.unlock(q.handle);
+    alloc.free(slots_to_pages(Vec(q.slots.begin() + q.cached_len, q.slots.end()), ps));
+  }
+  alloc.free(slots_to_pages(cache.reset(), ps));
+  EXPECT_EQ(alloc.num_free(), num_pages);
+}
+
+TEST(PrefixCacheContract, BothImplementationsReturnEveryPage) {
+  for (const char* kind : {"radix", "naive"}) {
+    for (const int32_t ps : {1, 4}) {
+      const uint32_t seed = base_seed();
+      SCOPED_TRACE(std::string(kind) + ", page_size " + std::to_string(ps) + ", seed " + std::to_string(seed));
+      auto cache = make_prefix_cache(kind, ps);
+      ASSERT_TRUE(cache.is_ok());
+      run_contract_flow(**cache, seed, 2000);
+      if (HasFailure()) return;
+    }
+  }
+}
+
 class RadixCacheRandom : public ::testing::TestWithParam<int32_t> {};
 
 TEST_P(RadixCacheRandom, AgreesWithReferenceModel) {
