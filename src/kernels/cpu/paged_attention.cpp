@@ -121,63 +121,91 @@ __attribute__((target_clones("avx2", "default")))
 #endif
 void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache,
               const PagedBatch& b, const AttnConfig& cfg, float* out, int64_t out_ts, int64_t out_hs) {
-  thread_local std::vector<float> k_store, v_store, scores, acc;
-  thread_local std::vector<const float*> k_rows, v_rows;
+  thread_local std::vector<float> k_store, v_store, scores, sums, acc;
+  thread_local std::vector<V8> acc_v;
+  thread_local std::vector<const float*> k_rows, v_rows, q_rows;
   const int64_t r = item.request;
   const int64_t qo_begin = b.qo_indptr[r];
   const int64_t qo_len = b.qo_indptr[r + 1] - qo_begin;
   const int64_t seq_len = b.seq_lens[r];
   const int64_t d = cfg.head_dim;
-  // Keys visible to the last query of the block: positions [0, last_pos].
-  const int64_t last_pos = seq_len - qo_len + item.q_end - 1;
-  gather_rows(k_cache, b, r, item.kv_head, last_pos + 1, d, k_store, k_rows);
-  gather_rows(v_cache, b, r, item.kv_head, last_pos + 1, d, v_store, v_rows);
-  scores.resize(static_cast<size_t>(last_pos + 1));
-  acc.resize(static_cast<size_t>(d));
+  const int64_t nv = d / 8;
+  const bool vec = d % 8 == 0 && nv <= kMaxVecs;
+  // Keys visible to the last query of the block: positions [0, n_keys).
+  const int64_t n_keys = seq_len - qo_len + item.q_end;
+  gather_rows(k_cache, b, r, item.kv_head, n_keys, d, k_store, k_rows);
+  gather_rows(v_cache, b, r, item.kv_head, n_keys, d, v_store, v_rows);
+  // The qo heads of one kv head share each loaded K/V row; every head's arithmetic (order of the
+  // dot product, the max, the exp sum and the weighted sum over keys) is the same as alone.
   const int64_t group = cfg.num_qo_heads / cfg.num_kv_heads;
+  scores.resize(static_cast<size_t>(group * n_keys));
+  sums.resize(static_cast<size_t>(group));
+  q_rows.resize(static_cast<size_t>(group));
+  if (vec) {
+    acc_v.resize(static_cast<size_t>(group * nv));
+  } else {
+    acc.resize(static_cast<size_t>(group * d));
+  }
   const float* qbase = static_cast<const float*>(q.data);
   for (int64_t j = item.q_begin; j < item.q_end; ++j) {
     const int64_t pos = seq_len - qo_len + j;
     const int64_t lo = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0;
     const int64_t row = qo_begin + j;
-    for (int64_t h = item.kv_head * group; h < (item.kv_head + 1) * group; ++h) {
-      const float* qr = qbase + row * q.token_stride + h * q.head_stride;
-      float* o = out + row * out_ts + h * out_hs;
-      const int64_t nv = d / 8;
-      const bool vec = d % 8 == 0 && nv <= kMaxVecs;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t t = lo; t <= pos; ++t) {
-        float s = (vec ? dot_v8(qr, k_rows[t], nv) : dot(qr, k_rows[t], d)) * cfg.scale;
+    for (int64_t hh = 0; hh < group; ++hh) {
+      q_rows[hh] = qbase + row * q.token_stride + (item.kv_head * group + hh) * q.head_stride;
+    }
+    for (int64_t t = lo; t <= pos; ++t) {
+      const float* kr = k_rows[t];
+      for (int64_t hh = 0; hh < group; ++hh) {
+        float s = (vec ? dot_v8(q_rows[hh], kr, nv) : dot(q_rows[hh], kr, d)) * cfg.scale;
         if (cfg.logit_soft_cap > 0.0f) s = cfg.logit_soft_cap * std::tanh(s / cfg.logit_soft_cap);
-        scores[t] = s;
-        m = std::max(m, s);
+        scores[hh * n_keys + t] = s;
       }
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      float* sc = scores.data() + hh * n_keys;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t t = lo; t <= pos; ++t) m = std::max(m, sc[t]);
       float sum = 0.0f;
       for (int64_t t = lo; t <= pos; ++t) {
-        scores[t] = std::exp(scores[t] - m);
-        sum += scores[t];
+        sc[t] = std::exp(sc[t] - m);
+        sum += sc[t];
       }
-      const float inv = 1.0f / sum;
-      if (vec) {
-        V8 acc[kMaxVecs];
-        for (int64_t c = 0; c < nv; ++c) acc[c] = V8{};
-        for (int64_t t = lo; t <= pos; ++t) {
-          const V8 p = V8{} + scores[t];
-          const float* vr = v_rows[t];
-          for (int64_t c = 0; c < nv; ++c) acc[c] += p * load8(vr + 8 * c);
+      sums[hh] = sum;
+    }
+    if (vec) {
+      std::fill(acc_v.begin(), acc_v.end(), V8{});
+      for (int64_t t = lo; t <= pos; ++t) {
+        const float* vr = v_rows[t];
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const V8 p = V8{} + scores[hh * n_keys + t];
+          V8* a = acc_v.data() + hh * nv;
+          for (int64_t c = 0; c < nv; ++c) a[c] += p * load8(vr + 8 * c);
         }
+      }
+    } else {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t t = lo; t <= pos; ++t) {
+        const float* vr = v_rows[t];
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const float p = scores[hh * n_keys + t];
+          float* a = acc.data() + hh * d;
+          for (int64_t c = 0; c < d; ++c) a[c] += p * vr[c];
+        }
+      }
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const float inv = 1.0f / sums[hh];
+      float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
+      if (vec) {
+        const V8* a = acc_v.data() + hh * nv;
         for (int64_t c = 0; c < nv; ++c) {
-          const V8 r = acc[c] * inv;
-          std::memcpy(o + 8 * c, &r, sizeof(r));
+          const V8 res = a[c] * inv;
+          std::memcpy(o + 8 * c, &res, sizeof(res));
         }
       } else {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t t = lo; t <= pos; ++t) {
-          const float p = scores[t];
-          const float* vr = v_rows[t];
-          for (int64_t c = 0; c < d; ++c) acc[c] += p * vr[c];
-        }
-        for (int64_t c = 0; c < d; ++c) o[c] = acc[c] * inv;
+        const float* a = acc.data() + hh * d;
+        for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
       }
     }
   }
