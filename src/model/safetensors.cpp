@@ -144,7 +144,11 @@ StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
   file->mapping_ = std::move(mapping);
   const char* header = reinterpret_cast<const char*>(file->mapping_->data() + 8);
   file->data_ = file->mapping_->data() + 8 + header_len;
-  RLM_RETURN_IF_ERROR(file->parse_header(header, header_len, size - 8 - header_len));
+  try {
+    RLM_RETURN_IF_ERROR(file->parse_header(header, header_len, size - 8 - header_len));
+  } catch (const json::exception& e) {  // parse_header checks types first; this is a backstop
+    return data_loss(str(path, ": malformed header: ", e.what()));
+  }
   return file;
 }
 

@@ -312,6 +312,48 @@ TEST(Safetensors, AcceptsAnEmptyHeader) {
   EXPECT_TRUE(f.value()->names().empty());
 }
 
+TEST(Safetensors, CorruptedCopiesOfTheFixtureNeverCrash) {
+  std::ifstream in(kFixture, std::ios::binary);
+  const std::string full((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(full.size(), 100u);
+  TempDir dir;
+  const fs::path p = dir.path() / "corrupt.safetensors";
+  auto write = [&](const std::string& bytes) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  // Truncations fail cleanly (every cut in the length prefix, then every 7th byte, and the last).
+  std::vector<size_t> cuts;
+  for (size_t cut = 0; cut < full.size(); cut += cut < 16 ? 1 : 7) cuts.push_back(cut);
+  cuts.push_back(full.size() - 1);
+  for (size_t cut : cuts) {
+    write(full.substr(0, cut));
+    auto f = SafetensorsFile::open(p.string());
+    ASSERT_FALSE(f.is_ok()) << "cut at " << cut;
+    ASSERT_EQ(f.status().code(), StatusCode::kDataLoss) << f.status().to_string();
+  }
+  // Random byte changes either fail with a status or give a file whose tensors all read.
+  std::mt19937 rng(3);
+  int failures = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bytes = full;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) bytes[rng() % bytes.size()] = static_cast<char>(rng() & 0xff);
+    write(bytes);
+    auto f = SafetensorsFile::open(p.string());
+    if (!f.is_ok()) {
+      ++failures;
+      EXPECT_NE(f.status().code(), StatusCode::kOk);
+      continue;
+    }
+    for (const std::string& name : f.value()->names()) {
+      StatusOr<Tensor> t = f.value()->tensor(name);
+      ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+      ASSERT_EQ(t->nbytes(), f.value()->find(name)->end - f.value()->find(name)->begin);
+    }
+  }
+  EXPECT_GT(failures, 20);  // header edits are caught
+}
+
 // ---- open_safetensors ------------------------------------------------------------------------
 
 void expect_status(const Status& s, StatusCode code, const std::vector<std::string>& needles) {
