@@ -41,7 +41,9 @@ class FakeExecutor : public StepExecutor {
     std::vector<SampleResult> out;
     for (const StepItem& it : items) {
       const BatchEntry& e = it.entry;
-      if (mode == ForwardMode::kDecode) EXPECT_EQ(e.new_ids.size(), 1u);
+      if (mode == ForwardMode::kDecode) {
+        EXPECT_EQ(e.new_ids.size(), 1u);
+      }
       if (mode == ForwardMode::kExtend) {
         extend_tokens += static_cast<int64_t>(e.new_ids.size());
         if (!it.sample) ++chunk_items;
@@ -184,10 +186,14 @@ TEST_P(SchedulerMatrix, OutputsEqualReferenceAndEverythingIsFreed) {
     EXPECT_EQ(c.finish->reason, "length") << r->rid;
     EXPECT_EQ(c.tokens, reference(r->prompt_ids, r->params.max_new_tokens)) << r->rid;
     EXPECT_EQ(c.finish->completion_tokens, r->params.max_new_tokens);
-    if (p.cache == "naive") EXPECT_EQ(c.finish->cached_tokens, 0);
+    if (p.cache == "naive") {
+      EXPECT_EQ(c.finish->cached_tokens, 0);
+    }
   }
   ASSERT_TRUE(s.check_integrity().is_ok());
-  if (p.cache == "radix") EXPECT_GT(metrics->cached_tokens(), 0) << "shared prefixes were never reused";
+  if (p.cache == "radix") {
+    EXPECT_GT(metrics->cached_tokens(), 0) << "shared prefixes were never reused";
+  }
   EXPECT_GT(metrics->retractions(), 0) << "the pool was meant to be tight enough to force retraction";
   s.flush_cache();
   EXPECT_EQ(s.num_free_pages(), num_pages) << "KV pages leaked";
