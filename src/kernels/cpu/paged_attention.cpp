@@ -78,6 +78,8 @@ inline V8 load8(const float* p) {
   return v;
 }
 
+inline void store8(float* p, V8 v) { std::memcpy(p, &v, sizeof(v)); }
+
 inline float hsum(V8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 
 // head_dim % 8 == 0: two accumulators over alternating vectors.
@@ -121,8 +123,8 @@ __attribute__((target_clones("avx2", "default")))
 #endif
 void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache,
               const PagedBatch& b, const AttnConfig& cfg, float* out, int64_t out_ts, int64_t out_hs) {
+  // Accumulators are plain floats (a std::vector<V8> would not honour the vector's alignment).
   thread_local std::vector<float> k_store, v_store, scores, sums, acc;
-  thread_local std::vector<V8> acc_v;
   thread_local std::vector<const float*> k_rows, v_rows, q_rows;
   const int64_t r = item.request;
   const int64_t qo_begin = b.qo_indptr[r];
@@ -141,11 +143,7 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
   scores.resize(static_cast<size_t>(group * n_keys));
   sums.resize(static_cast<size_t>(group));
   q_rows.resize(static_cast<size_t>(group));
-  if (vec) {
-    acc_v.resize(static_cast<size_t>(group * nv));
-  } else {
-    acc.resize(static_cast<size_t>(group * d));
-  }
+  acc.resize(static_cast<size_t>(group * d));
   const float* qbase = static_cast<const float*>(q.data);
   for (int64_t j = item.q_begin; j < item.q_end; ++j) {
     const int64_t pos = seq_len - qo_len + j;
@@ -173,18 +171,17 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
       }
       sums[hh] = sum;
     }
+    std::fill(acc.begin(), acc.end(), 0.0f);
     if (vec) {
-      std::fill(acc_v.begin(), acc_v.end(), V8{});
       for (int64_t t = lo; t <= pos; ++t) {
         const float* vr = v_rows[t];
         for (int64_t hh = 0; hh < group; ++hh) {
           const V8 p = V8{} + scores[hh * n_keys + t];
-          V8* a = acc_v.data() + hh * nv;
-          for (int64_t c = 0; c < nv; ++c) a[c] += p * load8(vr + 8 * c);
+          float* a = acc.data() + hh * d;
+          for (int64_t c = 0; c < nv; ++c) store8(a + 8 * c, load8(a + 8 * c) + p * load8(vr + 8 * c));
         }
       }
     } else {
-      std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t t = lo; t <= pos; ++t) {
         const float* vr = v_rows[t];
         for (int64_t hh = 0; hh < group; ++hh) {
@@ -197,14 +194,10 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
     for (int64_t hh = 0; hh < group; ++hh) {
       const float inv = 1.0f / sums[hh];
       float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
+      const float* a = acc.data() + hh * d;
       if (vec) {
-        const V8* a = acc_v.data() + hh * nv;
-        for (int64_t c = 0; c < nv; ++c) {
-          const V8 res = a[c] * inv;
-          std::memcpy(o + 8 * c, &res, sizeof(res));
-        }
+        for (int64_t c = 0; c < nv; ++c) store8(o + 8 * c, load8(a + 8 * c) * inv);
       } else {
-        const float* a = acc.data() + hh * d;
         for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
       }
     }
