@@ -66,7 +66,7 @@ class ModelGolden : public ::testing::TestWithParam<std::tuple<std::string, int6
     ModelRunnerConfig rc;
     rc.page_size = page_size;
     rc.max_requests = static_cast<int64_t>(cases_.size());
-    rc.max_context_len = 128;
+    rc.max_context_len = 160;  // the longest golden prompt (100) + 32 greedy tokens fits
     auto runner = ModelRunner::create(std::move(loaded->model), rc);
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
     runner_ = std::move(runner).value();
