@@ -24,7 +24,9 @@ class TokenTextDecoder {
   virtual std::string flush() = 0;
 };
 
-using TokenTextDecoderFactory = std::function<std::unique_ptr<TokenTextDecoder>(bool skip_special_tokens)>;
+// Makes a request's decoder; the prompt gives context for the first pieces (leading spaces).
+using TokenTextDecoderFactory = std::function<std::unique_ptr<TokenTextDecoder>(
+    bool skip_special_tokens, const std::vector<int32_t>& prompt_ids)>;
 
 class OutputProcessor {
  public:

@@ -105,7 +105,7 @@ void Scheduler::drain_inbox() {
 void Scheduler::admit_new(std::shared_ptr<Req> req) {
   req->state = ReqState::kPending;
   req->seed = req->params.seed ? *req->params.seed : seed_rng_();
-  req->output = std::make_unique<OutputProcessor>(decoders_(req->params.skip_special_tokens), req->params.stop);
+  req->output = std::make_unique<OutputProcessor>(decoders_(req->params.skip_special_tokens, req->prompt_ids), req->params.stop);
   pending_.push_back(std::move(req));
 }
 

@@ -83,7 +83,7 @@ class LetterDecoder : public TokenTextDecoder {
   std::string flush() override { return ""; }
 };
 TokenTextDecoderFactory letters() {
-  return [](bool) { return std::make_unique<LetterDecoder>(); };
+  return [](bool, const std::vector<int32_t>&) { return std::make_unique<LetterDecoder>(); };
 }
 
 struct Collected {

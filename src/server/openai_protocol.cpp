@@ -1,0 +1,410 @@
+#include "server/openai_protocol.h"
+
+#include <cmath>
+#include <set>
+
+namespace rlm {
+
+namespace {
+
+// Small checked accessors; each failure fills *err and returns false.
+class Fields {
+ public:
+  Fields(const ojson& body, ApiError* err) : body_(body), err_(err) {}
+
+  bool fail(const std::string& field, const std::string& msg) {
+    *err_ = ApiError::bad_request(msg, field);
+    return false;
+  }
+  bool has(const char* k) const { return body_.contains(k) && !body_[k].is_null(); }
+
+  bool number(const char* k, float* out, double lo, double hi) {
+    if (!has(k)) return true;
+    const ojson& v = body_[k];
+    if (!v.is_number()) return fail(k, str("'", k, "' must be a number"));
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d < lo || d > hi) return fail(k, str("'", k, "' must be in [", lo, ", ", hi, "], got ", d));
+    *out = static_cast<float>(d);
+    return true;
+  }
+  bool integer(const char* k, int64_t* out, int64_t lo, int64_t hi) {
+    if (!has(k)) return true;
+    const ojson& v = body_[k];
+    if (!v.is_number_integer()) return fail(k, str("'", k, "' must be an integer"));
+    const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                          ? INT64_MAX
+                          : v.get<int64_t>();
+    if (i < lo || i > hi) return fail(k, str("'", k, "' must be in [", lo, ", ", hi, "], got ", i));
+    *out = i;
+    return true;
+  }
+  bool boolean(const char* k, bool* out) {
+    if (!has(k)) return true;
+    if (!body_[k].is_boolean()) return fail(k, str("'", k, "' must be a boolean"));
+    *out = body_[k].get<bool>();
+    return true;
+  }
+  bool string(const char* k, std::string* out) {
+    if (!has(k)) return true;
+    if (!body_[k].is_string()) return fail(k, str("'", k, "' must be a string"));
+    *out = body_[k].get<std::string>();
+    return true;
+  }
+  bool token_ids(const ojson& v, const char* k, std::vector<int32_t>* out) {
+    for (const auto& x : v) {
+      if (!x.is_number_integer()) return fail(k, str("'", k, "' token ids must be integers"));
+      const int64_t id = x.get<int64_t>();
+      if (id < 0 || id > INT32_MAX) return fail(k, str("token id ", id, " in '", k, "' is out of range"));
+      out->push_back(static_cast<int32_t>(id));
+    }
+    return true;
+  }
+  bool stop(SamplingParams* p) {
+    if (!has("stop")) return true;
+    const ojson& v = body_["stop"];
+    if (v.is_string()) {
+      p->stop = {v.get<std::string>()};
+    } else if (v.is_array()) {
+      for (const auto& s : v) {
+        if (!s.is_string()) return fail("stop", "'stop' must be a string or an array of strings");
+        p->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return fail("stop", "'stop' must be a string or an array of strings");
+    }
+    for (const auto& s : p->stop) {
+      if (s.empty()) return fail("stop", "stop strings must not be empty");
+    }
+    return true;
+  }
+  bool unknown(const std::set<std::string>& allowed) {
+    for (auto it = body_.begin(); it != body_.end(); ++it) {
+      if (!allowed.count(it.key())) {
+        return fail(it.key(), str("Unrecognized request argument supplied: ", it.key()));
+      }
+    }
+    return true;
+  }
+
+ private:
+  const ojson& body_;
+  ApiError* err_;
+};
+
+// Sampling fields shared by completions and chat (OpenAI names plus vLLM/SGLang extensions).
+bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
+  SamplingParams& p = r->params;
+  int64_t top_k = -1, n = 1, seed = 0, min_tokens = 0;
+  if (!f.number("temperature", &p.temperature, 0.0, 2.0) || !f.number("top_p", &p.top_p, 0.0, 1.0) ||
+      !f.number("presence_penalty", &p.presence_penalty, -2.0, 2.0) ||
+      !f.number("frequency_penalty", &p.frequency_penalty, -2.0, 2.0) ||
+      !f.number("repetition_penalty", &p.repetition_penalty, 1e-6, 2.0) || !f.number("min_p", &p.min_p, 0.0, 1.0) ||
+      !f.integer("top_k", &top_k, -1, 1 << 30) || !f.integer("n", &n, 1, 16) ||
+      !f.integer("min_tokens", &min_tokens, 0, 1 << 30) || !f.boolean("ignore_eos", &p.ignore_eos) ||
+      !f.boolean("skip_special_tokens", &p.skip_special_tokens) || !f.boolean("stream", &r->stream) || !f.stop(&p)) {
+    return false;
+  }
+  if (f.has("top_p") && p.top_p <= 0.0f) return f.fail("top_p", "'top_p' must be in (0, 1]");
+  p.top_k = static_cast<int32_t>(top_k == 0 ? -1 : top_k);
+  p.min_new_tokens = min_tokens;
+  r->n = static_cast<int>(n);
+  if (f.has("seed")) {
+    if (!body["seed"].is_number_integer()) return f.fail("seed", "'seed' must be an integer");
+    p.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
+                                               : static_cast<uint64_t>(body["seed"].get<int64_t>());
+  }
+  (void)seed;
+  if (f.has("stop_token_ids")) {
+    if (!body["stop_token_ids"].is_array()) return f.fail("stop_token_ids", "'stop_token_ids' must be an array");
+    if (!f.token_ids(body["stop_token_ids"], "stop_token_ids", &p.stop_token_ids)) return false;
+  }
+  if (f.has("logit_bias")) return f.fail("logit_bias", "'logit_bias' is not supported");
+  if (f.has("best_of")) {
+    int64_t best_of = 1;
+    if (!f.integer("best_of", &best_of, 1, 16)) return false;
+    if (best_of != n) return f.fail("best_of", "'best_of' different from 'n' is not supported");
+  }
+  if (f.has("stream_options")) {
+    const ojson& so = body["stream_options"];
+    if (!so.is_object()) return f.fail("stream_options", "'stream_options' must be an object");
+    if (!r->stream) return f.fail("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    for (auto it = so.begin(); it != so.end(); ++it) {
+      if (it.key() == "include_usage" && it.value().is_boolean()) {
+        r->include_usage = it.value().get<bool>();
+      } else if (it.key() == "continuous_usage_stats" && it.value().is_boolean()) {
+        r->continuous_usage = it.value().get<bool>();
+      } else {
+        return f.fail("stream_options", str("unsupported stream_options field '", it.key(), "'"));
+      }
+    }
+  }
+  return true;
+}
+
+bool parse_model(Fields& f, const ojson& body, ParsedRequest* r) {
+  if (!body.contains("model") || body["model"].is_null()) return f.fail("model", "'model' is required");
+  return f.string("model", &r->model);
+}
+
+}  // namespace
+
+std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiError* err) {
+  if (!body.is_object()) {
+    *err = ApiError::bad_request("the request body must be a JSON object");
+    return std::nullopt;
+  }
+  Fields f(body, err);
+  static const std::set<std::string> allowed = {
+      "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
+      "stop", "presence_penalty", "frequency_penalty", "seed", "user", "best_of", "logit_bias", "suffix", "top_k",
+      "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "skip_special_tokens",
+      "add_special_tokens"};
+  ParsedRequest r;
+  r.kind = ApiKind::kCompletion;
+  r.params.max_new_tokens = 16;  // OpenAI's default for completions
+  if (!f.unknown(allowed) || !parse_model(f, body, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
+  int64_t max_tokens = 16, logprobs = -1;
+  if (!f.integer("max_tokens", &max_tokens, 1, INT32_MAX) || !f.integer("logprobs", &logprobs, 0, 20) ||
+      !f.boolean("echo", &r.echo) || !f.boolean("add_special_tokens", &r.add_special_tokens)) {
+    return std::nullopt;
+  }
+  r.params.max_new_tokens = max_tokens;
+  r.max_tokens_given = f.has("max_tokens");
+  r.params.logprobs = f.has("logprobs") ? static_cast<int32_t>(logprobs) : -1;
+  if (f.has("suffix")) {
+    f.fail("suffix", "'suffix' is not supported");
+    return std::nullopt;
+  }
+  if (r.echo && r.params.logprobs >= 0) {
+    f.fail("echo", "'echo' together with 'logprobs' is not supported");
+    return std::nullopt;
+  }
+  if (!body.contains("prompt") || body["prompt"].is_null()) {
+    f.fail("prompt", "'prompt' is required");
+    return std::nullopt;
+  }
+  const ojson& p = body["prompt"];
+  auto bad_prompt = [&] {
+    f.fail("prompt", "'prompt' must be a string, an array of strings, an array of token ids, or an array of arrays "
+                     "of token ids");
+    return std::nullopt;
+  };
+  if (p.is_string()) {
+    r.prompts.push_back({p.get<std::string>(), {}});
+  } else if (p.is_array() && !p.empty() && p[0].is_number_integer()) {
+    PromptInput in;
+    if (!f.token_ids(p, "prompt", &in.ids)) return std::nullopt;
+    r.prompts.push_back(std::move(in));
+  } else if (p.is_array() && !p.empty()) {
+    for (const auto& e : p) {
+      if (e.is_string()) {
+        r.prompts.push_back({e.get<std::string>(), {}});
+      } else if (e.is_array()) {
+        PromptInput in;
+        if (!f.token_ids(e, "prompt", &in.ids)) return std::nullopt;
+        r.prompts.push_back(std::move(in));
+      } else {
+        return bad_prompt();
+      }
+    }
+  } else {
+    return bad_prompt();
+  }
+  for (const auto& in : r.prompts) {
+    if (!in.text && in.ids.empty()) {
+      f.fail("prompt", "a prompt must not be empty");
+      return std::nullopt;
+    }
+  }
+  return r;
+}
+
+std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err) {
+  if (!body.is_object()) {
+    *err = ApiError::bad_request("the request body must be a JSON object");
+    return std::nullopt;
+  }
+  Fields f(body, err);
+  static const std::set<std::string> allowed = {
+      "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
+      "stream_options", "logprobs", "top_logprobs", "stop", "presence_penalty", "frequency_penalty", "seed", "user",
+      "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias", "metadata", "store",
+      "service_tier", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids",
+      "skip_special_tokens", "chat_template_kwargs", "add_generation_prompt"};
+  ParsedRequest r;
+  r.kind = ApiKind::kChat;
+  if (!f.unknown(allowed) || !parse_model(f, body, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
+  int64_t max_tokens = 0, top_logprobs = 0;
+  if (f.has("max_tokens") && f.has("max_completion_tokens")) {
+    f.fail("max_tokens", "give either 'max_tokens' or 'max_completion_tokens', not both");
+    return std::nullopt;
+  }
+  const char* mt = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (!f.integer(mt, &max_tokens, 1, INT32_MAX) || !f.boolean("logprobs", &r.chat_logprobs) ||
+      !f.integer("top_logprobs", &top_logprobs, 0, 20) ||
+      !f.boolean("add_generation_prompt", &r.add_generation_prompt)) {
+    return std::nullopt;
+  }
+  r.max_tokens_given = f.has(mt);
+  if (r.max_tokens_given) r.params.max_new_tokens = max_tokens;
+  if (f.has("top_logprobs") && !r.chat_logprobs) {
+    f.fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    return std::nullopt;
+  }
+  r.params.logprobs = r.chat_logprobs ? static_cast<int32_t>(top_logprobs) : -1;
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
+    f.fail("messages", "'messages' must be a non-empty array");
+    return std::nullopt;
+  }
+  for (const auto& m : body["messages"]) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      f.fail("messages", "each message must be an object with a string 'role'");
+      return std::nullopt;
+    }
+    const std::string role = m["role"].get<std::string>();
+    static const std::set<std::string> roles = {"system", "user", "assistant", "tool", "developer"};
+    if (!roles.count(role)) {
+      f.fail("messages", str("unknown message role '", role, "'"));
+      return std::nullopt;
+    }
+    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array()) {
+      f.fail("messages", "message 'content' must be a string, an array of content parts, or null");
+      return std::nullopt;
+    }
+  }
+  // Content parts: only text parts are supported; join them into one string per message.
+  r.messages = ojson::array();
+  for (const auto& m : body["messages"]) {
+    ojson msg = m;
+    if (m.contains("content") && m["content"].is_array()) {
+      std::string text;
+      for (const auto& part : m["content"]) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          f.fail("messages", "only content parts of type 'text' are supported");
+          return std::nullopt;
+        }
+        text += part["text"].get<std::string>();
+      }
+      msg["content"] = text;
+    }
+    r.messages.push_back(std::move(msg));
+  }
+  if (f.has("tools")) {
+    if (!body["tools"].is_array()) {
+      f.fail("tools", "'tools' must be an array");
+      return std::nullopt;
+    }
+    r.tools = body["tools"];
+  }
+  if (f.has("tool_choice")) {
+    const ojson& tc = body["tool_choice"];
+    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) {
+      f.fail("tool_choice", "only 'none' and 'auto' are supported for 'tool_choice'");
+      return std::nullopt;
+    }
+    if (tc == "none") r.tools = nullptr;
+  }
+  if (f.has("response_format")) {
+    const ojson& rf = body["response_format"];
+    if (!rf.is_object() || rf.value("type", "") != "text") {
+      f.fail("response_format", "only response_format {\"type\": \"text\"} is supported");
+      return std::nullopt;
+    }
+  }
+  if (f.has("chat_template_kwargs")) {
+    if (!body["chat_template_kwargs"].is_object()) {
+      f.fail("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      return std::nullopt;
+    }
+    r.chat_template_kwargs = body["chat_template_kwargs"];
+  }
+  return r;
+}
+
+std::optional<ParsedRequest> parse_generate_request(const ojson& body, ApiError* err) {
+  if (!body.is_object()) {
+    *err = ApiError::bad_request("the request body must be a JSON object");
+    return std::nullopt;
+  }
+  Fields f(body, err);
+  static const std::set<std::string> allowed = {"text", "input_ids", "sampling_params", "stream", "rid",
+                                                "return_logprob", "top_logprobs_num", "model"};
+  ParsedRequest r;
+  r.kind = ApiKind::kGenerate;
+  r.params.max_new_tokens = 128;  // SGLang's default
+  if (!f.unknown(allowed) || !f.boolean("stream", &r.stream) || !f.string("rid", &r.rid) ||
+      !f.string("model", &r.model)) {
+    return std::nullopt;
+  }
+  const bool has_text = f.has("text"), has_ids = f.has("input_ids");
+  if (has_text == has_ids) {
+    f.fail("text", "give exactly one of 'text' and 'input_ids'");
+    return std::nullopt;
+  }
+  if (has_text) {
+    if (!body["text"].is_string()) {
+      f.fail("text", "'text' must be a string");
+      return std::nullopt;
+    }
+    r.prompts.push_back({body["text"].get<std::string>(), {}});
+  } else {
+    if (!body["input_ids"].is_array() || body["input_ids"].empty()) {
+      f.fail("input_ids", "'input_ids' must be a non-empty array of token ids");
+      return std::nullopt;
+    }
+    PromptInput in;
+    if (!f.token_ids(body["input_ids"], "input_ids", &in.ids)) return std::nullopt;
+    r.prompts.push_back(std::move(in));
+  }
+  bool return_logprob = false;
+  int64_t top_num = 0;
+  if (!f.boolean("return_logprob", &return_logprob) || !f.integer("top_logprobs_num", &top_num, 0, 20)) {
+    return std::nullopt;
+  }
+  r.params.logprobs = return_logprob ? static_cast<int32_t>(top_num) : -1;
+  if (f.has("sampling_params")) {
+    const ojson& sp = body["sampling_params"];
+    if (!sp.is_object()) {
+      f.fail("sampling_params", "'sampling_params' must be an object");
+      return std::nullopt;
+    }
+    Fields g(sp, err);
+    static const std::set<std::string> sp_allowed = {
+        "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
+        "ignore_eos", "skip_special_tokens", "frequency_penalty", "presence_penalty", "repetition_penalty", "seed",
+        "n"};
+    SamplingParams& p = r.params;
+    int64_t max_new = 128, min_new = 0, top_k = -1, n = 1;
+    if (!g.unknown(sp_allowed) || !g.integer("max_new_tokens", &max_new, 1, INT32_MAX) ||
+        !g.integer("min_new_tokens", &min_new, 0, INT32_MAX) || !g.number("temperature", &p.temperature, 0.0, 100.0) ||
+        !g.number("top_p", &p.top_p, 1e-9, 1.0) || !g.integer("top_k", &top_k, -1, 1 << 30) ||
+        !g.number("min_p", &p.min_p, 0.0, 1.0) || !g.stop(&p) || !g.boolean("ignore_eos", &p.ignore_eos) ||
+        !g.boolean("skip_special_tokens", &p.skip_special_tokens) ||
+        !g.number("frequency_penalty", &p.frequency_penalty, -2.0, 2.0) ||
+        !g.number("presence_penalty", &p.presence_penalty, -2.0, 2.0) ||
+        !g.number("repetition_penalty", &p.repetition_penalty, 1e-6, 2.0) || !g.integer("n", &n, 1, 16)) {
+      return std::nullopt;
+    }
+    p.max_new_tokens = max_new;
+    p.min_new_tokens = min_new;
+    p.top_k = static_cast<int32_t>(top_k == 0 ? -1 : top_k);
+    r.n = static_cast<int>(n);
+    if (g.has("seed")) {
+      if (!sp["seed"].is_number_integer()) {
+        g.fail("seed", "'seed' must be an integer");
+        return std::nullopt;
+      }
+      p.seed = static_cast<uint64_t>(sp["seed"].get<int64_t>());
+    }
+    if (g.has("stop_token_ids")) {
+      if (!sp["stop_token_ids"].is_array() || !g.token_ids(sp["stop_token_ids"], "stop_token_ids", &p.stop_token_ids)) {
+        if (err->message.empty()) g.fail("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+        return std::nullopt;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace rlm
