@@ -46,7 +46,9 @@ void print_report(std::FILE* out, const ReportHeader& h, const BenchMetrics& m) 
   row_str(out, "Backend:", h.backend);
   row_str(out, "Model:", h.model);
   row_str(out, "Dataset:", h.dataset);
-  row_str(out, "Traffic request rate:", std::isinf(h.request_rate) ? "inf" : std::to_string(h.request_rate));
+  char rate[32];
+  std::snprintf(rate, sizeof(rate), "%g", h.request_rate);
+  row_str(out, "Traffic request rate:", std::isinf(h.request_rate) ? "inf" : rate);
   row_str(out, "Max request concurrency:",
           h.max_concurrency > 0 ? std::to_string(h.max_concurrency) : "not set");
   row_int(out, "Successful requests:", m.completed);
