@@ -13,7 +13,7 @@ struct Generator::Active {
   bool done = false;
 };
 
-Generator::Generator(ModelRunner& runner) : runner_(runner), pages_(runner.kv_pool().config().num_pages) {}
+Generator::Generator(ModelRunner& runner) : runner_(runner), pages_(static_cast<int32_t>(runner.kv_pool().config().num_pages)) {}
 
 Status Generator::validate(const GenerateRequest& r) const {
   const ModelConfig& c = runner_.model_config();
@@ -41,7 +41,7 @@ bool Generator::grow(Active& a, int64_t to, std::vector<int32_t>& slots) {
   const int64_t page = runner_.kv_pool().page_size();
   const int64_t pages_needed = (to + page - 1) / page - static_cast<int64_t>(a.pages.size());
   if (pages_needed > 0) {
-    auto got = pages_.alloc(pages_needed);
+    auto got = pages_.alloc(static_cast<int32_t>(pages_needed));
     if (!got) return false;
     a.pages.insert(a.pages.end(), got->begin(), got->end());
   }
