@@ -18,12 +18,17 @@ using Clock = std::chrono::steady_clock;
 // FIFO of conversation indices released by the dispatcher to the workers.
 class WorkQueue {
  public:
-  void push(size_t item) {
+  // Returns true when more items are queued than workers wait for them (time for a new worker
+  // if the pool may grow).
+  bool push(size_t item) {
+    bool short_of_workers;
     {
       std::lock_guard<std::mutex> lock(mu_);
       items_.push_back(item);
+      short_of_workers = items_.size() > idle_;
     }
     cv_.notify_one();
+    return short_of_workers;
   }
   void close() {
     {
@@ -35,7 +40,9 @@ class WorkQueue {
   // Blocks until an item is available (true) or the queue is closed and drained (false).
   bool pop(size_t& item) {
     std::unique_lock<std::mutex> lock(mu_);
+    ++idle_;
     cv_.wait(lock, [&] { return closed_ || !items_.empty(); });
+    --idle_;
     if (items_.empty()) return false;
     item = items_.front();
     items_.pop_front();
@@ -46,6 +53,7 @@ class WorkQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<size_t> items_;
+  size_t idle_ = 0;  // workers blocked in pop()
   bool closed_ = false;
 };
 
@@ -163,17 +171,19 @@ StatusOr<RunResult> run_benchmark(const std::vector<Conversation>& dataset,
       }
     }
   };
-  const size_t num_workers = options.max_concurrency > 0
-                                 ? std::min(dataset.size(), static_cast<size_t>(options.max_concurrency))
-                                 : dataset.size();
+  // Bounded: a fixed pool of max_concurrency workers. Unbounded: the pool grows whenever a
+  // request arrives and no worker is free, so threads = the peak number in flight.
+  const bool bounded = options.max_concurrency > 0;
   bench_start = Clock::now();
   std::vector<std::thread> workers;
-  workers.reserve(num_workers);
-  for (size_t i = 0; i < num_workers; ++i) workers.emplace_back(worker);
+  if (bounded) {
+    const size_t n = std::min(dataset.size(), static_cast<size_t>(options.max_concurrency));
+    for (size_t i = 0; i < n; ++i) workers.emplace_back(worker);
+  }
   for (size_t i = 0; i < dataset.size(); ++i) {
     std::this_thread::sleep_until(bench_start + std::chrono::duration_cast<Clock::duration>(
                                                     std::chrono::duration<double>(arrivals[i])));
-    queue.push(i);
+    if (queue.push(i) && !bounded) workers.emplace_back(worker);
   }
   queue.close();
   for (auto& t : workers) t.join();

@@ -3,7 +3,8 @@
 //
 // - --max-concurrency N: N workers, so at most N requests are in flight; a request that arrives
 //   while all are busy waits in a FIFO queue and its timing starts when it is actually sent
-//   (as SGLang's semaphore). Without it there is one worker per conversation.
+//   (as SGLang's semaphore). Without it a new worker starts whenever a request arrives and none
+//   is free, so every request is sent at its arrival time.
 // - Multi-turn: a conversation runs on one worker; turn k is sent as soon as turn k-1's answer
 //   has arrived, carrying the history (chat: alternating user/assistant messages; completions /
 //   sglang: the concatenated text of earlier prompts and answers).

@@ -49,6 +49,7 @@ void configure(httplib::Client& cli, const Endpoint& e) {
   cli.set_read_timeout(timeout);
   cli.set_write_timeout(timeout);
   cli.set_keep_alive(false);
+  cli.set_tcp_nodelay(true);  // no Nagle delay between the request's header and body writes
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "bench/bench_runner.h"
@@ -64,6 +65,38 @@ TEST(Runner, MaxConcurrencyBoundsInFlightRequests) {
       EXPECT_EQ(r->outcomes[i].output_len, ds[i].turns[0].output_len);
     }
   }
+}
+
+TEST(Runner, UnboundedSendsEverythingAtOnceAndReusesIdleWorkers) {
+  auto ds = small_dataset(DatasetKind::kRandom, 16);
+  std::atomic<int> in_flight{0}, peak{0};
+  RunOptions o;
+  o.warmup_requests = 0;
+  auto slow = [&](const RequestSpec& spec) {
+    int now = ++in_flight;
+    int p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    --in_flight;
+    return ok_outcome(spec, "x");
+  };
+  ASSERT_TRUE(run_benchmark(ds, o, slow).is_ok());
+  EXPECT_EQ(peak.load(), 16);  // request rate inf, no concurrency limit: all in flight together
+
+  // Spaced arrivals (mean gap 20 ms) of instant requests: idle workers are reused.
+  o.request_rate = 50.0;
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  auto fast = [&](const RequestSpec& spec) {
+    std::lock_guard<std::mutex> lock(mu);
+    threads.insert(std::this_thread::get_id());
+    return ok_outcome(spec, "x");
+  };
+  auto r = run_benchmark(ds, o, fast);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->outcomes.size(), 16u);
+  EXPECT_LT(threads.size(), 16u);
 }
 
 TEST(Runner, RequestRateSpreadsArrivals) {
