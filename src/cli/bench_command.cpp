@@ -2,6 +2,7 @@
 // OpenAI-compatible / SGLang server (metric definitions in bench/metrics.h); other modes
 // (one-batch, offline) are added beside it in add_bench_command.
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "bench/bench_runner.h"
 #include "bench/dataset.h"
 #include "bench/report.h"
+#include "bench/schedule.h"
 #include "cli/commands.h"
 
 namespace rlm::cli {
@@ -111,6 +113,9 @@ int run_bench_serve(BenchServeArgs a) {
     run.endpoint.port = a.port;
   }
   run.endpoint.api_key = a.api_key;
+  if (run.endpoint.api_key.empty()) {
+    if (const char* env = std::getenv("OPENAI_API_KEY")) run.endpoint.api_key = env;
+  }
   run.endpoint.timeout_s = a.request_timeout;
   run.request.backend = *backend;
   run.request.ignore_eos = !a.disable_ignore_eos;
@@ -128,6 +133,13 @@ int run_bench_serve(BenchServeArgs a) {
   run.warmup_requests = a.warmup_requests;
   run.seed = a.data.seed;
   run.progress = a.progress;
+
+  if (a.max_concurrency < 0) {
+    return fail_with(invalid_argument(str("--max-concurrency must be >= 1, got ", a.max_concurrency)));
+  }
+  if (auto schedule = bench::arrival_times(1, a.request_rate, a.burstiness, 0); !schedule.is_ok()) {
+    return fail_with(schedule.status());
+  }
 
   bench::DatasetOptions data = a.data;
   data.kind = *kind;
@@ -177,7 +189,7 @@ void add_bench_serve_command(CLI::App& bench, std::vector<std::pair<CLI::App*, R
   s->add_option("--host", a->host, "Server host")->capture_default_str();
   s->add_option("--port", a->port, "Server port")->capture_default_str()->check(CLI::Range(1, 65535));
   s->add_option("--model", a->model, "Model name sent in requests (default: first id of GET /v1/models)");
-  s->add_option("--api-key", a->api_key, "Bearer token for the Authorization header");
+  s->add_option("--api-key", a->api_key, "Bearer token for the Authorization header (default: $OPENAI_API_KEY)");
   s->add_option("--dataset-name", a->dataset_name, "random | generated-shared-prefix | multi-turn")->capture_default_str();
   s->add_option("--prompt-format", a->prompt_format, "auto | ids | text (auto: ids, text for openai-chat and multi-turn)")->capture_default_str();
   s->add_flag("--tokenize-prompts", a->tokenize_prompts, "Send token-id prompts (same as --prompt-format ids)");

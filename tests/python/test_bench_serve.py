@@ -27,6 +27,7 @@ MODEL = "mock-model"
 class MockHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     requests_seen = []  # (path, body) of every POST
+    auth_seen = []  # Authorization header of every POST
     lock = threading.Lock()
 
     def log_message(self, *args):
@@ -46,20 +47,25 @@ class MockHandler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"error": {"message": "not found"}})
 
+    def _write(self, data):
+        if self.chunked:
+            data = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+        self.wfile.write(data)
+        self.wfile.flush()
+
     def _event(self, obj):
         payload = obj if isinstance(obj, str) else json.dumps(obj)
         # Split each event over two writes to exercise the client's incremental parser.
         data = f"data: {payload}\n\n".encode()
         mid = len(data) // 2
-        self.wfile.write(data[:mid])
-        self.wfile.flush()
-        self.wfile.write(data[mid:])
-        self.wfile.flush()
+        self._write(data[:mid])
+        self._write(data[mid:])
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with MockHandler.lock:
             MockHandler.requests_seen.append((self.path, body))
+            MockHandler.auth_seen.append(self.headers.get("Authorization"))
         if self.path == "/v1/completions":
             prompt = body["prompt"]
             prompt_tokens = len(prompt) if isinstance(prompt, list) else len(prompt.split())
@@ -76,8 +82,13 @@ class MockHandler(BaseHTTPRequestHandler):
         if body.get("model", MODEL) != MODEL and self.path != "/generate":
             self._json(404, {"error": {"message": f"model {body.get('model')} not found"}})
             return
+        # /v1/completions streams with chunked transfer encoding (as uvicorn and most servers do);
+        # the other endpoints end the body by closing the connection.
+        self.chunked = self.path == "/v1/completions"
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
+        if self.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
         time.sleep(TTFT_S)
@@ -103,6 +114,9 @@ class MockHandler(BaseHTTPRequestHandler):
                                                   "completion_tokens": n,
                                                   "total_tokens": prompt_tokens + n}})
         self._event("[DONE]")
+        if self.chunked:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
         self.close_connection = True
 
 
@@ -120,6 +134,7 @@ def server():
 def run_bench(port, tmp_path, *args):
     out = tmp_path / "result.json"
     MockHandler.requests_seen.clear()
+    MockHandler.auth_seen.clear()
     cmd = [RADIXLM_BIN, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--output-file", str(out), *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -206,7 +221,7 @@ def test_chat_multi_turn(server, tmp_path):
 
 
 def test_shared_prefix_sglang(server, tmp_path):
-    result, _ = run_bench(server, tmp_path, "--backend", "sglang", "--dataset-name",
+    result, _ = run_bench(server, tmp_path, "--backend", "sglang", "--api-key", "sk-test", "--dataset-name",
                           "generated-shared-prefix", "--gsp-num-groups", "2", "--gsp-prompts-per-group",
                           "3", "--gsp-system-prompt-len", "16", "--gsp-question-len", "4",
                           "--gsp-output-len", "3", "--warmup-requests", "1")
@@ -215,6 +230,7 @@ def test_shared_prefix_sglang(server, tmp_path):
     assert all(len(b["input_ids"]) == 20 and b["sampling_params"]["max_new_tokens"] == 3 for b in bodies)
     assert len({tuple(b["input_ids"][:16]) for b in bodies}) == 2
     assert result["total_output_tokens"] == 18
+    assert MockHandler.auth_seen and all(a == "Bearer sk-test" for a in MockHandler.auth_seen)
     check_against_numpy(result)
 
 
@@ -250,3 +266,6 @@ def test_bad_arguments(server):
     proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--random-range-ratio", "2"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--random-range-ratio" in proc.stderr
+    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--request-rate", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--request-rate" in proc.stderr
