@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "bench/sse_parser.h"
@@ -12,6 +13,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxErrorBody = 512;
+constexpr double kMaxConnectSeconds = 60.0;  // a TCP connect that takes longer has failed
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -45,7 +47,7 @@ httplib::Headers request_headers(const Endpoint& e, bool stream) {
 
 void configure(httplib::Client& cli, const Endpoint& e) {
   const auto timeout = std::chrono::duration<double>(e.timeout_s);
-  cli.set_connection_timeout(timeout);
+  cli.set_connection_timeout(std::min(timeout, std::chrono::duration<double>(kMaxConnectSeconds)));
   cli.set_read_timeout(timeout);
   cli.set_write_timeout(timeout);
   cli.set_keep_alive(false);
