@@ -21,7 +21,7 @@ int64_t count_words(const std::string& text) {
   return n;
 }
 
-TEST(Dataset, RandomLengthsWithinRangeRatio) {
+TEST(BenchDataset, RandomLengthsWithinRangeRatio) {
   for (double ratio : {0.0, 0.25, 0.5, 1.0}) {
     DatasetOptions o;
     o.num_prompts = 2000;
@@ -56,7 +56,7 @@ TEST(Dataset, RandomLengthsWithinRangeRatio) {
   }
 }
 
-TEST(Dataset, RangeHelper) {
+TEST(BenchDataset, RangeHelper) {
   using Range = std::pair<int64_t, int64_t>;
   EXPECT_EQ(random_len_range(100, 0.0), Range(1, 100));
   EXPECT_EQ(random_len_range(100, 0.55), Range(55, 100));
@@ -64,7 +64,7 @@ TEST(Dataset, RangeHelper) {
   EXPECT_EQ(random_len_range(1, 0.3), Range(1, 1));
 }
 
-TEST(Dataset, DeterministicBySeed) {
+TEST(BenchDataset, DeterministicBySeed) {
   DatasetOptions o;
   o.num_prompts = 50;
   o.random_input_len = 30;
@@ -82,7 +82,7 @@ TEST(Dataset, DeterministicBySeed) {
   EXPECT_TRUE(any_diff);
 }
 
-TEST(Dataset, TextPromptsUseTheWordList) {
+TEST(BenchDataset, TextPromptsUseTheWordList) {
   DatasetOptions o;
   o.format = PromptFormat::kText;
   o.num_prompts = 20;
@@ -106,7 +106,7 @@ TEST(Dataset, TextPromptsUseTheWordList) {
   }
 }
 
-TEST(Dataset, GeneratedSharedPrefixStructure) {
+TEST(BenchDataset, GeneratedSharedPrefixStructure) {
   DatasetOptions o;
   o.kind = DatasetKind::kGeneratedSharedPrefix;
   o.gsp_num_groups = 4;
@@ -144,7 +144,7 @@ TEST(Dataset, GeneratedSharedPrefixStructure) {
   EXPECT_FALSE(std::is_sorted(order.begin(), order.end())) << "prompts are shuffled";
 }
 
-TEST(Dataset, MultiTurn) {
+TEST(BenchDataset, MultiTurn) {
   DatasetOptions o;
   o.kind = DatasetKind::kMultiTurn;
   o.format = PromptFormat::kText;
@@ -168,7 +168,7 @@ TEST(Dataset, MultiTurn) {
   EXPECT_EQ(build_dataset(o).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(Dataset, RejectsBadOptions) {
+TEST(BenchDataset, RejectsBadOptions) {
   DatasetOptions o;
   o.num_prompts = 0;
   EXPECT_NE(build_dataset(o).status().message().find("--num-prompts"), std::string::npos);
@@ -189,7 +189,7 @@ TEST(Dataset, RejectsBadOptions) {
 // deviation 1/rate, so the sample mean of n gaps has standard error (1/rate)/sqrt(n); we accept
 // 5 standard errors. The fraction of gaps longer than the mean is exp(-1) for an exponential;
 // its binomial standard error is sqrt(p(1-p)/n), again 5 of them allowed.
-TEST(Schedule, PoissonInterArrivalMean) {
+TEST(BenchSchedule, PoissonInterArrivalMean) {
   const int64_t n = 20001;
   for (double rate : {0.5, 4.0, 100.0}) {
     for (uint64_t seed : {1u, 7u, 12345u}) {
@@ -218,7 +218,7 @@ TEST(Schedule, PoissonInterArrivalMean) {
   }
 }
 
-TEST(Schedule, BurstinessKeepsTheMean) {
+TEST(BenchSchedule, BurstinessKeepsTheMean) {
   const int64_t n = 20001;
   const double rate = 10.0;
   for (double burst : {0.25, 4.0}) {
@@ -239,7 +239,7 @@ TEST(Schedule, BurstinessKeepsTheMean) {
   }
 }
 
-TEST(Schedule, InfiniteRateAndDeterminism) {
+TEST(BenchSchedule, InfiniteRateAndDeterminism) {
   auto t = arrival_times(10, INFINITY, 1.0, 1);
   ASSERT_TRUE(t.is_ok());
   for (double v : *t) EXPECT_EQ(v, 0.0);

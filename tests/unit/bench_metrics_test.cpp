@@ -43,7 +43,7 @@ void expect_stats(const LatencyStats& s, const std::vector<double>& values_s, co
   EXPECT_NEAR(s.p99_ms, ref_percentile(values_s, 99) * 1e3, tol) << what;
 }
 
-TEST(Percentile, KnownByConstruction) {
+TEST(BenchPercentile, KnownByConstruction) {
   std::vector<double> v;
   for (int i = 0; i <= 100; ++i) v.push_back(i);  // the q-th percentile of 0..100 is q
   for (double q : {0.0, 1.0, 33.0, 50.0, 90.0, 99.0, 100.0, 12.5}) {
@@ -62,7 +62,7 @@ struct Synthetic {
   bool fail;
 };
 
-TEST(Metrics, MatchReferenceFromTimestamps) {
+TEST(BenchMetrics, MatchReferenceFromTimestamps) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> u(0.001, 0.05);
   std::vector<Synthetic> reqs;
@@ -144,7 +144,7 @@ TEST(Metrics, MatchReferenceFromTimestamps) {
   EXPECT_DOUBLE_EQ(j["median_e2e_latency_ms"].get<double>(), m.e2e.median_ms);
 }
 
-TEST(Metrics, AllFailedGivesZeroLatencies) {
+TEST(BenchMetrics, AllFailedGivesZeroLatencies) {
   std::vector<RequestOutcome> outs(3);
   for (auto& o : outs) o.error = "connection refused";
   BenchMetrics m = compute_metrics(outs, 1.0);

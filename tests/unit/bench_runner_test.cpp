@@ -38,7 +38,7 @@ RequestOutcome ok_outcome(const RequestSpec& spec, std::string text) {
   return o;
 }
 
-TEST(Runner, MaxConcurrencyBoundsInFlightRequests) {
+TEST(BenchRunner, MaxConcurrencyBoundsInFlightRequests) {
   auto ds = small_dataset(DatasetKind::kRandom, 24);
   for (int64_t limit : {1, 3, 8}) {
     std::atomic<int> in_flight{0}, peak{0}, calls{0};
@@ -67,7 +67,7 @@ TEST(Runner, MaxConcurrencyBoundsInFlightRequests) {
   }
 }
 
-TEST(Runner, UnboundedSendsEverythingAtOnceAndReusesIdleWorkers) {
+TEST(BenchRunner, UnboundedSendsEverythingAtOnceAndReusesIdleWorkers) {
   auto ds = small_dataset(DatasetKind::kRandom, 16);
   std::atomic<int> in_flight{0}, peak{0};
   RunOptions o;
@@ -99,7 +99,7 @@ TEST(Runner, UnboundedSendsEverythingAtOnceAndReusesIdleWorkers) {
   EXPECT_LT(threads.size(), 16u);
 }
 
-TEST(Runner, RequestRateSpreadsArrivals) {
+TEST(BenchRunner, RequestRateSpreadsArrivals) {
   auto ds = small_dataset(DatasetKind::kRandom, 20);
   RunOptions o;
   o.request_rate = 100.0;
@@ -110,7 +110,7 @@ TEST(Runner, RequestRateSpreadsArrivals) {
   EXPECT_GE(r->duration_s, arrivals.back());  // the last request cannot start before its arrival
 }
 
-TEST(Runner, MultiTurnSendsHistory) {
+TEST(BenchRunner, MultiTurnSendsHistory) {
   auto ds = small_dataset(DatasetKind::kMultiTurn, 3, 3);
   std::mutex mu;
   std::vector<RequestSpec> seen;
@@ -152,7 +152,7 @@ TEST(Runner, MultiTurnSendsHistory) {
                                   ds[0].turns[2].prompt.text);
 }
 
-TEST(Runner, FailedTurnFailsTheRestOfItsConversation) {
+TEST(BenchRunner, FailedTurnFailsTheRestOfItsConversation) {
   auto ds = small_dataset(DatasetKind::kMultiTurn, 2, 3);
   RunOptions o;
   o.warmup_requests = 0;
@@ -176,7 +176,7 @@ TEST(Runner, FailedTurnFailsTheRestOfItsConversation) {
   }
 }
 
-TEST(Runner, AllWarmupsFailingStopsTheRun) {
+TEST(BenchRunner, AllWarmupsFailingStopsTheRun) {
   auto ds = small_dataset(DatasetKind::kRandom, 4);
   RunOptions o;
   o.warmup_requests = 2;

@@ -36,15 +36,15 @@ const std::string kStream =
 const std::vector<std::string> kExpected = {"{\"a\":1}", "{\"b\":\"x y\"}", "nospace", "line1\nline2",
                                             "[DONE]"};
 
-TEST(SseParser, WholeStream) { EXPECT_EQ(parse_in_pieces(kStream, {}), kExpected); }
+TEST(BenchSseParser, WholeStream) { EXPECT_EQ(parse_in_pieces(kStream, {}), kExpected); }
 
-TEST(SseParser, EverySingleSplitPoint) {
+TEST(BenchSseParser, EverySingleSplitPoint) {
   for (size_t cut = 0; cut <= kStream.size(); ++cut) {
     EXPECT_EQ(parse_in_pieces(kStream, {cut}), kExpected) << "split at " << cut;
   }
 }
 
-TEST(SseParser, ByteByByteAndRandomPieces) {
+TEST(BenchSseParser, ByteByByteAndRandomPieces) {
   std::vector<size_t> all;
   for (size_t i = 1; i < kStream.size(); ++i) all.push_back(i);
   EXPECT_EQ(parse_in_pieces(kStream, all), kExpected);
@@ -58,12 +58,12 @@ TEST(SseParser, ByteByByteAndRandomPieces) {
   }
 }
 
-TEST(SseParser, UnterminatedLastEventIsFlushedAtFinish) {
+TEST(BenchSseParser, UnterminatedLastEventIsFlushedAtFinish) {
   EXPECT_EQ(parse_in_pieces("data: {\"a\":1}\n\ndata: tail", {}),
             (std::vector<std::string>{"{\"a\":1}", "tail"}));
 }
 
-TEST(StreamAccumulator, CompletionsTimingAndUsage) {
+TEST(BenchStreamAccumulator, CompletionsTimingAndUsage) {
   StreamAccumulator acc(Backend::kOpenAiCompletions);
   // A role-less first chunk with empty text does not count as the first token.
   acc.on_event(R"({"choices":[{"index":0,"text":"","finish_reason":null}]})", 0.05);
@@ -88,7 +88,7 @@ TEST(StreamAccumulator, CompletionsTimingAndUsage) {
   EXPECT_DOUBLE_EQ(out.latency_s, 0.2);
 }
 
-TEST(StreamAccumulator, ChatWithoutUsageCountsChunks) {
+TEST(BenchStreamAccumulator, ChatWithoutUsageCountsChunks) {
   StreamAccumulator acc(Backend::kOpenAiChat);
   acc.on_event(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})", 0.01);
   acc.on_event(R"({"choices":[{"delta":{"content":"A"}}]})", 0.02);
@@ -105,7 +105,7 @@ TEST(StreamAccumulator, ChatWithoutUsageCountsChunks) {
   EXPECT_FALSE(out.usage_reported);
 }
 
-TEST(StreamAccumulator, SglangCumulativeText) {
+TEST(BenchStreamAccumulator, SglangCumulativeText) {
   StreamAccumulator acc(Backend::kSglang);
   acc.on_event(R"({"text":"a","meta_info":{"prompt_tokens":5,"completion_tokens":1,"finish_reason":null}})", 0.1);
   acc.on_event(R"({"text":"ab","meta_info":{"prompt_tokens":5,"completion_tokens":3,"finish_reason":null}})", 0.3);
@@ -121,7 +121,7 @@ TEST(StreamAccumulator, SglangCumulativeText) {
   EXPECT_EQ(out.generated_text, "abc");
 }
 
-TEST(StreamAccumulator, Failures) {
+TEST(BenchStreamAccumulator, Failures) {
   {
     StreamAccumulator acc(Backend::kOpenAiCompletions);
     acc.on_event(R"({"error":{"message":"prompt too long","code":400}})", 0.1);
@@ -155,7 +155,7 @@ TEST(StreamAccumulator, Failures) {
   }
 }
 
-TEST(RequestBody, PerBackend) {
+TEST(BenchRequestBody, PerBackend) {
   RequestSpec spec;
   spec.prompt_ids = {5, 6, 7};
   spec.max_tokens = 9;
@@ -188,7 +188,7 @@ TEST(RequestBody, PerBackend) {
   EXPECT_FALSE(b.contains("prompt"));
 }
 
-TEST(BaseUrl, Parse) {
+TEST(BenchBaseUrl, Parse) {
   auto e = parse_base_url("http://127.0.0.1:8000");
   ASSERT_TRUE(e.is_ok());
   EXPECT_EQ(e->host, "127.0.0.1");
@@ -209,7 +209,7 @@ TEST(BaseUrl, Parse) {
   EXPECT_EQ(parse_base_url("https://host").status().code(), StatusCode::kUnimplemented);
 }
 
-TEST(Backend, Names) {
+TEST(BenchBackend, Names) {
   EXPECT_EQ(parse_backend("openai").value(), Backend::kOpenAiCompletions);
   EXPECT_EQ(parse_backend("vllm-chat").value(), Backend::kOpenAiChat);
   EXPECT_EQ(parse_backend("sglang").value(), Backend::kSglang);
