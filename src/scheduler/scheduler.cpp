@@ -563,6 +563,7 @@ void Scheduler::loop() {
       did = true;
     }
     if (did) continue;
+    if (flush_requested_.exchange(false)) flush_cache();
     if (config_.check_integrity_when_idle) {
       Status st = check_integrity();
       if (!st.is_ok()) std::fprintf(stderr, "radixlm: integrity check failed: %s\n", st.to_string().c_str());

@@ -54,6 +54,8 @@ class Scheduler {
   void abort(const std::string& rid);
   void start();               // runs the loop on its own thread
   void stop(bool drain);      // drain: finish in-flight requests first; else abort them
+  // Asks the scheduler thread to evict every unlocked prefix-cache entry when it is next idle.
+  void request_flush() { flush_requested_ = true; cv_.notify_all(); }
   const SchedulerConfig& config() const { return config_; }
   ServingMetrics& metrics() { return *metrics_; }
 
@@ -116,6 +118,7 @@ class Scheduler {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{false};
+  std::atomic<bool> flush_requested_{false};
 };
 
 }  // namespace rlm

@@ -1,0 +1,88 @@
+#include "server/serving_engine.h"
+
+#include <chrono>
+#include <thread>
+
+#include "tokenizer/incremental_detokenizer.h"
+
+namespace rlm {
+
+namespace {
+
+class DetokenizerAdapter : public TokenTextDecoder {
+ public:
+  DetokenizerAdapter(const Tokenizer& tok, bool skip, const std::vector<int32_t>& prompt)
+      : detok_(tok, skip, prompt) {}
+  std::string push(int32_t token) override { return detok_.push(token); }
+  std::string flush() override { return detok_.finish(); }
+
+ private:
+  IncrementalDetokenizer detok_;
+};
+
+}  // namespace
+
+ServingEngine::ServingEngine(std::string model_name, std::unique_ptr<ModelRunner> runner,
+                             std::unique_ptr<Tokenizer> tokenizer, std::optional<ChatTemplate> chat_template,
+                             const SchedulerConfig& config)
+    : model_name_(std::move(model_name)),
+      runner_(std::move(runner)),
+      tokenizer_(std::move(tokenizer)),
+      chat_template_(std::move(chat_template)),
+      metrics_(std::make_shared<ServingMetrics>()) {
+  executor_ = std::make_unique<ModelStepExecutor>(*runner_);
+  const Tokenizer* tok = tokenizer_.get();
+  scheduler_ = std::make_unique<Scheduler>(
+      *executor_, config,
+      [tok](bool skip, const std::vector<int32_t>& prompt) {
+        return std::make_unique<DetokenizerAdapter>(*tok, skip, prompt);
+      },
+      metrics_);
+}
+
+ServingEngine::~ServingEngine() { scheduler_->stop(false); }
+
+StatusOr<std::string> ServingEngine::render_chat(const nlohmann::ordered_json& messages,
+                                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                                 const nlohmann::ordered_json& kwargs) const {
+  if (!chat_template_) {
+    return invalid_argument("this model has no chat template; use /v1/completions");
+  }
+  return chat_template_->render(messages, add_generation_prompt, tools,
+                                kwargs.is_null() ? nlohmann::ordered_json::object() : kwargs);
+}
+
+std::vector<int32_t> ServingEngine::encode(const std::string& text, bool add_special_tokens) const {
+  return tokenizer_->encode(text, add_special_tokens, /*allow_special=*/true);
+}
+
+std::string ServingEngine::token_text(int32_t id) const {
+  const int32_t ids[1] = {id};
+  return tokenizer_->decode(std::span<const int32_t>(ids, 1), /*skip_special_tokens=*/false);
+}
+
+StatusOr<std::shared_ptr<Req>> ServingEngine::submit(std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                                                     const std::string& rid, const std::string& group) {
+  if (draining_) return Status(StatusCode::kUnavailable, "the server is shutting down");
+  auto req = std::make_shared<Req>();
+  req->rid = rid;
+  req->prompt_ids = std::move(prompt_ids);
+  req->params = params;
+  req->group = group;
+  req->stream = std::make_shared<RequestStream>();
+  RLM_RETURN_IF_ERROR(scheduler_->submit(req));
+  return req;
+}
+
+void ServingEngine::shutdown(int64_t timeout_ms) {
+  draining_ = true;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const SchedulerGauges g = metrics_->gauges();
+    if (g.running == 0 && g.queued == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  scheduler_->stop(/*drain=*/false);
+}
+
+}  // namespace rlm

@@ -1,0 +1,62 @@
+// ServingEngine: what the HTTP layer talks to — the tokenizer, the chat template, and the
+// scheduler running the model. Thread-safe: many HTTP threads submit at once.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace rlm {
+
+class ServingEngine {
+ public:
+  ServingEngine(std::string model_name, std::unique_ptr<ModelRunner> runner, std::unique_ptr<Tokenizer> tokenizer,
+                std::optional<ChatTemplate> chat_template, const SchedulerConfig& config);
+  ~ServingEngine();
+
+  const std::string& model_name() const { return model_name_; }
+  int64_t max_context_len() const { return scheduler_->config().max_context_len; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  bool has_chat_template() const { return chat_template_.has_value(); }
+  int64_t vocab_size() const { return runner_->model_config().vocab_size; }
+
+  // Renders a conversation with the model's chat template (kInvalidArgument on template errors).
+  StatusOr<std::string> render_chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                    bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const;
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const;
+  // Text of one token for logprobs output.
+  std::string token_text(int32_t id) const;
+
+  // Submits one sequence; events arrive on the returned request's stream.
+  StatusOr<std::shared_ptr<Req>> submit(std::vector<int32_t> prompt_ids, const SamplingParams& params,
+                                        const std::string& rid, const std::string& group);
+  void abort(const std::string& rid) { scheduler_->abort(rid); }
+
+  ServingMetrics& metrics() { return *metrics_; }
+  void start() { scheduler_->start(); }
+  // Stops taking requests (503) — in-flight ones continue until shutdown().
+  void begin_drain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  // Waits for in-flight requests up to timeout_ms (drain), then aborts the rest and stops.
+  void shutdown(int64_t timeout_ms);
+  void request_cache_flush() { scheduler_->request_flush(); }
+
+ private:
+  std::string model_name_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> chat_template_;
+  std::shared_ptr<ServingMetrics> metrics_;
+  std::unique_ptr<ModelStepExecutor> executor_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace rlm
