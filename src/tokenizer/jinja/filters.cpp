@@ -193,7 +193,14 @@ const std::unordered_map<std::string, FilterFn>& registry() {
          if (v.is_int() || v.is_bool()) return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
          throw_type_error("bad operand type for abs(): '" + type_name(v) + "'");
        }},
-      {"attr", [](const Value& v, const CallArgs& a) { return get_attr(v, to_str(arg_or(a, 0, "name", Value()))); }},
+      {"attr", [](const Value& v, const CallArgs& a) {
+         // Python getattr only: dict items are not attributes.
+         const std::string name = to_str(arg_or(a, 0, "name", Value()));
+         if (v.is_namespace()) return get_attr(v, name);
+         require_defined(v);
+         std::optional<Value> m = bound_method(v, name);
+         return m ? *m : Value::undefined("'" + type_name(v) + " object' has no attribute '" + name + "'");
+       }},
       {"capitalize", [](const Value& v, const CallArgs&) { return Value(py_capitalize(to_str(v))); }},
       {"center", [](const Value& v, const CallArgs& a) {
          const std::string s = to_str(v);

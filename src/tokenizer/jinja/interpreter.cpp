@@ -161,7 +161,7 @@ void Interpreter::exec_set(const Node& node, const ScopePtr& scope) {
   if (!node.attr_target.empty()) {
     const Value* ns = scope->lookup(node.attr_target);
     if (!ns || !ns->is_namespace()) {
-      throw RenderError(RenderError::Kind::kType, "cannot assign attribute on non-namespace object");
+      throw RenderError(RenderError::Kind::kRuntime, "cannot assign attribute on non-namespace object");
     }
     if (!node.text.empty() && node.text[0] == '_') {
       throw RenderError(RenderError::Kind::kSecurity,
@@ -230,7 +230,11 @@ CallArgs Interpreter::eval_args(const Expr& e, size_t first, const ScopePtr& sco
 }
 
 Value Interpreter::apply_filters(const Expr& e, const Value& innermost, const ScopePtr& scope) {
-  const Value operand = e.args[0] ? apply_filters(*e.args[0], innermost, scope) : innermost;
+  // args[0] is the filtered expression; null at the bottom of a {% filter %} / {% set | f %} chain.
+  Value operand = innermost;
+  if (e.args[0]) {
+    operand = e.args[0]->kind == ExprKind::kFilter ? apply_filters(*e.args[0], innermost, scope) : eval(*e.args[0], scope);
+  }
   return call_filter(e.name, operand, eval_args(e, 1, scope));
 }
 

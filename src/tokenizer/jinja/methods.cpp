@@ -27,9 +27,15 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
 }
 
 std::string py_upper(const std::string& s) {
-  std::u32string cps = utf8_decode(s);
-  for (char32_t& cp : cps) cp = py_toupper(cp);
-  return utf8_encode(cps);
+  std::u32string out;
+  for (char32_t cp : utf8_decode(s)) {
+    if (cp == 0xDF) {
+      out += U"SS";  // the one full case mapping common in chat text
+    } else {
+      out.push_back(py_toupper(cp));
+    }
+  }
+  return utf8_encode(out);
 }
 
 std::string py_lower(const std::string& s) {

@@ -120,7 +120,11 @@ std::string object_desc(const Value& obj) {
 }
 
 Value missing_attribute(const Value& obj, const std::string& name) {
-  return Value::undefined("'" + object_desc(obj) + "' has no attribute '" + name + "'");
+  return Value::undefined(repr(Value(object_desc(obj))) + " has no attribute " + repr(Value(name)));
+}
+
+Value missing_element(const Value& obj, const Value& key) {
+  return Value::undefined(object_desc(obj) + " has no element " + repr(key));
 }
 
 // Python-style index normalisation; returns false when out of range.
@@ -153,24 +157,24 @@ Value get_item(const Value& obj, const Value& key) {
       if (v) return *v;
       return get_attr(obj, key.str());
     }
-    return Value::undefined("'" + object_desc(obj) + "' has no element " + repr(key));
+    return missing_element(obj, key);
   }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
       if (!normalize_index(i, static_cast<int64_t>(obj.items().size()))) {
-        return Value::undefined("'" + object_desc(obj) + "' has no element " + std::to_string(key.as_int()));
+        return missing_element(obj, key);
       }
       return obj.items()[static_cast<size_t>(i)];
     }
     const std::u32string cps = utf8_decode(obj.str());
     if (!normalize_index(i, static_cast<int64_t>(cps.size()))) {
-      return Value::undefined("'" + object_desc(obj) + "' has no element " + std::to_string(key.as_int()));
+      return missing_element(obj, key);
     }
     return Value(utf8_encode(cps.substr(static_cast<size_t>(i), 1)));
   }
   if (key.is_string()) return get_attr(obj, key.str());
-  return Value::undefined("'" + object_desc(obj) + "' has no element " + repr(key));
+  return missing_element(obj, key);
 }
 
 Value slice(const Value& obj, const std::optional<int64_t>& start_in, const std::optional<int64_t>& stop_in,

@@ -16,6 +16,7 @@ const char* RenderError::kind_name() const {
     case Kind::kValue: return "ValueError";
     case Kind::kSecurity: return "SecurityError";
     case Kind::kZeroDivision: return "ZeroDivisionError";
+    case Kind::kRuntime: return "TemplateRuntimeError";
   }
   return "Error";
 }

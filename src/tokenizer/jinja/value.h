@@ -32,7 +32,7 @@ Value arg_or(const CallArgs& args, size_t pos, const char* name, Value fallback)
 // raise_exception(message); the others mirror the Python exception classes jinja2 would raise.
 class RenderError : public std::runtime_error {
  public:
-  enum class Kind { kRaised, kUndefined, kType, kValue, kSecurity, kZeroDivision };
+  enum class Kind { kRaised, kUndefined, kType, kValue, kSecurity, kZeroDivision, kRuntime };
   RenderError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
   const char* kind_name() const;
