@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
+
+#include "unit/gguf_test_util.h"
 
 namespace rlm {
 namespace {
@@ -161,6 +164,78 @@ TEST(GgufWeights, UnsupportedArchitecture) {
   auto ws = open_gguf_weights(f);
   ASSERT_FALSE(ws.is_ok());
   EXPECT_EQ(ws.status().code(), StatusCode::kUnimplemented);
+}
+
+// A metadata-only llama file: every required key, minus `skip`, plus `extra`.
+std::string llama_metadata(const std::string& skip, int extra_count = 0,
+                           const std::function<void(gguf_test::Builder&)>& extra = nullptr) {
+  gguf_test::Builder b;
+  std::vector<std::pair<std::string, uint32_t>> ints = {
+      {"llama.context_length", 128}, {"llama.embedding_length", 64}, {"llama.block_count", 2},
+      {"llama.feed_forward_length", 96}, {"llama.attention.head_count", 4}, {"llama.attention.head_count_kv", 2},
+      {"llama.vocab_size", 50}};
+  int n = 3 + extra_count;  // architecture, rms eps, freq base
+  for (const auto& [k, v] : ints) n += k != skip;
+  b.header(0, static_cast<uint64_t>(n - (skip == "llama.attention.layer_norm_rms_epsilon")));
+  b.kv_str("general.architecture", "llama");
+  for (const auto& [k, v] : ints) {
+    if (k != skip) b.kv_u32(k, v);
+  }
+  if (skip != "llama.attention.layer_norm_rms_epsilon") b.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  b.kv_f32("llama.rope.freq_base", 10000.0f);
+  if (extra) extra(b);
+  return b.bytes();
+}
+
+StatusOr<ModelConfig> config_of(const std::string& bytes) {
+  auto f = gguf_test::open_bytes(bytes);
+  if (!f.is_ok()) return f.status();
+  return gguf_model_config(**f);
+}
+
+TEST(GgufWeights, ConfigFromMinimalMetadata) {
+  auto c = config_of(llama_metadata(""));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->vocab_size, 50);  // llama.vocab_size (no token_embd.weight, no token list)
+  EXPECT_EQ(c->head_dim, 16);    // embedding_length / head_count
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->bos_token_id.has_value());
+  EXPECT_TRUE(c->eos_token_ids.empty());
+  // head_count_kv defaults to head_count.
+  auto mha = config_of(llama_metadata("llama.attention.head_count_kv"));
+  ASSERT_TRUE(mha.is_ok()) << mha.status().to_string();
+  EXPECT_EQ(mha->num_key_value_heads, 4);
+}
+
+TEST(GgufWeights, ConfigErrorsNameTheKey) {
+  for (const std::string key : {"llama.context_length", "llama.embedding_length", "llama.block_count",
+                                "llama.feed_forward_length", "llama.attention.head_count",
+                                "llama.attention.layer_norm_rms_epsilon"}) {
+    auto c = config_of(llama_metadata(key));
+    ASSERT_FALSE(c.is_ok()) << key;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().to_string();
+    EXPECT_NE(c.status().message().find(key), std::string::npos) << c.status().message();
+  }
+  auto bad_kv = config_of(llama_metadata("llama.attention.head_count_kv", 1,
+                                         [](gguf_test::Builder& b) { b.kv_u32("llama.attention.head_count_kv", 3); }));
+  ASSERT_FALSE(bad_kv.is_ok());
+  EXPECT_NE(bad_kv.status().message().find("does not divide"), std::string::npos) << bad_kv.status().message();
+  auto yarn = config_of(llama_metadata("", 1, [](gguf_test::Builder& b) { b.kv_str("llama.rope.scaling.type", "yarn"); }));
+  ASSERT_FALSE(yarn.is_ok());
+  EXPECT_EQ(yarn.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(yarn.status().message().find("yarn"), std::string::npos);
+  auto bad_eos = config_of(llama_metadata("", 1, [](gguf_test::Builder& b) { b.kv_u32("tokenizer.ggml.eos_token_id", 50); }));
+  ASSERT_FALSE(bad_eos.is_ok());
+  EXPECT_NE(bad_eos.status().message().find("tokenizer.ggml.eos_token_id"), std::string::npos);
+  auto linear = config_of(llama_metadata("", 2, [](gguf_test::Builder& b) {
+    b.kv_str("llama.rope.scaling.type", "linear").kv_f32("llama.rope.scaling.factor", 4.0f);
+  }));
+  ASSERT_TRUE(linear.is_ok()) << linear.status().to_string();
+  EXPECT_EQ(linear->rope.rope_type, "linear");
+  EXPECT_EQ(linear->rope.factor, 4.0);
+  auto partial = config_of(llama_metadata("", 1, [](gguf_test::Builder& b) { b.kv_u32("llama.rope.dimension_count", 8); }));
+  ASSERT_TRUE(partial.is_ok()) << partial.status().to_string();
+  EXPECT_EQ(partial->rope.partial_rotary_factor, 0.5);
 }
 
 }  // namespace
