@@ -233,6 +233,17 @@ def make_tiny_llama(rng) -> None:
     for name, x in originals.items():
         np.testing.assert_allclose(tensors[name].numpy(), x, rtol=1e-6, atol=1e-7, err_msg=name)
 
+    # Reference logits and greedy tokens of the loaded model.
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    assert not missing and not unexpected, (missing, unexpected)
+    model.eval()
+    prompt = [int(t) for t in rng.integers(4, c["vocab"], size=9)]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0].numpy().astype(np.float32)
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+    greedy = [int(t) for t in out[0, len(prompt):]]
+
     index, blobs, offset = [], [], 0
     for name in sorted(tensors):
         arr = tensors[name].numpy().astype("<f4")
@@ -255,6 +266,9 @@ def make_tiny_llama(rng) -> None:
             "pad_token_id": config.pad_token_id,
         },
         "tensors": index,  # offsets in floats into tiny_llama_expected.bin
+        "prompt_ids": prompt,
+        "logits": [[float(v) for v in row] for row in logits],  # [len(prompt), vocab]
+        "greedy_ids": greedy,
     }
     with open(os.path.join(OUT, "tiny_llama_expected.json"), "w") as f:
         json.dump(expected, f, indent=1)

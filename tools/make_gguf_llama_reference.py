@@ -8,7 +8,10 @@ Writes two files under tests/data/gguf/:
   smollm2_hf_expected.json  loaded with transformers (AutoModelForCausalLM.from_pretrained(...,
                             gguf_file=...), which dequantizes and un-permutes q/k): the config and,
                             for selected Hugging Face tensor names, shape, sum, sum |x|, per-row
-                            sums and the first values of a few rows
+                            sums and the first values of a few rows; the logits of a chat
+                            prompt (argmax per position, a strided sample of the vocab per
+                            position, and the whole last row in smollm2_hf_last_logits.bin)
+                            and 16 greedy tokens
 
 Rerun:  .venv/bin/python tools/make_gguf_llama_reference.py [models_dir]
 """
@@ -23,6 +26,7 @@ OUT = os.path.join(ROOT, "tests", "data", "gguf")
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_ROW_SUMS = 2048  # per-row sums for tensors with at most this many rows
 HEAD_VALUES = 16     # values written for each sampled row
+LOGIT_STRIDE = 97    # every 97th vocab entry of each prompt position's logits
 
 
 def summarize(x: np.ndarray) -> dict:
@@ -118,7 +122,29 @@ def hf_reference(models_dir: str) -> dict:
     tensors = {n: summarize(state[n].detach().cpu().numpy()) for n in names}
     # lm_head is tied to the embedding when the GGUF has no output.weight.
     lm_head_tied = bool(model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr())
-    return {"config": config, "lm_head_tied": lm_head_tied, "tensors": tensors}
+    # Logits and greedy tokens for a chat prompt.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(models_dir, gguf_file=GGUF_NAME)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                     add_generation_prompt=True)
+    prompt = list(prompt["input_ids"] if isinstance(prompt, dict) or hasattr(prompt, "keys") else prompt)
+    model.eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt])).logits[0].float().numpy()
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False, eos_token_id=None,
+                             pad_token_id=c.pad_token_id)
+    with open(os.path.join(OUT, "smollm2_hf_last_logits.bin"), "wb") as f:
+        f.write(logits[-1].astype("<f4").tobytes())
+    logits_ref = {
+        "prompt_ids": [int(t) for t in prompt],
+        "argmax": [int(t) for t in logits.argmax(axis=-1)],
+        "vocab_stride": LOGIT_STRIDE,
+        "sampled": [[float(v) for v in row[::LOGIT_STRIDE]] for row in logits],
+        "last_row_file": "smollm2_hf_last_logits.bin",
+        "greedy_ids": [int(t) for t in out[0, len(prompt):]],
+    }
+    return {"config": config, "lm_head_tied": lm_head_tied, "tensors": tensors, "logits": logits_ref}
 
 
 def main() -> None:
