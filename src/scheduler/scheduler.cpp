@@ -303,7 +303,13 @@ void Scheduler::process_results(const std::vector<StepItem>& items, const std::v
     RLM_CHECK(rp != nullptr) << "step result for an unknown request";
     Req& req = *rp;
     req.kv_len += static_cast<int64_t>(it.entry.new_ids.size());
-    if (!it.sample) continue;  // chunk done; the request stays first in pending_
+    if (!it.sample) {
+      // A chunk is done: the request goes first in pending_ so it is continued next step (only
+      // one partially prefilled request exists at a time, so it can never be starved of pages).
+      pending_.erase(std::find(pending_.begin(), pending_.end(), rp));
+      pending_.push_front(rp);
+      continue;
+    }
     const SampleResult& res = results.at(k++);
     if (mode == ForwardMode::kExtend) {
       pending_.erase(std::find(pending_.begin(), pending_.end(), rp));
@@ -469,7 +475,10 @@ void Scheduler::retract(Req& req) {
   RLM_CHECK(it != running_.end()) << "retract of a request that is not running";
   std::shared_ptr<Req> keep = *it;
   running_.erase(it);
-  pending_.push_front(keep);
+  // Retracted requests go first, but behind a partially prefilled request, which must finish.
+  auto pos = pending_.begin();
+  if (pos != pending_.end() && (*pos)->req_slot >= 0) ++pos;
+  pending_.insert(pos, keep);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++queued_count_;
@@ -484,7 +493,11 @@ bool Scheduler::step() {
   return did;
 }
 
-bool Scheduler::has_work() const { return !pending_.empty() || !running_.empty(); }
+bool Scheduler::has_work() const {
+  if (!pending_.empty() || !running_.empty()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return !inbox_.empty() || !abort_inbox_.empty();
+}
 
 void Scheduler::flush_cache() {
   std::vector<int32_t> freed = cache_->evict(cache_->evictable_size());

@@ -3,11 +3,39 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/check.h"
 
 namespace rlm::cpu {
+namespace {
+
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+
+// Exact bf16 -> f32 widening (the bf16 bits are the high half of the f32), 8 at a time.
+#pragma GCC diagnostic ignored "-Wpsabi"
+void widen_bf16(const bf16* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    U16x8 h;
+    std::memcpy(&h, src + i, sizeof(h));
+    const U32x8 w = __builtin_convertvector(h, U32x8) << 16;
+    std::memcpy(dst + i, &w, sizeof(w));
+  }
+  for (; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+void widen_row(const char* src, DType dtype, float* dst, int64_t n) {
+  if (dtype == DType::kBF16) {
+    widen_bf16(reinterpret_cast<const bf16*>(src), dst, n);
+  } else {
+    convert_to_f32(src, dtype, dst, static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
 
 void linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
             int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo) {
@@ -27,8 +55,7 @@ void linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void* weigh
       } else {
         scratch.resize(static_cast<size_t>(nb * k));
         for (int64_t j = 0; j < nb; ++j) {
-          convert_to_f32(wblock + static_cast<size_t>(j * ldw) * w_es, weight_dtype, scratch.data() + j * k,
-                         static_cast<size_t>(k));
+          widen_row(wblock + static_cast<size_t>(j * ldw) * w_es, weight_dtype, scratch.data() + j * k, k);
         }
         b = scratch.data();
         ldb = k;

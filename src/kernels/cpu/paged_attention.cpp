@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -63,6 +64,36 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+// 8-float vectors (GCC/Clang vector extensions: SSE/AVX/NEON as available, elementwise and in a
+// fixed order, so results do not depend on alignment, the batch or the instruction set; no FMA
+// contraction under ISO C++). The helpers are internal and always inlined, so the ABI note about
+// passing 32-byte vectors without AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V8 __attribute__((vector_size(32)));
+constexpr int64_t kMaxVecs = 32;  // head_dim <= 256 on the vector path
+
+inline V8 load8(const float* p) {
+  V8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline void store8(float* p, V8 v) { std::memcpy(p, &v, sizeof(v)); }
+
+inline float hsum(V8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+
+// head_dim % 8 == 0: two accumulators over alternating vectors.
+inline float dot_v8(const float* a, const float* b, int64_t nv) {
+  V8 acc0 = {}, acc1 = {};
+  int64_t i = 0;
+  for (; i + 2 <= nv; i += 2) {
+    acc0 += load8(a + 8 * i) * load8(b + 8 * i);
+    acc1 += load8(a + 8 * i + 8) * load8(b + 8 * i + 8);
+  }
+  if (i < nv) acc0 += load8(a + 8 * i) * load8(b + 8 * i);
+  return hsum(acc0 + acc1);
+}
+
 // Pointers to f32 rows of one kv head for key positions [0, count); 16-bit caches are widened into
 // `storage` (exact conversion, so the result does not depend on how items are formed).
 void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, int64_t kv_head, int64_t count,
@@ -86,47 +117,89 @@ void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, in
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// An AVX2 clone of the hot loop where the CPU has it (same arithmetic, wider registers).
+__attribute__((target_clones("avx2", "default")))
+#endif
 void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache,
               const PagedBatch& b, const AttnConfig& cfg, float* out, int64_t out_ts, int64_t out_hs) {
-  thread_local std::vector<float> k_store, v_store, scores, acc;
-  thread_local std::vector<const float*> k_rows, v_rows;
+  // Accumulators are plain floats (a std::vector<V8> would not honour the vector's alignment).
+  thread_local std::vector<float> k_store, v_store, scores, sums, acc;
+  thread_local std::vector<const float*> k_rows, v_rows, q_rows;
   const int64_t r = item.request;
   const int64_t qo_begin = b.qo_indptr[r];
   const int64_t qo_len = b.qo_indptr[r + 1] - qo_begin;
   const int64_t seq_len = b.seq_lens[r];
   const int64_t d = cfg.head_dim;
-  // Keys visible to the last query of the block: positions [0, last_pos].
-  const int64_t last_pos = seq_len - qo_len + item.q_end - 1;
-  gather_rows(k_cache, b, r, item.kv_head, last_pos + 1, d, k_store, k_rows);
-  gather_rows(v_cache, b, r, item.kv_head, last_pos + 1, d, v_store, v_rows);
-  scores.resize(static_cast<size_t>(last_pos + 1));
-  acc.resize(static_cast<size_t>(d));
+  const int64_t nv = d / 8;
+  const bool vec = d % 8 == 0 && nv <= kMaxVecs;
+  // Keys visible to the last query of the block: positions [0, n_keys).
+  const int64_t n_keys = seq_len - qo_len + item.q_end;
+  gather_rows(k_cache, b, r, item.kv_head, n_keys, d, k_store, k_rows);
+  gather_rows(v_cache, b, r, item.kv_head, n_keys, d, v_store, v_rows);
+  // The qo heads of one kv head share each loaded K/V row; every head's arithmetic (order of the
+  // dot product, the max, the exp sum and the weighted sum over keys) is the same as alone.
   const int64_t group = cfg.num_qo_heads / cfg.num_kv_heads;
+  scores.resize(static_cast<size_t>(group * n_keys));
+  sums.resize(static_cast<size_t>(group));
+  q_rows.resize(static_cast<size_t>(group));
+  acc.resize(static_cast<size_t>(group * d));
   const float* qbase = static_cast<const float*>(q.data);
   for (int64_t j = item.q_begin; j < item.q_end; ++j) {
     const int64_t pos = seq_len - qo_len + j;
     const int64_t lo = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0;
     const int64_t row = qo_begin + j;
-    for (int64_t h = item.kv_head * group; h < (item.kv_head + 1) * group; ++h) {
-      const float* qr = qbase + row * q.token_stride + h * q.head_stride;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t t = lo; t <= pos; ++t) {
-        float s = dot(qr, k_rows[t], d) * cfg.scale;
+    for (int64_t hh = 0; hh < group; ++hh) {
+      q_rows[hh] = qbase + row * q.token_stride + (item.kv_head * group + hh) * q.head_stride;
+    }
+    for (int64_t t = lo; t <= pos; ++t) {
+      const float* kr = k_rows[t];
+      for (int64_t hh = 0; hh < group; ++hh) {
+        float s = (vec ? dot_v8(q_rows[hh], kr, nv) : dot(q_rows[hh], kr, d)) * cfg.scale;
         if (cfg.logit_soft_cap > 0.0f) s = cfg.logit_soft_cap * std::tanh(s / cfg.logit_soft_cap);
-        scores[t] = s;
-        m = std::max(m, s);
+        scores[hh * n_keys + t] = s;
       }
-      std::fill(acc.begin(), acc.end(), 0.0f);
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      float* sc = scores.data() + hh * n_keys;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t t = lo; t <= pos; ++t) m = std::max(m, sc[t]);
       float sum = 0.0f;
       for (int64_t t = lo; t <= pos; ++t) {
-        const float p = std::exp(scores[t] - m);
-        sum += p;
-        const float* vr = v_rows[t];
-        for (int64_t c = 0; c < d; ++c) acc[c] += p * vr[c];
+        sc[t] = std::exp(sc[t] - m);
+        sum += sc[t];
       }
-      const float inv = 1.0f / sum;
-      float* o = out + row * out_ts + h * out_hs;
-      for (int64_t c = 0; c < d; ++c) o[c] = acc[c] * inv;
+      sums[hh] = sum;
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    if (vec) {
+      for (int64_t t = lo; t <= pos; ++t) {
+        const float* vr = v_rows[t];
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const V8 p = V8{} + scores[hh * n_keys + t];
+          float* a = acc.data() + hh * d;
+          for (int64_t c = 0; c < nv; ++c) store8(a + 8 * c, load8(a + 8 * c) + p * load8(vr + 8 * c));
+        }
+      }
+    } else {
+      for (int64_t t = lo; t <= pos; ++t) {
+        const float* vr = v_rows[t];
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const float p = scores[hh * n_keys + t];
+          float* a = acc.data() + hh * d;
+          for (int64_t c = 0; c < d; ++c) a[c] += p * vr[c];
+        }
+      }
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const float inv = 1.0f / sums[hh];
+      float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
+      const float* a = acc.data() + hh * d;
+      if (vec) {
+        for (int64_t c = 0; c < nv; ++c) store8(o + 8 * c, load8(a + 8 * c) * inv);
+      } else {
+        for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
+      }
     }
   }
 }

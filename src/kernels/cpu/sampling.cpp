@@ -58,37 +58,45 @@ int32_t sample_row(const float* logits, int64_t v, const SamplingParams& params)
   const bool use_min_p = params.min_p > 0.0f;
   if (!use_top_k && !use_top_p && !use_min_p) return static_cast<int32_t>(pick(prob, u));
 
-  // Rank tokens by probability (descending; ties by lower id).
+  // Rank tokens by probability (descending; ties by lower id). Only the prefix that the filters
+  // keep is ever sorted: order[0, sorted) holds the top `sorted` tokens in rank order.
   std::vector<int32_t> order(static_cast<size_t>(v));
   std::iota(order.begin(), order.end(), 0);
   auto by_prob = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
-  int64_t keep = v;
-  if (use_top_k) {
-    keep = params.top_k;
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_prob);
-  } else {
-    std::sort(order.begin(), order.end(), by_prob);
-  }
-  std::vector<double> mass(static_cast<size_t>(keep));
-  for (int64_t i = 0; i < keep; ++i) mass[i] = prob[order[i]];
+  int64_t sorted = 0;
+  auto ensure_sorted = [&](int64_t n) {
+    if (n <= sorted) return;
+    std::partial_sort(order.begin() + sorted, order.begin() + n, order.end(), by_prob);
+    sorted = n;
+  };
+  int64_t keep = use_top_k ? params.top_k : v;
   if (use_top_p) {
     double kept_total = 0.0;
-    for (double p : mass) kept_total += p;
+    if (use_top_k) {
+      ensure_sorted(keep);
+      for (int64_t i = 0; i < keep; ++i) kept_total += prob[order[i]];
+    } else {
+      for (double p : prob) kept_total += p;
+    }
     const double target = static_cast<double>(params.top_p) * kept_total;
     double cum = 0.0;
     int64_t n = 0;
-    while (n < keep && cum < target) cum += mass[n++];
+    while (n < keep && cum < target) {
+      if (n == sorted) ensure_sorted(std::min(keep, std::max<int64_t>(256, 2 * sorted)));
+      cum += prob[order[n++]];
+    }
     keep = std::max<int64_t>(n, 1);
-    mass.resize(static_cast<size_t>(keep));
   }
   if (use_min_p) {
-    const double threshold = static_cast<double>(params.min_p) * mass[0];
-    for (int64_t i = 1; i < keep; ++i) {
-      if (mass[i] < threshold) mass[i] = 0.0;
-    }
+    const double threshold = static_cast<double>(params.min_p) * *std::max_element(prob.begin(), prob.end());
+    int64_t count = 0;
+    for (double p : prob) count += p >= threshold ? 1 : 0;
+    keep = std::min(keep, std::max<int64_t>(count, 1));
   }
+  ensure_sorted(keep);
+  std::vector<double> mass(static_cast<size_t>(keep));
   double kept_total = 0.0;
-  for (double p : mass) kept_total += p;
+  for (int64_t i = 0; i < keep; ++i) kept_total += (mass[i] = prob[order[i]]);
   return order[pick(mass, u * kept_total)];
 }
 

@@ -21,9 +21,9 @@ double sampling_uniform(uint64_t seed, uint64_t step);
 
 // Samples one token from a row of v logits (not modified).
 //   p = softmax(logits / T) (max-subtracted, f32 exp, double sums). If any filter is on, tokens are
-//   ranked by p (descending, ties by lower id); top-k keeps the first k; top-p renormalises the kept
-//   mass and keeps the shortest prefix whose cumulative mass reaches top_p; min-p keeps tokens with
-//   p >= min_p * p_max. The draw u = sampling_uniform(seed, step) picks the first kept token (in rank
+//   ranked by p (descending, ties by lower id); top-k keeps the first k; top-p keeps the shortest
+//   prefix whose cumulative mass reaches top_p times the mass kept by top-k (all of it when top-k is
+//   off); min-p keeps tokens with p >= min_p * p_max. Only the kept prefix is ever sorted. The draw u = sampling_uniform(seed, step) picks the first kept token (in rank
 //   order, or in id order when no filter is on) whose cumulative mass exceeds u * total.
 // Greedy (T < kGreedyTemperature or top_k == 1) returns the first index of the maximum.
 int32_t sample_row(const float* logits, int64_t v, const SamplingParams& params);
