@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "engine/generator.h"
+#include "engine/model_loader.h"
 #include "model/gguf_weights.h"
 
 namespace rlm {
@@ -30,6 +31,8 @@ std::string read_all(const std::string& path) {
 
 nlohmann::json read_json(const std::string& name) { return nlohmann::json::parse(read_all(kDataDir + name)); }
 
+std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<CausalLM> model);
+
 // GGUF file -> config + weights -> model -> runner.
 std::unique_ptr<ModelRunner> load_runner(const std::string& path) {
   auto file = GgufFile::open(path);
@@ -40,12 +43,7 @@ std::unique_ptr<ModelRunner> load_runner(const std::string& path) {
   RLM_CHECK(weights.is_ok()) << weights.status().to_string();
   auto model = create_model(*config, **weights);
   RLM_CHECK(model.is_ok()) << model.status().to_string();
-  ModelRunnerConfig rc;
-  rc.max_requests = 2;
-  rc.max_context_len = 128;
-  auto runner = ModelRunner::create(std::move(model).value(), rc);
-  RLM_CHECK(runner.is_ok()) << runner.status().to_string();
-  return std::move(runner).value();
+  return make_runner(std::move(model).value());
 }
 
 std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t n) {
@@ -60,9 +58,23 @@ std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& pro
   return (*out)[0].output_ids;
 }
 
+std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<CausalLM> model) {
+  ModelRunnerConfig rc;
+  rc.max_requests = 2;
+  rc.max_context_len = 128;
+  auto runner = ModelRunner::create(std::move(model), rc);
+  RLM_CHECK(runner.is_ok()) << runner.status().to_string();
+  return std::move(runner).value();
+}
+
 TEST(GgufModel, TinyLlamaLogitsAndGreedyMatchTransformers) {
   auto e = read_json("tiny_llama_expected.json");
-  auto runner = load_runner(kDataDir + "tiny_llama.gguf");
+  // Through load_model(), which recognises *.gguf files.
+  auto loaded = load_model(kDataDir + "tiny_llama.gguf");
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  ASSERT_NE(loaded->gguf, nullptr);
+  EXPECT_EQ(loaded->config.architecture, "LlamaForCausalLM");
+  auto runner = make_runner(std::move(loaded->model));
   const auto prompt = e["prompt_ids"].get<std::vector<int32_t>>();
   const auto want = e["logits"].get<std::vector<std::vector<double>>>();
   Generator gen(*runner);
@@ -109,6 +121,22 @@ TEST(GgufModel, SmolLM2LogitsAndGreedyMatchTransformers) {
   std::cout << "SmolLM2 GGUF: max |logit diff| vs transformers = " << max_diff << "\n";
   EXPECT_EQ(greedy(*runner, prompt, static_cast<int64_t>(e["greedy_ids"].size())),
             e["greedy_ids"].get<std::vector<int32_t>>());
+}
+
+TEST(GgufModel, LoadModelFormats) {
+  LoadOptions dummy;
+  dummy.load_format = "dummy";
+  auto d = load_model(kDataDir + "tiny_llama.gguf", dummy);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->config.num_hidden_layers, read_json("tiny_llama_expected.json")["config"]["num_hidden_layers"].get<int64_t>());
+  LoadOptions st;
+  st.load_format = "safetensors";
+  auto bad = load_model(kDataDir + "tiny_llama.gguf", st);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  auto arch = load_model(kDataDir + "fixture.gguf");  // general.architecture "fixture"
+  ASSERT_FALSE(arch.is_ok());
+  EXPECT_EQ(arch.status().code(), StatusCode::kUnimplemented);
 }
 
 }  // namespace
