@@ -2,14 +2,30 @@
 
 #include <filesystem>
 
+#include "model/gguf_weights.h"
+
 namespace rlm {
 
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) return not_found(str("model path '", path, "' does not exist"));
   LoadedModel out;
-  RLM_ASSIGN_OR_RETURN(out.config, load_model_config(path));
   std::unique_ptr<WeightSource> weights;
+  if (fs::is_regular_file(path) && fs::path(path).extension() == ".gguf") {
+    RLM_ASSIGN_OR_RETURN(out.gguf, GgufFile::open(path));
+    RLM_ASSIGN_OR_RETURN(out.config, gguf_model_config(*out.gguf));
+    if (options.load_format == "dummy") {
+      weights = make_dummy_weights(DType::kF32, options.dummy_seed);
+    } else if (options.load_format == "auto" || options.load_format == "gguf") {
+      RLM_ASSIGN_OR_RETURN(weights, open_gguf_weights(out.gguf));
+    } else {
+      return invalid_argument(str("load format '", options.load_format, "' does not apply to the GGUF file '", path,
+                                  "' (use auto, gguf or dummy)"));
+    }
+    RLM_ASSIGN_OR_RETURN(out.model, create_model(out.config, *weights));
+    return out;
+  }
+  RLM_ASSIGN_OR_RETURN(out.config, load_model_config(path));
   if (options.load_format == "dummy") {
     weights = make_dummy_weights(out.config.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, options.dummy_seed);
   } else if (options.load_format == "auto" || options.load_format == "safetensors") {

@@ -1,22 +1,25 @@
-// Opens a model from a path: a Hugging Face directory (config.json + safetensors), or with
-// load_format "dummy" a config.json alone with random weights of the right shapes.
+// Opens a model from a path: a Hugging Face directory (config.json + safetensors), a *.gguf file
+// (config from its metadata, weights dequantized to f32), or with load_format "dummy" a
+// config.json / GGUF file alone with random weights of the right shapes.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "model/causal_lm.h"
+#include "model/gguf.h"
 
 namespace rlm {
 
 struct LoadOptions {
-  std::string load_format = "auto";  // "auto" | "safetensors" | "dummy"
+  std::string load_format = "auto";  // "auto" | "safetensors" | "gguf" | "dummy"
   uint64_t dummy_seed = 0;
 };
 
 struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<CausalLM> model;
+  std::shared_ptr<GgufFile> gguf;  // the open file when loaded from GGUF (its tokenizer, template)
 };
 
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});

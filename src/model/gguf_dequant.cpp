@@ -1,6 +1,9 @@
 #include "model/gguf_dequant.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 namespace rlm {
 
@@ -45,6 +48,25 @@ void dequant_q4_1(const uint8_t* src, int64_t num_blocks, float* out) {
   }
 }
 
+// Runs fn(first_block, num_blocks) over [0, num_blocks) on several threads for large tensors.
+template <typename Fn>
+void parallel_blocks(int64_t num_blocks, Fn fn) {
+  constexpr int64_t kBlocksPerThread = 1 << 16;  // ~2M elements
+  const int64_t max_threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), 16));
+  const int64_t n = std::min(max_threads, (num_blocks + kBlocksPerThread - 1) / kBlocksPerThread);
+  if (n <= 1) {
+    fn(0, num_blocks);
+    return;
+  }
+  std::vector<std::thread> threads;
+  const int64_t chunk = (num_blocks + n - 1) / n;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t first = t * chunk, count = std::min(chunk, num_blocks - first);
+    if (count > 0) threads.emplace_back(fn, first, count);
+  }
+  for (auto& th : threads) th.join();
+}
+
 }  // namespace
 
 bool gguf_can_dequantize(GgmlType type) {
@@ -77,16 +99,21 @@ Status dequantize_to_f32(GgmlType type, std::span<const uint8_t> data, int64_t n
                                 num_blocks * traits->type_size, " bytes, got ", data.size()));
   }
   const uint8_t* src = data.data();
-  const size_t n = static_cast<size_t>(numel);
-  switch (type) {
-    case GgmlType::kF32: std::memcpy(out, src, n * 4); break;
-    case GgmlType::kF16: convert_to_f32(src, DType::kF16, out, n); break;
-    case GgmlType::kBF16: convert_to_f32(src, DType::kBF16, out, n); break;
-    case GgmlType::kQ8_0: dequant_q8_0(src, num_blocks, out); break;
-    case GgmlType::kQ4_0: dequant_q4_0(src, num_blocks, out); break;
-    case GgmlType::kQ4_1: dequant_q4_1(src, num_blocks, out); break;
-    default: return internal_error(str("dequantize: no kernel for ", traits->name));
-  }
+  const int64_t block_bytes = traits->type_size, block_elems = traits->block_size;
+  parallel_blocks(num_blocks, [=](int64_t first, int64_t count) {
+    const uint8_t* s = src + first * block_bytes;
+    float* o = out + first * block_elems;
+    const size_t elems = static_cast<size_t>(count * block_elems);
+    switch (type) {
+      case GgmlType::kF32: std::memcpy(o, s, elems * 4); break;
+      case GgmlType::kF16: convert_to_f32(s, DType::kF16, o, elems); break;
+      case GgmlType::kBF16: convert_to_f32(s, DType::kBF16, o, elems); break;
+      case GgmlType::kQ8_0: dequant_q8_0(s, count, o); break;
+      case GgmlType::kQ4_0: dequant_q4_0(s, count, o); break;
+      case GgmlType::kQ4_1: dequant_q4_1(s, count, o); break;
+      default: break;  // unreachable: checked above
+    }
+  });
   return Status::ok();
 }
 

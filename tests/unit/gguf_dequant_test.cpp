@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 namespace rlm {
@@ -81,6 +82,33 @@ TEST(GgufDequant, ChecksSizes) {
   st = dequantize_to_f32(GgmlType::kQ8_0, block, 64, out.data());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
   EXPECT_NE(st.message().find("need 68 bytes, got 34"), std::string::npos) << st.message();
+}
+
+// Large tensors are split across threads; the result must equal block-by-block serial calls.
+TEST(GgufDequant, ThreadedEqualsSerial) {
+  std::mt19937 rng(11);
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1}) {
+    const auto traits = ggml_type_traits(static_cast<uint32_t>(type)).value();
+    const int64_t num_blocks = (1 << 18) + 7;
+    std::vector<uint8_t> data(static_cast<size_t>(num_blocks * traits.type_size));
+    for (auto& b : data) b = static_cast<uint8_t>(rng());
+    // Keep the f16 scales finite (exponent bits below all-ones) so values compare by ==.
+    for (int64_t b = 0; b < num_blocks; ++b) {
+      uint8_t* block = data.data() + b * traits.type_size;
+      block[1] &= 0x3f;
+      if (type == GgmlType::kQ4_1) block[3] &= 0x3f;
+    }
+    const int64_t numel = num_blocks * traits.block_size;
+    std::vector<float> all(static_cast<size_t>(numel)), serial(static_cast<size_t>(numel));
+    ASSERT_TRUE(dequantize_to_f32(type, data, numel, all.data()).is_ok());
+    const int64_t step = 1000;  // blocks per serial call, far below the threading threshold
+    for (int64_t b = 0; b < num_blocks; b += step) {
+      const int64_t n = std::min(step, num_blocks - b);
+      std::span<const uint8_t> part(data.data() + b * traits.type_size, static_cast<size_t>(n * traits.type_size));
+      ASSERT_TRUE(dequantize_to_f32(type, part, n * traits.block_size, serial.data() + b * traits.block_size).is_ok());
+    }
+    ASSERT_EQ(all, serial) << traits.name;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,355 @@
+#include "model/gguf_weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numbers>
+
+#include "model/gguf_dequant.h"
+
+namespace rlm {
+
+namespace {
+
+// ---- config ---------------------------------------------------------------------------------
+
+Status bad_key(const GgufFile& f, const std::string& key, const std::string& why) {
+  return invalid_argument(str("gguf ", f.path(), ": metadata '", key, "' ", why));
+}
+
+StatusOr<int64_t> required_int(const GgufFile& f, const std::string& key) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr) return bad_key(f, key, "is missing");
+  auto i = v->as_int();
+  if (!i || *i <= 0) return bad_key(f, key, str("must be a positive integer, got ", v->describe()));
+  return *i;
+}
+
+StatusOr<int64_t> optional_int(const GgufFile& f, const std::string& key, int64_t fallback) {
+  if (!f.has(key)) return fallback;
+  return required_int(f, key);
+}
+
+// A per-layer value may be stored as an array (one entry per layer); all entries must agree.
+StatusOr<int64_t> uniform_int(const GgufFile& f, const std::string& key, int64_t fallback) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr || v->type() != GgufValueType::kArray) return optional_int(f, key, fallback);
+  auto values = f.get_int_array(key);
+  if (!values || values->empty()) return bad_key(f, key, str("must be integers, got ", v->describe()));
+  for (int64_t x : *values) {
+    if (x != (*values)[0]) return unimplemented(str("gguf ", f.path(), ": per-layer '", key, "' values differ"));
+  }
+  if ((*values)[0] <= 0) return bad_key(f, key, "must be positive");
+  return (*values)[0];
+}
+
+StatusOr<double> float_or(const GgufFile& f, const std::string& key, double fallback) {
+  const GgufValue* v = f.find(key);
+  if (v == nullptr) return fallback;
+  auto d = v->as_float();
+  if (!d || !std::isfinite(*d) || *d <= 0) return bad_key(f, key, str("must be a positive number, got ", v->describe()));
+  return *d;
+}
+
+// llama3 rope frequency factors (as llama.cpp's converter writes rope_freqs.weight: the ratio of
+// the unscaled to the scaled inverse frequency) for `half` = rotary_dim / 2 frequencies.
+std::vector<double> llama3_rope_factors(const RopeParameters& r, int64_t rotary_dim) {
+  std::vector<double> out;
+  const double low_wavelen = r.original_max_position_embeddings / r.low_freq_factor;
+  const double high_wavelen = r.original_max_position_embeddings / r.high_freq_factor;
+  for (int64_t i = 0; i < rotary_dim; i += 2) {
+    const double freq = 1.0 / std::pow(r.rope_theta, static_cast<double>(i) / rotary_dim);
+    const double wavelen = 2 * std::numbers::pi / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(r.factor);
+    } else {
+      const double smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+                            (r.high_freq_factor - r.low_freq_factor);
+      out.push_back(1.0 / ((1 - smooth) / r.factor + smooth));
+    }
+  }
+  return out;
+}
+
+// llama.cpp stores llama3 rope scaling only as the rope_freqs.weight factors. Recovers the
+// parameters by matching the factors against llama3 with Meta's low/high frequency factors (1, 4)
+// and original context (llama.rope.scaling.original_context_length, else 8192).
+Status match_llama3_rope(const GgufFile& f, const GgufTensorInfo& info, int64_t rotary_dim, RopeParameters* rope) {
+  auto t = dequantize_tensor(f, info);
+  if (!t.is_ok()) return t.status();
+  if (t->numel() != rotary_dim / 2) {
+    return invalid_argument(str("gguf ", f.path(), ": rope_freqs.weight has ", t->numel(), " values, expected ",
+                                rotary_dim / 2, " (rotary dim / 2)"));
+  }
+  const float* factors = t->data<float>();
+  RopeParameters r = *rope;
+  r.rope_type = "llama3";
+  r.factor = factors[t->numel() - 1];
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  RLM_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
+                       optional_int(f, "llama.rope.scaling.original_context_length", 8192));
+  const std::vector<double> want = llama3_rope_factors(r, rotary_dim);
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::fabs(factors[i] - want[i]) > 1e-4 * std::fabs(want[i])) {
+      return unimplemented(str("gguf ", f.path(), ": rope_freqs.weight[", i, "] = ", factors[i],
+                               " does not match llama3 rope scaling (factor ", r.factor, ", low 1, high 4, original ",
+                               r.original_max_position_embeddings, ": ", want[i], ")"));
+    }
+  }
+  *rope = r;
+  return Status::ok();
+}
+
+Status read_rope(const GgufFile& f, int64_t head_dim, ModelConfig* c) {
+  RopeParameters& rope = c->rope;
+  RLM_ASSIGN_OR_RETURN(rope.rope_theta, float_or(f, "llama.rope.freq_base", 10000.0));
+  RLM_ASSIGN_OR_RETURN(int64_t rotary_dim, optional_int(f, "llama.rope.dimension_count", head_dim));
+  if (rotary_dim > head_dim || rotary_dim % 2 != 0) {
+    return bad_key(f, "llama.rope.dimension_count", str("= ", rotary_dim, " must be even and <= head_dim ", head_dim));
+  }
+  rope.partial_rotary_factor = static_cast<double>(rotary_dim) / static_cast<double>(head_dim);
+  std::string type = f.get_string("llama.rope.scaling.type").value_or("");
+  RLM_ASSIGN_OR_RETURN(double factor, float_or(f, "llama.rope.scaling.factor", 1.0));
+  if (type.empty() && f.has("llama.rope.scale_linear")) {  // older files
+    RLM_ASSIGN_OR_RETURN(factor, float_or(f, "llama.rope.scale_linear", 1.0));
+    type = factor != 1.0 ? "linear" : "none";
+  }
+  if (type == "linear") {
+    rope.rope_type = "linear";
+    rope.factor = factor;
+  } else if (!type.empty() && type != "none") {
+    return unimplemented(str("gguf ", f.path(), ": rope scaling type '", type, "' is not supported (none, linear)"));
+  }
+  if (const GgufTensorInfo* freqs = f.find_tensor("rope_freqs.weight")) {
+    if (rope.rope_type != "default") {
+      return unimplemented(str("gguf ", f.path(), ": rope_freqs.weight together with rope scaling '", type, "'"));
+    }
+    RLM_RETURN_IF_ERROR(match_llama3_rope(f, *freqs, rotary_dim, &rope));
+  }
+  return Status::ok();
+}
+
+nlohmann::json hf_config_json(const ModelConfig& c) {
+  nlohmann::json j = {
+      {"architectures", {c.architecture}},
+      {"model_type", c.model_type},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope.rope_theta},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", c.attention_bias},
+      {"mlp_bias", c.mlp_bias},
+      {"hidden_act", c.hidden_act},
+      {"torch_dtype", "float32"},
+  };
+  if (c.rope.rope_type != "default") {
+    j["rope_scaling"] = {{"rope_type", c.rope.rope_type}, {"factor", c.rope.factor}};
+    if (c.rope.rope_type == "llama3") {
+      j["rope_scaling"]["low_freq_factor"] = c.rope.low_freq_factor;
+      j["rope_scaling"]["high_freq_factor"] = c.rope.high_freq_factor;
+      j["rope_scaling"]["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+    }
+  }
+  if (c.rope.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.rope.partial_rotary_factor;
+  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+  if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  return j;
+}
+
+// ---- names ----------------------------------------------------------------------------------
+
+// HF name -> GGUF name for every tensor of `file` that has one.
+std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
+  static const std::map<std::string, std::string> kGlobal = {
+      {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
+  static const std::map<std::string, std::string> kLayer = {
+      {"attn_norm", "input_layernorm"},  {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},    {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},    {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},     {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"}};
+  std::map<std::string, std::string> out;
+  for (const GgufTensorInfo& t : file.tensors()) {
+    const size_t dot = t.name.rfind('.');
+    if (dot == std::string::npos) continue;
+    const std::string stem = t.name.substr(0, dot), suffix = t.name.substr(dot);  // ".weight"/".bias"
+    if (suffix != ".weight" && suffix != ".bias") continue;
+    if (auto it = kGlobal.find(stem); it != kGlobal.end()) {
+      out[it->second + suffix] = t.name;
+      continue;
+    }
+    if (stem.rfind("blk.", 0) != 0) continue;
+    const size_t dot2 = stem.find('.', 4);
+    if (dot2 == std::string::npos) continue;
+    const std::string layer = stem.substr(4, dot2 - 4);
+    if (layer.empty() || layer.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (auto it = kLayer.find(stem.substr(dot2 + 1)); it != kLayer.end()) {
+      out["model.layers." + layer + "." + it->second + suffix] = t.name;
+    }
+  }
+  return out;
+}
+
+class GgufWeightSource : public WeightSource {
+ public:
+  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads)
+      : file_(std::move(file)), names_(hf_name_map(*file_)), num_heads_(num_heads), num_kv_heads_(num_kv_heads) {}
+
+  bool has(const std::string& name) const override { return names_.count(name) != 0; }
+
+  StatusOr<Tensor> get(const std::string& name, const Shape& expected_shape) override {
+    auto it = names_.find(name);
+    if (it == names_.end()) return not_found(str("tensor '", name, "' not found in ", describe()));
+    const GgufTensorInfo& info = *file_->find_tensor(it->second);
+    if (info.shape != expected_shape) {
+      return invalid_argument(str("tensor '", name, "' (gguf '", info.name, "') in ", describe(), " has shape ",
+                                  shape_to_string(info.shape), ", expected ", shape_to_string(expected_shape)));
+    }
+    RLM_ASSIGN_OR_RETURN(Tensor t, dequantize_tensor(*file_, info));
+    const bool is_q = name.find(".self_attn.q_proj.") != std::string::npos;
+    const bool is_k = name.find(".self_attn.k_proj.") != std::string::npos;
+    if (is_q || is_k) {
+      const int64_t heads = is_q ? num_heads_ : num_kv_heads_;
+      if (t.size(0) % (2 * heads) != 0) {
+        return invalid_argument(str("tensor '", name, "' in ", describe(), ": ", t.size(0),
+                                    " rows do not split into ", heads, " heads of even size"));
+      }
+      t = unpermute_llama_qk(t, heads);
+    }
+    return t;
+  }
+
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [hf, gguf] : names_) out.push_back(hf);
+    return out;
+  }
+
+  std::string describe() const override { return str("gguf: ", file_->path(), " (", file_->tensors().size(), " tensors)"); }
+
+ private:
+  std::shared_ptr<GgufFile> file_;
+  std::map<std::string, std::string> names_;  // HF name -> GGUF name
+  int64_t num_heads_;
+  int64_t num_kv_heads_;
+};
+
+}  // namespace
+
+StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return bad_key(f, "general.architecture", "is missing or not a string");
+  if (*arch != "llama") {
+    return unimplemented(str("gguf ", f.path(), ": architecture '", *arch, "' is not supported (supported: llama)"));
+  }
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.dtype = DType::kF32;
+  RLM_ASSIGN_OR_RETURN(c.hidden_size, required_int(f, "llama.embedding_length"));
+  RLM_ASSIGN_OR_RETURN(c.num_hidden_layers, required_int(f, "llama.block_count"));
+  RLM_ASSIGN_OR_RETURN(c.intermediate_size, uniform_int(f, "llama.feed_forward_length", 0));
+  if (c.intermediate_size <= 0) return bad_key(f, "llama.feed_forward_length", "is missing");
+  RLM_ASSIGN_OR_RETURN(c.num_attention_heads, uniform_int(f, "llama.attention.head_count", 0));
+  if (c.num_attention_heads <= 0) return bad_key(f, "llama.attention.head_count", "is missing");
+  RLM_ASSIGN_OR_RETURN(c.num_key_value_heads, uniform_int(f, "llama.attention.head_count_kv", c.num_attention_heads));
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return bad_key(f, "llama.attention.head_count_kv",
+                   str("= ", c.num_key_value_heads, " does not divide head_count ", c.num_attention_heads));
+  }
+  const int64_t default_head_dim = c.hidden_size / c.num_attention_heads;
+  RLM_ASSIGN_OR_RETURN(c.head_dim, optional_int(f, "llama.attention.key_length", default_head_dim));
+  RLM_ASSIGN_OR_RETURN(int64_t value_dim, optional_int(f, "llama.attention.value_length", c.head_dim));
+  if (value_dim != c.head_dim) {
+    return unimplemented(str("gguf ", f.path(), ": attention key_length ", c.head_dim, " != value_length ", value_dim));
+  }
+  if (!f.has("llama.attention.key_length") && c.hidden_size % c.num_attention_heads != 0) {
+    return bad_key(f, "llama.attention.head_count",
+                   str("= ", c.num_attention_heads, " does not divide embedding_length ", c.hidden_size));
+  }
+  RLM_ASSIGN_OR_RETURN(c.max_position_embeddings, required_int(f, "llama.context_length"));
+  if (!f.has("llama.attention.layer_norm_rms_epsilon")) {
+    return bad_key(f, "llama.attention.layer_norm_rms_epsilon", "is missing");
+  }
+  RLM_ASSIGN_OR_RETURN(c.rms_norm_eps, float_or(f, "llama.attention.layer_norm_rms_epsilon", 0.0));
+  RLM_RETURN_IF_ERROR(read_rope(f, c.head_dim, &c));
+
+  // vocab: the embedding's rows are authoritative (they may be padded past the token list).
+  if (const GgufTensorInfo* embd = f.find_tensor("token_embd.weight")) {
+    if (embd->shape.size() != 2 || embd->shape[1] != c.hidden_size) {
+      return invalid_argument(str("gguf ", f.path(), ": token_embd.weight has shape ", shape_to_string(embd->shape),
+                                  ", expected [vocab, ", c.hidden_size, "]"));
+    }
+    c.vocab_size = embd->shape[0];
+  } else if (f.has("llama.vocab_size")) {
+    RLM_ASSIGN_OR_RETURN(c.vocab_size, required_int(f, "llama.vocab_size"));
+  } else if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int64_t>(tokens->array_size());
+  }
+  if (c.vocab_size <= 0) {
+    return invalid_argument(str("gguf ", f.path(), ": no vocab size (token_embd.weight, llama.vocab_size, tokens)"));
+  }
+  c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.mlp_bias = f.find_tensor("blk.0.ffn_up.bias") != nullptr;
+
+  auto token_id = [&](const std::string& key) -> StatusOr<std::optional<int64_t>> {
+    const GgufValue* v = f.find(key);
+    if (v == nullptr) return std::optional<int64_t>();
+    auto id = v->as_int();
+    if (!id || *id < 0 || *id >= c.vocab_size) {
+      return bad_key(f, key, str("must be a token id below the vocab size ", c.vocab_size, ", got ", v->describe()));
+    }
+    return std::optional<int64_t>(*id);
+  };
+  RLM_ASSIGN_OR_RETURN(c.bos_token_id, token_id("tokenizer.ggml.bos_token_id"));
+  RLM_ASSIGN_OR_RETURN(c.pad_token_id, token_id("tokenizer.ggml.padding_token_id"));
+  RLM_ASSIGN_OR_RETURN(std::optional<int64_t> eos, token_id("tokenizer.ggml.eos_token_id"));
+  RLM_ASSIGN_OR_RETURN(std::optional<int64_t> eot, token_id("tokenizer.ggml.eot_token_id"));
+  if (eos) c.eos_token_ids.push_back(*eos);
+  if (eot && eot != eos) c.eos_token_ids.push_back(*eot);
+  c.raw = hf_config_json(c);
+  return c;
+}
+
+Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads) {
+  RLM_CHECK(w.dim() == 1 || w.dim() == 2) << "unpermute_llama_qk expects [rows] or [rows, in], got " << w.describe();
+  const int64_t rows = w.size(0);
+  RLM_CHECK(num_heads > 0 && rows % (2 * num_heads) == 0) << rows << " rows, " << num_heads << " heads";
+  const int64_t head_dim = rows / num_heads, half = head_dim / 2;
+  const size_t row_bytes = static_cast<size_t>(w.numel() / rows) * w.element_size();
+  Tensor src = w.contiguous();
+  Tensor out = Tensor::empty(w.shape(), w.dtype());
+  const auto* s = static_cast<const uint8_t*>(src.data_ptr());
+  auto* d = static_cast<uint8_t*>(out.data_ptr());
+  for (int64_t h = 0; h < num_heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t p = 0; p < 2; ++p) {
+        const int64_t from = h * head_dim + 2 * i + p, to = h * head_dim + p * half + i;
+        std::memcpy(d + to * row_bytes, s + from * row_bytes, row_bytes);
+      }
+    }
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file) {
+  RLM_CHECK(file != nullptr);
+  RLM_ASSIGN_OR_RETURN(ModelConfig c, gguf_model_config(*file));
+  return std::unique_ptr<WeightSource>(
+      std::make_unique<GgufWeightSource>(std::move(file), c.num_attention_heads, c.num_key_value_heads));
+}
+
+}  // namespace rlm

@@ -1,0 +1,38 @@
+// One GGUF file as a whole model: a ModelConfig synthesised from its metadata and a WeightSource
+// that serves its tensors under Hugging Face names, dequantized to f32.
+//
+// Supported general.architecture: "llama" (LlamaForCausalLM). Tensor names:
+//   token_embd.weight            model.embed_tokens.weight
+//   output_norm.weight           model.norm.weight
+//   output.weight                lm_head.weight (absent: tied embeddings, has() is false)
+//   blk.N.attn_norm.*            model.layers.N.input_layernorm.*
+//   blk.N.ffn_norm.*             model.layers.N.post_attention_layernorm.*
+//   blk.N.attn_{q,k,v,output}.*  model.layers.N.self_attn.{q,k,v,o}_proj.*
+//   blk.N.ffn_{gate,up,down}.*   model.layers.N.mlp.{gate,up,down}_proj.*
+// llama.cpp's converter permutes the rows of q_proj/k_proj (weights and biases) within each head
+// from HF's rotate-half order into interleaved pairs; they are un-permuted here, so the tensors
+// match the Hugging Face checkpoint (and transformers' own GGUF loader).
+#pragma once
+
+#include <memory>
+
+#include "core/status.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
+#include "model/weight_source.h"
+
+namespace rlm {
+
+// Maps llama.* / tokenizer.ggml.* metadata onto a ModelConfig (dtype kF32, `raw` holds the
+// equivalent HF config.json object). kUnimplemented for another general.architecture or an
+// unsupported rope scaling; kInvalidArgument naming the key for a missing or invalid value.
+StatusOr<ModelConfig> gguf_model_config(const GgufFile& file);
+
+// The tensors of `file` under HF names (see above), dequantized to f32 CPU tensors at get().
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file);
+
+// Undoes llama.cpp's q/k permutation on rows: `w` is [num_heads * head_dim] or
+// [num_heads * head_dim, in]; row h*head_dim + 2*i + p moves to h*head_dim + p*head_dim/2 + i.
+Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads);
+
+}  // namespace rlm
