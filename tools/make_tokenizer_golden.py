@@ -9,14 +9,17 @@ field in brackets:
   ids_special    encode(text, add_special_tokens=True)                           [ids]
   ids_nospecial  encode(text, add_special_tokens=False) with special-token strings treated as
                  plain text (tokenizers: encode_special_tokens=True)              [ids]
-  decode         decode(ids, skip_special_tokens=False)                          [the input text]
+  decode         decode(ids, skip_special_tokens=False)     [the input text; always given for "hex"]
   decode_skip    decode(ids_special, skip_special_tokens=True)                   [decode]
 
 Hugging Face tokenizer.json fixtures use the `tokenizers` package. The SentencePiece fixture
 (mistral_v1/tokenizer.model) uses the `sentencepiece` package with the rule radixlm implements:
-with special tokens allowed, the text is split on control/unknown/user-defined piece strings
-(leftmost-longest), each ordinary segment is encoded by SentencePiece on its own, and
-add_special_tokens prepends bos; decode is SentencePiece's decode (which drops control tokens).
+with special tokens allowed, the text is split on control-piece strings (<s>, </s>;
+leftmost-longest), each ordinary segment is encoded by SentencePiece on its own, and
+add_special_tokens prepends bos. decode with skip_special_tokens is SentencePiece's decode (which
+drops control tokens); without it, control tokens are written as their piece text and each run of
+ordinary ids between them is decoded by SentencePiece, keeping the run's leading space unless the
+output is still empty (so [bos] + "Hello" decodes to "<s> Hello", as in transformers).
 
   .venv/bin/python tools/make_tokenizer_golden.py [--only smollm2,llama3,...]
 """
@@ -39,16 +42,19 @@ def corpus_texts():
     with open(os.path.join(DATA, "corpus.jsonl"), encoding="utf-8") as f:
         for line in f:
             obj = json.loads(line)
-            yield obj["text"] if "text" in obj else bytes.fromhex(obj["hex"]).decode("utf-8", "replace")
+            if "text" in obj:
+                yield obj["text"], False
+            else:
+                yield bytes.fromhex(obj["hex"]).decode("utf-8", "replace"), True
 
 
-def compact(text, ids, ids_special, ids_nospecial, decode, decode_skip):
+def compact(text, was_hex, ids, ids_special, ids_nospecial, decode, decode_skip):
     rec = {"ids": ids}
     if ids_special != ids:
         rec["ids_special"] = ids_special
     if ids_nospecial != ids:
         rec["ids_nospecial"] = ids_nospecial
-    if decode != text:
+    if decode != text or was_hex:  # for invalid UTF-8 lines, always spell out the decoded text
         rec["decode"] = decode
     if decode_skip != decode:
         rec["decode_skip"] = decode_skip
@@ -60,11 +66,11 @@ def hf_records(path):
     tok = Tokenizer.from_file(path)
     plain = Tokenizer.from_file(path)
     plain.encode_special_tokens = True
-    for text in corpus_texts():
+    for text, was_hex in corpus_texts():
         ids = tok.encode(text, add_special_tokens=False).ids
         ids_special = tok.encode(text, add_special_tokens=True).ids
         ids_nospecial = plain.encode(text, add_special_tokens=False).ids
-        yield compact(text, ids, ids_special, ids_nospecial,
+        yield compact(text, was_hex, ids, ids_special, ids_nospecial,
                       tok.decode(ids, skip_special_tokens=False),
                       tok.decode(ids_special, skip_special_tokens=True))
 
@@ -89,8 +95,28 @@ def spm_split(text, specials):
 def spm_records(path):
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=path)
-    specials = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
-                if sp.is_control(i) or sp.is_unknown(i)]
+    specials = [sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.is_control(i)]
+
+    def decode_keep_special(ids):
+        out, run = "", []
+
+        def flush():
+            nonlocal out
+            if run:
+                text = sp.decode(run)
+                if out and sp.id_to_piece(run[0]).startswith("\u2581"):
+                    text = " " + text
+                out += text
+                run.clear()
+
+        for i in ids:
+            if sp.is_control(i):
+                flush()
+                out += sp.id_to_piece(i)
+            else:
+                run.append(i)
+        flush()
+        return out
 
     def encode(text, allow_special):
         if not allow_special:
@@ -100,11 +126,12 @@ def spm_records(path):
             out += [sp.piece_to_id(piece)] if is_special else sp.encode(piece)
         return out
 
-    for text in corpus_texts():
+    for text, was_hex in corpus_texts():
         ids = encode(text, True)
         ids_special = ([sp.bos_id()] if sp.bos_id() >= 0 else []) + ids
         ids_nospecial = encode(text, False)
-        yield compact(text, ids, ids_special, ids_nospecial, sp.decode(ids), sp.decode(ids_special))
+        yield compact(text, was_hex, ids, ids_special, ids_nospecial, decode_keep_special(ids),
+                      sp.decode(ids_special))
 
 
 def main():
