@@ -36,6 +36,16 @@ HF_FIXTURES = {
     "mistral_v1_hf": "mistral_v1_hf/tokenizer.json",
 }
 SPM_FIXTURES = {"mistral_v1": "mistral_v1/tokenizer.model"}
+# Variants: a committed tokenizer.json with some top-level fields replaced (variants.json), to
+# cover pre-tokenizer/normalizer/decoder types the real files above do not use.
+VARIANTS = json.load(open(os.path.join(DATA, "variants.json"), encoding="utf-8"))
+
+
+def variant_json(name):
+    v = VARIANTS[name]
+    tj = json.load(open(os.path.join(DATA, v["base"]), encoding="utf-8"))
+    tj.update(v["set"])
+    return json.dumps(tj)
 
 
 def corpus_texts():
@@ -61,10 +71,11 @@ def compact(text, was_hex, ids, ids_special, ids_nospecial, decode, decode_skip)
     return rec
 
 
-def hf_records(path):
+def hf_records(path=None, variant=None):
     from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(path)
-    plain = Tokenizer.from_file(path)
+    load = (lambda: Tokenizer.from_str(variant_json(variant))) if variant else (lambda: Tokenizer.from_file(path))
+    tok = load()
+    plain = load()
     plain.encode_special_tokens = True
     for text, was_hex in corpus_texts():
         ids = tok.encode(text, add_special_tokens=False).ids
@@ -136,11 +147,13 @@ def spm_records(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default=",".join(list(HF_FIXTURES) + list(SPM_FIXTURES)))
+    ap.add_argument("--only", default=",".join(list(HF_FIXTURES) + list(SPM_FIXTURES) + list(VARIANTS)))
     args = ap.parse_args()
     for name in args.only.split(","):
         if name in HF_FIXTURES:
             records = hf_records(os.path.join(DATA, HF_FIXTURES[name]))
+        elif name in VARIANTS:
+            records = hf_records(variant=name)
         else:
             records = spm_records(os.path.join(DATA, SPM_FIXTURES[name]))
         out = os.path.join(DATA, f"{name}.ref.jsonl")

@@ -141,10 +141,10 @@ class MetaspaceDecoder : public Decoder {
  public:
   MetaspaceDecoder(std::string replacement, bool strip_first) : replacement_(std::move(replacement)), strip_first_(strip_first) {}
   Tokens decode_chain(Tokens tokens) const override {
+    // As in Hugging Face: every replacement char of the FIRST token is dropped (not only a
+    // leading one) unless prepend_scheme is "never"; elsewhere it becomes a space.
     for (size_t i = 0; i < tokens.size(); ++i) {
-      std::string t = replace_all(std::move(tokens[i]), replacement_, " ");
-      if (i == 0 && strip_first_ && !t.empty() && t[0] == ' ') t.erase(0, 1);
-      tokens[i] = std::move(t);
+      tokens[i] = replace_all(std::move(tokens[i]), replacement_, i == 0 && strip_first_ ? "" : " ");
     }
     return tokens;
   }

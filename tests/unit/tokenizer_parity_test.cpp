@@ -23,11 +23,10 @@ std::string show(const std::vector<int32_t>& v) {
 
 TEST_P(TokenizerParity, MatchesReferenceOnEveryCorpusLine) {
   const test::Fixture& f = GetParam();
-  const std::string path = test::tokenizer_data(f.tokenizer);
-  if (f.generated && !std::filesystem::exists(path)) {
-    GTEST_SKIP() << path << " is missing: run .venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3";
+  if (!test::fixture_available(f)) {
+    GTEST_SKIP() << f.tokenizer << " is missing: run .venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3";
   }
-  auto tok = load_tokenizer(path);
+  auto tok = test::load_fixture(f);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
   const auto lines = test::corpus_lines();
   const auto refs = test::read_jsonl(test::tokenizer_data(std::string(f.name) + ".ref.jsonl"));

@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
 namespace rlm::test {
 
 inline std::string tokenizer_data(const std::string& rel) {
@@ -16,7 +19,7 @@ inline std::string tokenizer_data(const std::string& rel) {
 
 struct Fixture {
   const char* name;       // reference file: tests/data/tokenizer/<name>.ref.jsonl
-  const char* tokenizer;  // path under tests/data/tokenizer/
+  const char* tokenizer;  // path under tests/data/tokenizer/; empty for variants.json entries
   bool generated;         // made by tools/make_tokenizer_fixtures.py, not committed
 };
 
@@ -27,8 +30,34 @@ inline const std::vector<Fixture>& fixtures() {
       {"qwen3", "generated/qwen3/tokenizer.json", true},
       {"mistral_v1_hf", "mistral_v1_hf/tokenizer.json", false},
       {"mistral_v1", "mistral_v1/tokenizer.model", false},
+      {"smollm2_digits", "", false},
+      {"smollm2_prefix_space", "", false},
+      {"mistral_v1_metaspace", "", false},
   };
   return f;
+}
+
+inline nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// The fixture's tokenizer: a file through load_tokenizer, or a variants.json entry (a committed
+// tokenizer.json with some top-level fields replaced) through HfTokenizer::from_json.
+inline StatusOr<std::unique_ptr<Tokenizer>> load_fixture(const Fixture& f) {
+  if (std::string(f.tokenizer).empty()) {
+    const auto variants = read_json_file(tokenizer_data("variants.json"));
+    const auto& v = variants.at(f.name);
+    auto tj = read_json_file(tokenizer_data(v.at("base").get<std::string>()));
+    for (auto it = v.at("set").begin(); it != v.at("set").end(); ++it) tj[it.key()] = it.value();
+    RLM_ASSIGN_OR_RETURN(auto t, HfTokenizer::from_json(tj, nlohmann::json()));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  return load_tokenizer(tokenizer_data(f.tokenizer));
+}
+
+inline bool fixture_available(const Fixture& f) {
+  return !f.generated || std::filesystem::exists(tokenizer_data(f.tokenizer));
 }
 
 inline std::string hex_to_bytes(const std::string& hex) {
