@@ -15,6 +15,13 @@ bool ends_with_replacement(const std::string& s) {
 // Context tokens of the prompt that the first window starts with.
 constexpr size_t kPromptContext = 6;
 
+// "<0xAB>": a byte-fallback piece. Hugging Face's ByteFallback decoder turns a whole run of them
+// into U+FFFDs once any byte makes the run invalid, so text decoded from an open run can still
+// change: nothing is emitted while the last id is a byte piece.
+bool is_byte_piece(const std::optional<std::string>& token) {
+  return token && token->size() == 6 && token->compare(0, 3, "<0x") == 0 && (*token)[5] == '>';
+}
+
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
@@ -48,6 +55,7 @@ std::string IncrementalDetokenizer::take_piece(const std::string& prefix_text, c
 std::string IncrementalDetokenizer::push(int32_t id) {
   RLM_CHECK(!finished_) << "IncrementalDetokenizer::push after finish";
   ids_.push_back(id);
+  if (is_byte_piece(tokenizer_.id_to_token(id))) return {};
   const std::string prefix_text = decode_range(prefix_offset_, read_offset_);
   const std::string new_text = decode_range(prefix_offset_, ids_.size());
   // Hold back while the text does not grow (e.g. a skipped special token) or ends in U+FFFD

@@ -1,6 +1,6 @@
 // Streaming detokenization: feed generated ids one at a time and get text pieces as soon as they
 // are final. A piece never ends inside a UTF-8 character, byte-fallback runs (<0xE4><0xB8><0xAD>)
-// are held back until complete, and SentencePiece leading-space rules are respected by always
+// are held back until the run ends, and SentencePiece leading-space rules are respected by always
 // decoding a window that starts one emitted token earlier (the scheme vLLM and TGI use). The
 // concatenation of all pieces, finish() included, equals tokenizer.decode(ids, skip_special_tokens)
 // of the generated ids (with no prompt), and decode(prompt + ids) minus decode(prompt) when a
