@@ -14,5 +14,6 @@ int run_selected(CLI::App& app);
 // Each subcommand file provides one of these; register_commands calls them all.
 using Runner = std::function<int()>;
 void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
+void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 
 }  // namespace rlm::cli

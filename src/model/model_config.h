@@ -21,7 +21,7 @@ struct RopeParameters {
   double factor = 1.0;                  // linear, llama3
   double low_freq_factor = 1.0;         // llama3
   double high_freq_factor = 4.0;        // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3 (transformers: max_position_embeddings when absent)
   double partial_rotary_factor = 1.0;   // fraction of head_dim that is rotated
 };
 
@@ -42,18 +42,28 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v bias (Qwen2 always has it)
   bool mlp_bias = false;
   std::string hidden_act = "silu";
-  int64_t sliding_window = -1;  // -1: full attention
+  int64_t sliding_window = -1;  // -1: full attention; else the window of the "sliding_attention" layers
+  // Per layer: "full_attention" or "sliding_attention" (as transformers' `layer_types`; Qwen2/Qwen3
+  // slide only layers >= max_window_layers, and only when use_sliding_window is true).
+  std::vector<std::string> layer_types;  // [num_hidden_layers]
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> pad_token_id;
   DType dtype = DType::kBF16;  // torch_dtype / dtype of the checkpoint
   nlohmann::json raw;          // the whole config, for architecture-specific fields
+
+  // Number of leading head_dim channels that RoPE rotates: int(head_dim * partial_rotary_factor).
+  int64_t rotary_dim() const { return static_cast<int64_t>(head_dim * rope.partial_rotary_factor); }
+  bool is_sliding_layer(int64_t layer) const;
 };
 
 // Parses and validates a config.json object (positive sizes, heads divide evenly, known
 // hidden_act, ...). Errors name the offending field.
 StatusOr<ModelConfig> parse_model_config(const nlohmann::json& j);
-// `path` is a model directory (reads config.json inside) or a config.json file.
+// Missing optional fields take the defaults transformers defines for the model_type (llama,
+// qwen2, qwen3; others use llama's); the sizes vocab/hidden/intermediate/layers/heads are required.
+// `path` is a model directory (reads config.json inside) or a config.json file. Errors name the
+// path: kNotFound when it does not exist, kInvalidArgument when it is not a JSON object.
 StatusOr<ModelConfig> load_model_config(const std::string& path);
 
 }  // namespace rlm

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -16,16 +17,18 @@
 namespace rlm::ops {
 
 // out[i, :] = weight[ids[i], :] (converted to out's dtype).
-//   ids: i32 [num_tokens]; weight: [vocab_size, hidden]; out: [num_tokens, hidden].
-// Fails with a clear error when an id is outside [0, vocab_size).
+//   ids: i32 [num_tokens]; weight: f32/bf16/f16 [vocab_size, hidden]; out: f32/bf16/f16 [num_tokens, hidden].
+// Fails with a clear error (naming the position and the id) when an id is outside [0, vocab_size);
+// nothing is written then.
 void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out);
 
 // out = x / sqrt(mean(x^2) + eps) * weight (HF LlamaRMSNorm: the norm in f32, then * weight).
-//   x, out: [n, d] (out may alias x); weight: [d].
+//   x, out: f32 [n, d] or [n, heads, d] (per-head norms on a strided view of a fused QKV buffer;
+//   out may alias x); weight: f32/bf16/f16 [d].
 void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out);
 
 // residual += x; x = rms_norm(residual) * weight (SGLang's fused_add_rmsnorm). In place on both.
-//   x, residual: [n, d]; weight: [d].
+//   x, residual: f32 [n, d] or [n, heads, d]; weight: f32/bf16/f16 [d].
 void fused_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps);
 
 // Rotary-embedding tables. inv_freq follows HF's rope init functions ("default", "linear",
@@ -42,29 +45,33 @@ struct RopeConfig {
 };
 // cos_sin: f32 [max_positions, rotary_dim] — first half cos, second half sin, per position.
 Tensor make_rope_cos_sin_cache(const RopeConfig& cfg, int64_t max_positions);
-// Applies rotary embedding in place to the first rotary_dim dims of every head.
-//   q: [num_tokens, num_qo_heads, head_dim]; k: [num_tokens, num_kv_heads, head_dim];
-//   positions: i32/i64 [num_tokens]; cos_sin: from make_rope_cos_sin_cache.
+// Applies rotary embedding in place to the first rotary_dim dims of every head (the rest is
+// untouched). neox: x[i], x[i + rotary_dim/2] rotate together; GPT-J: x[2i], x[2i + 1]; pair i uses
+// column i of the cache row: (x1, x2) -> (x1*cos - x2*sin, x2*cos + x1*sin).
+//   q: f32 [num_tokens, num_qo_heads, head_dim]; k: f32 [num_tokens, num_kv_heads, head_dim];
+//   positions: i32/i64 [num_tokens], each in [0, max_positions); cos_sin: from make_rope_cos_sin_cache.
 void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
                       bool is_neox);
 
 // out[m, n] = x[m, k] @ weight[n, k]^T (+ bias[n]). Weight f32/bf16/f16 (converted exactly to
-// f32 block by block), x and out f32. Through BLAS (sgemm) on the CPU.
+// f32 block by block, so a 16-bit weight gives the same bits as its f32 copy), bias f32/bf16/f16,
+// x and out f32 (row strides may exceed k / n; out must not overlap x). Through BLAS (sgemm) on the CPU.
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out);
 
 // out[n, i] = silu(x[n, :i]) * x[n, i:].   x: [n, 2*i]; out: [n, i].
 void silu_and_mul(const Tensor& x, const Tensor& out);
 
-// Writes new keys/values into the paged pool at slot indices.
-//   k, v: [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim]
-//   (num_slots = num_pages * page_size, NHD layout); out_cache_loc: i32/i64 [num_tokens].
+// Writes new keys/values into the paged pool at slot indices (converting to the cache's dtype).
+//   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
+//   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout);
+//   out_cache_loc: i32/i64 [num_tokens]. A slot outside [0, num_slots) is an error (nothing written).
 void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& out_cache_loc);
 
 // Per-layer attention parameters that are not tensors.
 struct AttentionParams {
   float scale = 1.0f;        // usually 1/sqrt(head_dim)
-  int64_t sliding_window = -1;  // keys older than this many positions are masked; -1: off
+  int64_t sliding_window = -1;  // > 0: a query at position p sees keys in (p - window, p] (HF); -1: off
   float logit_soft_cap = 0.0f;  // 0: off, else cap * tanh(s / cap)
 };
 
@@ -75,15 +82,20 @@ struct AttentionParams {
 // sequence: query j sits at position seq_len - qo_len + j and sees keys at positions <= its own.
 //   q: [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim];
 //   qo_indptr, kv_indptr: i32 [bs + 1]; kv_indices: i32 [nnz_pages]; seq_lens: i32 [bs];
-//   out: [num_tokens, num_qo_heads, head_dim]. num_qo_heads must be a multiple of num_kv_heads.
+//   out: [num_tokens, num_qo_heads, head_dim]. num_qo_heads must be a multiple of num_kv_heads
+//   (qo head h reads kv head h / (num_qo_heads / num_kv_heads)).
+// q and out are f32; the caches f32/bf16/f16 (same dtype). Scores, softmax (max-subtracted) and
+// the weighted sum are in f32; s = scale * q.k, then the soft-cap. Each output row depends only on
+// its own request, so a batched call gives the same bits as one call per request. Index data are
+// validated (qo_len <= seq_len, enough pages, pages inside the pool) with errors naming the request.
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
                      const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
                      int64_t page_size, const AttentionParams& params, const Tensor& out);
 
-// Row-wise softmax / log-softmax in place.   x: f32 [n, v].
+// Row-wise softmax / log-softmax in place (max-subtracted).   x: f32 [n, v].
 void softmax(const Tensor& x);
 void log_softmax(const Tensor& x);
-// Row-wise argmax (first index of the maximum).  x: f32 [n, v]; out: i32 [n].
+// Row-wise argmax (first index of the maximum; NaNs are skipped).  x: f32 [n, v]; out: i32 [n].
 void argmax(const Tensor& x, const Tensor& out);
 
 // Per-row sampling parameters (the sampler batches them).
@@ -96,8 +108,11 @@ struct SamplingRow {
   uint64_t step = 0;         // index of the token being sampled within its request
 };
 // Samples one token per row from logits (f32 [n, v], not modified). Order: temperature scaling,
-// softmax, top-k, top-p (smallest set with cumulative mass >= top_p), min-p (relative to the max
-// probability), renormalise, then one uniform draw from a counter-based RNG keyed by (seed, step).
+// softmax, top-k, top-p (smallest set, in descending-probability order with ties to the lower id,
+// whose cumulative mass within the top-k set reaches top_p), min-p (p >= min_p * max probability),
+// renormalise, then one uniform draw from a counter-based RNG keyed by (seed, step) only, so the
+// token does not depend on the batch. Greedy rows (temperature < 1e-5 or top_k == 1) take argmax.
+// top_p must be in (0, 1], min_p in [0, 1], temperature finite.
 //   out: i32 [n].
 void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, const Tensor& out);
 

@@ -1,0 +1,41 @@
+#include "attention/attention_backend.h"
+
+#include <map>
+
+#include "attention/cpu_backend.h"
+
+namespace rlm {
+
+namespace {
+// Built-in backends are listed here (not by static initialisers in their own files, which a
+// static library would drop); others may be added with register_attention_backend.
+std::map<std::string, AttentionBackendFactory>& registry() {
+  static std::map<std::string, AttentionBackendFactory> r = {
+      {"cpu", [] { return std::make_unique<CpuAttentionBackend>(); }},
+  };
+  return r;
+}
+}  // namespace
+
+bool register_attention_backend(const std::string& name, AttentionBackendFactory factory) {
+  registry()[name] = std::move(factory);
+  return true;
+}
+
+StatusOr<std::unique_ptr<AttentionBackend>> create_attention_backend(const std::string& name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& [n, f] : registry()) known += (known.empty() ? "" : ", ") + n;
+    return invalid_argument(str("unknown attention backend '", name, "' (available: ", known, ")"));
+  }
+  return it->second();
+}
+
+std::vector<std::string> attention_backend_names() {
+  std::vector<std::string> names;
+  for (const auto& [n, f] : registry()) names.push_back(n);
+  return names;
+}
+
+}  // namespace rlm

@@ -1,0 +1,49 @@
+// The attention-backend contract (seed 000 §2, seed 003 §5.1). A backend prepares index metadata
+// once per step and runs the attention kernels; it owns neither KV memory nor scheduling nor
+// sampling. Backends register by name; `--attention-backend NAME` picks one.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "engine/forward_batch.h"
+#include "ops/ops.h"
+
+namespace rlm {
+
+// The per-layer attention parameters (SGLang's RadixAttention role): models describe each
+// attention layer with one of these and never see backend details.
+struct AttentionLayer {
+  int64_t layer_id = 0;
+  int64_t num_qo_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  ops::AttentionParams params;  // scale, sliding window, logit soft-cap
+};
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual std::string name() const = 0;
+  // Once per step, before the model runs: builds kv_indptr/kv_indices (or a page table) from
+  // req_to_token for the batch's requests.
+  virtual void init_forward_metadata(const ForwardBatch& batch) = 0;
+  // Writes k, v into the KV pool at batch.out_cache_loc, then attends q over each request's KV.
+  //   q: [num_tokens, num_qo_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+  //   returns [num_tokens, num_qo_heads, head_dim] (f32 on the CPU).
+  virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
+                         const ForwardBatch& batch) = 0;
+};
+
+using AttentionBackendFactory = std::function<std::unique_ptr<AttentionBackend>()>;
+
+// Registers a backend under `name` (called from each backend's .cpp at static-init time).
+bool register_attention_backend(const std::string& name, AttentionBackendFactory factory);
+StatusOr<std::unique_ptr<AttentionBackend>> create_attention_backend(const std::string& name);
+std::vector<std::string> attention_backend_names();
+
+}  // namespace rlm

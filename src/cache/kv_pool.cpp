@@ -1,0 +1,74 @@
+#include "cache/kv_pool.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace rlm {
+
+KVPool::KVPool(const KVPoolConfig& config) : config_(config) {
+  RLM_CHECK(config.num_layers > 0 && config.num_pages > 0 && config.page_size > 0 && config.num_kv_heads > 0 &&
+            config.head_dim > 0)
+      << "bad KV pool config: layers " << config.num_layers << " pages " << config.num_pages << " page_size "
+      << config.page_size << " kv_heads " << config.num_kv_heads << " head_dim " << config.head_dim;
+  const Shape shape{num_slots(), config.num_kv_heads, config.head_dim};
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    k_.push_back(Tensor::zeros(shape, config.dtype, config.device));
+    v_.push_back(Tensor::zeros(shape, config.dtype, config.device));
+  }
+}
+
+const Tensor& KVPool::k_buffer(int64_t layer) const {
+  RLM_CHECK(layer >= 0 && layer < config_.num_layers) << "layer " << layer;
+  return k_[layer];
+}
+
+const Tensor& KVPool::v_buffer(int64_t layer) const {
+  RLM_CHECK(layer >= 0 && layer < config_.num_layers) << "layer " << layer;
+  return v_[layer];
+}
+
+size_t KVPool::bytes_per_token() const {
+  return 2 * static_cast<size_t>(config_.num_layers * config_.num_kv_heads * config_.head_dim) *
+         dtype_size(config_.dtype);
+}
+
+ReqToTokenPool::ReqToTokenPool(int64_t max_requests, int64_t max_context_len, Device device)
+    : table_(Tensor::zeros({max_requests, max_context_len}, DType::kI32, device)),
+      in_use_(max_requests, false) {
+  RLM_CHECK(device.is_cpu()) << "ReqToTokenPool on " << device.to_string() << " is not supported yet";
+  free_.reserve(max_requests);
+  for (int64_t i = max_requests - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
+}
+
+int32_t ReqToTokenPool::alloc() {
+  if (free_.empty()) return -1;
+  int32_t s = free_.back();
+  free_.pop_back();
+  in_use_[s] = true;
+  return s;
+}
+
+void ReqToTokenPool::free(int32_t req_slot) {
+  RLM_CHECK(req_slot >= 0 && req_slot < max_requests()) << "request slot " << req_slot << " out of range";
+  RLM_CHECK(in_use_[req_slot]) << "double free of request slot " << req_slot;
+  in_use_[req_slot] = false;
+  free_.push_back(req_slot);
+}
+
+void ReqToTokenPool::write(int32_t req_slot, int64_t start, const std::vector<int32_t>& slots) {
+  RLM_CHECK(req_slot >= 0 && req_slot < max_requests() && in_use_[req_slot]) << "request slot " << req_slot;
+  RLM_CHECK(start >= 0 && start + static_cast<int64_t>(slots.size()) <= max_context_len())
+      << "positions [" << start << ", " << start + static_cast<int64_t>(slots.size())
+      << ") exceed the context length " << max_context_len();
+  if (slots.empty()) return;
+  std::memcpy(table_.data<int32_t>() + req_slot * max_context_len() + start, slots.data(), slots.size() * 4);
+}
+
+std::vector<int32_t> ReqToTokenPool::read(int32_t req_slot, int64_t start, int64_t end) const {
+  RLM_CHECK(req_slot >= 0 && req_slot < max_requests()) << "request slot " << req_slot;
+  RLM_CHECK(0 <= start && start <= end && end <= max_context_len()) << "positions [" << start << ", " << end << ")";
+  const int32_t* row = table_.data<int32_t>() + req_slot * max_context_len();
+  return std::vector<int32_t>(row + start, row + end);
+}
+
+}  // namespace rlm

@@ -1,0 +1,65 @@
+// KV memory: one pool of num_pages * page_size slots per layer, K and V in NHD layout, plus the
+// request -> token table (req_to_token). Slot s belongs to page s / page_size. The pool owns the
+// tensors; which slots are in use is decided by the page allocator and the prefix cache.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace rlm {
+
+struct KVPoolConfig {
+  int64_t num_layers = 0;
+  int64_t num_pages = 0;
+  int64_t page_size = 1;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  DType dtype = DType::kF32;
+  Device device = Device::cpu();
+};
+
+class KVPool {
+ public:
+  explicit KVPool(const KVPoolConfig& config);
+
+  const KVPoolConfig& config() const { return config_; }
+  int64_t num_slots() const { return config_.num_pages * config_.page_size; }
+  int64_t page_size() const { return config_.page_size; }
+  // [num_slots, num_kv_heads, head_dim]
+  const Tensor& k_buffer(int64_t layer) const;
+  const Tensor& v_buffer(int64_t layer) const;
+  size_t bytes_per_token() const;  // over all layers, K and V
+
+ private:
+  KVPoolConfig config_;
+  std::vector<Tensor> k_;  // per layer [num_slots, num_kv_heads, head_dim]
+  std::vector<Tensor> v_;  // per layer [num_slots, num_kv_heads, head_dim]
+};
+
+// Maps (request slot, position) -> KV slot. Request slots are handed out and returned here.
+class ReqToTokenPool {
+ public:
+  ReqToTokenPool(int64_t max_requests, int64_t max_context_len, Device device = Device::cpu());
+
+  // A free request slot, or -1 when all are taken (state unchanged).
+  int32_t alloc();
+  void free(int32_t req_slot);
+  int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
+  int64_t max_requests() const { return table_.size(0); }
+  int64_t max_context_len() const { return table_.size(1); }
+
+  // Writes slots for positions [start, start + slots.size()) of request `req_slot`.
+  void write(int32_t req_slot, int64_t start, const std::vector<int32_t>& slots);
+  // Reads slots for positions [start, end).
+  std::vector<int32_t> read(int32_t req_slot, int64_t start, int64_t end) const;
+  const Tensor& table() const { return table_; }  // i32 [max_requests, max_context_len]
+
+ private:
+  Tensor table_;  // i32 [max_requests, max_context_len]
+  std::vector<int32_t> free_;
+  std::vector<bool> in_use_;
+};
+
+}  // namespace rlm

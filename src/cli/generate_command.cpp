@@ -1,0 +1,167 @@
+// `radixlm generate`: offline generation for a batch of prompts given as token ids
+// (--prompt-ids, repeatable, or a JSONL file); prints one JSON line per prompt.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "engine/generator.h"
+#include "engine/model_loader.h"
+
+namespace rlm::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model;
+  std::vector<std::string> prompt_ids;
+  std::string prompts_file;
+  int64_t max_tokens = 16;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int32_t top_k = -1;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  std::string load_format = "auto";
+  std::string attention_backend = "cpu";
+  int64_t page_size = 16;
+  int64_t max_batch_size = 0;
+  int64_t max_context_len = 0;
+};
+
+StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      long long v = std::stoll(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument("bad");
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      return invalid_argument(str("bad token id '", item, "' in --prompt-ids '", text, "'"));
+    }
+  }
+  if (ids.empty()) return invalid_argument("--prompt-ids is empty");
+  return ids;
+}
+
+GenerateRequest base_request(const GenerateArgs& a) {
+  GenerateRequest r;
+  r.max_tokens = a.max_tokens;
+  r.sampling.temperature = a.temperature;
+  r.sampling.top_p = a.top_p;
+  r.sampling.top_k = a.top_k;
+  r.sampling.min_p = a.min_p;
+  r.sampling.seed = a.seed;
+  r.ignore_eos = a.ignore_eos;
+  return r;
+}
+
+StatusOr<std::vector<GenerateRequest>> collect_requests(const GenerateArgs& a) {
+  std::vector<GenerateRequest> reqs;
+  for (const std::string& text : a.prompt_ids) {
+    GenerateRequest r = base_request(a);
+    RLM_ASSIGN_OR_RETURN(r.prompt_ids, parse_ids(text));
+    reqs.push_back(std::move(r));
+  }
+  if (!a.prompts_file.empty()) {
+    std::ifstream in(a.prompts_file);
+    if (!in) return not_found(str("cannot open prompts file '", a.prompts_file, "'"));
+    std::string line;
+    int line_no = 0;
+    while (std::getline(in, line)) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("prompt_ids") || !j["prompt_ids"].is_array()) {
+        return invalid_argument(str(a.prompts_file, ":", line_no, ": expected {\"prompt_ids\": [...]}"));
+      }
+      GenerateRequest r = base_request(a);
+      for (const auto& v : j["prompt_ids"]) {
+        if (!v.is_number_integer()) return invalid_argument(str(a.prompts_file, ":", line_no, ": non-integer id"));
+        r.prompt_ids.push_back(v.get<int32_t>());
+      }
+      if (j.contains("max_tokens")) {
+        if (!j["max_tokens"].is_number_integer()) {
+          return invalid_argument(str(a.prompts_file, ":", line_no, ": max_tokens must be an integer"));
+        }
+        r.max_tokens = j["max_tokens"].get<int64_t>();
+      }
+      reqs.push_back(std::move(r));
+    }
+  }
+  if (reqs.empty()) return invalid_argument("no prompts: give --prompt-ids and/or --prompts-file");
+  return reqs;
+}
+
+int run_generate(const GenerateArgs& a) {
+  auto reqs = collect_requests(a);
+  if (!reqs.is_ok()) {
+    std::fprintf(stderr, "radixlm generate: %s\n", reqs.status().message().c_str());
+    return 2;
+  }
+  LoadOptions lo;
+  lo.load_format = a.load_format;
+  lo.dummy_seed = a.seed;
+  auto loaded = load_model(a.model, lo);
+  if (!loaded.is_ok()) {
+    std::fprintf(stderr, "radixlm generate: %s\n", loaded.status().to_string().c_str());
+    return 1;
+  }
+  ModelRunnerConfig rc;
+  rc.attention_backend = a.attention_backend;
+  rc.page_size = a.page_size;
+  rc.max_requests = std::max<int64_t>(1, std::min<int64_t>(64, static_cast<int64_t>(reqs->size())));
+  int64_t longest = 0;
+  for (const auto& r : *reqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens);
+  rc.max_context_len = a.max_context_len > 0 ? a.max_context_len
+                                             : std::min<int64_t>(loaded->config.max_position_embeddings, longest);
+  auto runner = ModelRunner::create(std::move(loaded->model), rc);
+  if (!runner.is_ok()) {
+    std::fprintf(stderr, "radixlm generate: %s\n", runner.status().to_string().c_str());
+    return 1;
+  }
+  Generator gen(**runner);
+  auto outs = gen.generate(*reqs, a.max_batch_size);
+  if (!outs.is_ok()) {
+    std::fprintf(stderr, "radixlm generate: %s\n", outs.status().to_string().c_str());
+    return 1;
+  }
+  for (size_t i = 0; i < outs->size(); ++i) {
+    nlohmann::json j;
+    j["index"] = i;
+    j["output_ids"] = (*outs)[i].output_ids;
+    j["finish_reason"] = (*outs)[i].finish_reason;
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate continuations for a batch of prompts");
+  sub->add_option("--model", args->model, "Model directory (config.json + safetensors)")->required();
+  sub->add_option("--prompt-ids", args->prompt_ids, "Comma-separated prompt token ids (repeatable)");
+  sub->add_option("--prompts-file", args->prompts_file, "JSONL file of {\"prompt_ids\": [...], \"max_tokens\": N}");
+  sub->add_option("--max-tokens", args->max_tokens, "Tokens to generate per prompt")->check(CLI::PositiveNumber);
+  sub->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--top-p", args->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--top-k", args->top_k, "Top-k sampling (-1: off)");
+  sub->add_option("--min-p", args->min_p, "Min-p sampling")->check(CLI::Range(0.0f, 1.0f));
+  sub->add_option("--seed", args->seed, "Random seed (sampling; dummy weights)");
+  sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
+  sub->add_option("--load-format", args->load_format, "auto | safetensors | dummy");
+  sub->add_option("--attention-backend", args->attention_backend, "Attention backend");
+  sub->add_option("--page-size", args->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
+  sub->add_option("--max-batch-size", args->max_batch_size, "Prompts per batch (0: all)");
+  sub->add_option("--max-context-len", args->max_context_len, "Context length (0: from the prompts)");
+  out.emplace_back(sub, [args] { return run_generate(*args); });
+}
+
+}  // namespace rlm::cli

@@ -1,0 +1,45 @@
+// ForwardBatch: everything one model step needs, built by the scheduler (or the offline
+// generator) on the host. Index tensors live on the model's device; the *_cpu vectors mirror
+// them for host-side planning (attention metadata, logits selection).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace rlm {
+
+class AttentionBackend;
+class KVPool;
+class ReqToTokenPool;
+
+enum class ForwardMode : uint8_t {
+  kExtend,  // prefill / chunked prefill: each request adds extend_len >= 1 tokens after a prefix
+  kDecode,  // every request adds exactly one token
+};
+
+struct ForwardBatch {
+  ForwardMode mode = ForwardMode::kExtend;
+  int64_t batch_size = 0;
+  int64_t num_tokens = 0;
+
+  Tensor input_ids;         // i32 [num_tokens]
+  Tensor positions;         // i32 [num_tokens]
+  Tensor out_cache_loc;     // i32 [num_tokens]  KV slots where this step's K/V are written
+  Tensor req_pool_indices;  // i32 [batch_size]  rows of req_to_token
+  Tensor seq_lens;          // i32 [batch_size]  KV length after this step (prefix + extend)
+  Tensor qo_indptr;         // i32 [batch_size + 1]  token rows of each request
+  Tensor logits_indices;    // i32 [num_outputs]  token rows whose logits the model returns
+
+  std::vector<int32_t> seq_lens_cpu;     // [batch_size]
+  std::vector<int32_t> extend_lens_cpu;  // [batch_size]  tokens added this step (1 in decode)
+  std::vector<int32_t> prefix_lens_cpu;  // [batch_size]  seq_len - extend_len
+  std::vector<int32_t> req_pool_indices_cpu;  // [batch_size]
+
+  AttentionBackend* attn_backend = nullptr;
+  KVPool* kv_pool = nullptr;
+  ReqToTokenPool* req_to_token = nullptr;
+};
+
+}  // namespace rlm

@@ -1,0 +1,84 @@
+#include "engine/model_runner.h"
+
+namespace rlm {
+
+StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<CausalLM> model,
+                                                           const ModelRunnerConfig& config) {
+  std::unique_ptr<ModelRunner> r(new ModelRunner());
+  r->config_ = config;
+  if (r->config_.max_context_len <= 0) r->config_.max_context_len = model->config().max_position_embeddings;
+  if (r->config_.page_size <= 0) return invalid_argument(str("page size must be positive, got ", config.page_size));
+  if (r->config_.max_requests <= 0) return invalid_argument("max_requests must be positive");
+  if (r->config_.num_pages <= 0) {
+    const int64_t pages_per_req = (r->config_.max_context_len + r->config_.page_size - 1) / r->config_.page_size;
+    r->config_.num_pages = pages_per_req * r->config_.max_requests;
+  }
+  RLM_ASSIGN_OR_RETURN(r->backend_, create_attention_backend(config.attention_backend));
+  const KVShape kv = model->kv_shape();
+  KVPoolConfig pc;
+  pc.num_layers = kv.num_layers;
+  pc.num_kv_heads = kv.num_kv_heads;
+  pc.head_dim = kv.head_dim;
+  pc.num_pages = r->config_.num_pages;
+  pc.page_size = r->config_.page_size;
+  pc.dtype = config.kv_dtype;
+  r->kv_pool_ = std::make_unique<KVPool>(pc);
+  r->req_to_token_ = std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len);
+  r->model_ = std::move(model);
+  return r;
+}
+
+ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchEntry>& entries) {
+  ForwardBatch b;
+  b.mode = mode;
+  b.batch_size = static_cast<int64_t>(entries.size());
+  std::vector<int32_t> ids, positions, slots, qo_indptr{0}, logits_rows, seq_lens, req_idx;
+  for (const BatchEntry& e : entries) {
+    RLM_CHECK_EQ(e.new_ids.size(), e.new_slots.size()) << " batch entry for request slot " << e.req_slot;
+    RLM_CHECK(!e.new_ids.empty()) << "batch entry with no new tokens (request slot " << e.req_slot << ")";
+    RLM_CHECK(mode != ForwardMode::kDecode || e.new_ids.size() == 1) << "decode entry with several tokens";
+    const int32_t n = static_cast<int32_t>(e.new_ids.size());
+    req_to_token_->write(e.req_slot, e.prefix_len, e.new_slots);
+    const int32_t row0 = static_cast<int32_t>(ids.size());
+    for (int32_t i = 0; i < n; ++i) {
+      ids.push_back(e.new_ids[i]);
+      positions.push_back(e.prefix_len + i);
+      slots.push_back(e.new_slots[i]);
+      if (e.all_logits || i == n - 1) logits_rows.push_back(row0 + i);
+    }
+    qo_indptr.push_back(static_cast<int32_t>(ids.size()));
+    seq_lens.push_back(e.prefix_len + n);
+    req_idx.push_back(e.req_slot);
+    b.extend_lens_cpu.push_back(n);
+    b.prefix_lens_cpu.push_back(e.prefix_len);
+  }
+  b.num_tokens = static_cast<int64_t>(ids.size());
+  b.input_ids = Tensor::from_vector(ids);
+  b.positions = Tensor::from_vector(positions);
+  b.out_cache_loc = Tensor::from_vector(slots);
+  b.req_pool_indices = Tensor::from_vector(req_idx);
+  b.seq_lens = Tensor::from_vector(seq_lens);
+  b.qo_indptr = Tensor::from_vector(qo_indptr);
+  b.logits_indices = Tensor::from_vector(logits_rows);
+  b.seq_lens_cpu = std::move(seq_lens);
+  b.req_pool_indices_cpu = std::move(req_idx);
+  return b;
+}
+
+Tensor ModelRunner::forward(ForwardBatch& batch) {
+  batch.attn_backend = backend_.get();
+  batch.kv_pool = kv_pool_.get();
+  batch.req_to_token = req_to_token_.get();
+  backend_->init_forward_metadata(batch);
+  return model_->forward(batch);
+}
+
+std::vector<int32_t> ModelRunner::sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows) {
+  RLM_CHECK_EQ(static_cast<int64_t>(rows.size()), logits.size(0)) << " sampling rows vs logits " << logits.describe();
+  Tensor out = Tensor::empty({logits.size(0)}, DType::kI32, logits.device());
+  ops::sample(logits, rows, out);
+  Tensor host = out.to(Device::cpu());
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
+}
+
+}  // namespace rlm

@@ -1,0 +1,64 @@
+// ModelRunner: owns the model, its KV pool, the request->token table and the attention backend,
+// and runs one step (metadata, forward, sampling) for a ForwardBatch.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention/attention_backend.h"
+#include "cache/kv_pool.h"
+#include "engine/forward_batch.h"
+#include "model/causal_lm.h"
+#include "ops/ops.h"
+
+namespace rlm {
+
+struct ModelRunnerConfig {
+  std::string attention_backend = "cpu";
+  int64_t page_size = 1;
+  int64_t num_pages = 0;        // KV capacity in pages; 0: enough for max_requests * max_context_len
+  int64_t max_requests = 64;    // rows of req_to_token
+  int64_t max_context_len = 0;  // 0: the model's max_position_embeddings
+  DType kv_dtype = DType::kF32;
+};
+
+// One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and
+// their K/V go to `new_slots`.
+struct BatchEntry {
+  int32_t req_slot = 0;
+  int32_t prefix_len = 0;
+  std::vector<int32_t> new_ids;
+  std::vector<int32_t> new_slots;
+  bool all_logits = false;  // logits for every new token (else only the last one)
+};
+
+class ModelRunner {
+ public:
+  static StatusOr<std::unique_ptr<ModelRunner>> create(std::unique_ptr<CausalLM> model,
+                                                       const ModelRunnerConfig& config);
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  const ModelRunnerConfig& config() const { return config_; }
+  KVPool& kv_pool() { return *kv_pool_; }
+  ReqToTokenPool& req_to_token() { return *req_to_token_; }
+  AttentionBackend& attention_backend() { return *backend_; }
+
+  // Builds the ForwardBatch for `entries` (writing their slots into req_to_token).
+  ForwardBatch build_batch(ForwardMode mode, const std::vector<BatchEntry>& entries);
+  // Runs the model; returns f32 logits [num_outputs, vocab] (rows in batch.logits_indices order).
+  Tensor forward(ForwardBatch& batch);
+  // One token per logits row.
+  std::vector<int32_t> sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows);
+
+ private:
+  ModelRunner() = default;
+
+  ModelRunnerConfig config_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<KVPool> kv_pool_;
+  std::unique_ptr<ReqToTokenPool> req_to_token_;
+  std::unique_ptr<AttentionBackend> backend_;
+};
+
+}  // namespace rlm

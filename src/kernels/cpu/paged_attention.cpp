@@ -1,0 +1,236 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace rlm::cpu {
+namespace {
+
+// Query rows handled by one work item (with all qo heads of one kv head).
+constexpr int64_t kQueryBlock = 16;
+
+struct WorkItem {
+  int64_t request;
+  int64_t kv_head;
+  int64_t q_begin, q_end;  // query indices within the request
+};
+
+void validate(const PagedBatch& b) {
+  RLM_CHECK(b.page_size > 0) << "paged_attention: page_size must be positive, got " << b.page_size;
+  auto req = [](int64_t r) { return str("paged_attention: request ", r, ": "); };
+  for (int64_t r = 0; r <= b.batch_size; ++r) {
+    if (b.qo_indptr[r] < 0 || (r > 0 && b.qo_indptr[r] < b.qo_indptr[r - 1]) || b.qo_indptr[r] > b.num_tokens) {
+      fail(str("paged_attention: qo_indptr[", r, "] = ", b.qo_indptr[r],
+               " is negative, decreasing or past the number of query rows ", b.num_tokens));
+    }
+    if (b.kv_indptr[r] < 0 || (r > 0 && b.kv_indptr[r] < b.kv_indptr[r - 1]) ||
+        b.kv_indptr[r] > b.num_pages_indexed) {
+      fail(str("paged_attention: kv_indptr[", r, "] = ", b.kv_indptr[r],
+               " is negative, decreasing or past the length of kv_indices ", b.num_pages_indexed));
+    }
+  }
+  for (int64_t r = 0; r < b.batch_size; ++r) {
+    const int64_t qo_len = b.qo_indptr[r + 1] - b.qo_indptr[r];
+    const int64_t seq_len = b.seq_lens[r];
+    const int64_t num_pages = b.kv_indptr[r + 1] - b.kv_indptr[r];
+    if (seq_len < qo_len) fail(req(r) + str("seq_len ", seq_len, " is smaller than its query count ", qo_len));
+    if (num_pages * b.page_size < seq_len) {
+      fail(req(r) + str(num_pages, " pages of ", b.page_size, " slots cannot hold seq_len ", seq_len));
+    }
+    const int64_t used = (seq_len + b.page_size - 1) / b.page_size;
+    for (int64_t i = 0; i < used; ++i) {
+      const int64_t page = b.kv_indices[b.kv_indptr[r] + i];
+      if (page < 0 || (page + 1) * b.page_size > b.num_slots) {
+        fail(req(r) + str("page index ", page, " (kv_indices[", b.kv_indptr[r] + i, "]) is outside the KV pool of ",
+                          b.num_slots, " slots"));
+      }
+    }
+  }
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// 8-float vectors (GCC/Clang vector extensions: SSE/AVX/NEON as available, elementwise and in a
+// fixed order, so results do not depend on alignment, the batch or the instruction set; no FMA
+// contraction under ISO C++). The helpers are internal and always inlined, so the ABI note about
+// passing 32-byte vectors without AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float V8 __attribute__((vector_size(32)));
+constexpr int64_t kMaxVecs = 32;  // head_dim <= 256 on the vector path
+
+inline V8 load8(const float* p) {
+  V8 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+inline float hsum(V8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+
+// head_dim % 8 == 0: two accumulators over alternating vectors.
+inline float dot_v8(const float* a, const float* b, int64_t nv) {
+  V8 acc0 = {}, acc1 = {};
+  int64_t i = 0;
+  for (; i + 2 <= nv; i += 2) {
+    acc0 += load8(a + 8 * i) * load8(b + 8 * i);
+    acc1 += load8(a + 8 * i + 8) * load8(b + 8 * i + 8);
+  }
+  if (i < nv) acc0 += load8(a + 8 * i) * load8(b + 8 * i);
+  return hsum(acc0 + acc1);
+}
+
+// Pointers to f32 rows of one kv head for key positions [0, count); 16-bit caches are widened into
+// `storage` (exact conversion, so the result does not depend on how items are formed).
+void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, int64_t kv_head, int64_t count,
+                 int64_t head_dim, std::vector<float>& storage, std::vector<const float*>& rows) {
+  rows.resize(static_cast<size_t>(count));
+  const bool widen = cache.dtype != DType::kF32;
+  if (widen) storage.resize(static_cast<size_t>(count * head_dim));
+  const int32_t* pages = b.kv_indices + b.kv_indptr[request];
+  const size_t es = dtype_size(cache.dtype);
+  for (int64_t pos = 0; pos < count; ++pos) {
+    const int64_t slot = static_cast<int64_t>(pages[pos / b.page_size]) * b.page_size + pos % b.page_size;
+    const char* src = static_cast<const char*>(cache.data) +
+                      static_cast<size_t>(slot * cache.token_stride + kv_head * cache.head_stride) * es;
+    if (widen) {
+      float* dst = storage.data() + pos * head_dim;
+      convert_to_f32(src, cache.dtype, dst, static_cast<size_t>(head_dim));
+      rows[pos] = dst;
+    } else {
+      rows[pos] = reinterpret_cast<const float*>(src);
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// An AVX2 clone of the hot loop where the CPU has it (same arithmetic, wider registers).
+__attribute__((target_clones("avx2", "default")))
+#endif
+void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache,
+              const PagedBatch& b, const AttnConfig& cfg, float* out, int64_t out_ts, int64_t out_hs) {
+  thread_local std::vector<float> k_store, v_store, scores, sums, acc;
+  thread_local std::vector<V8> acc_v;
+  thread_local std::vector<const float*> k_rows, v_rows, q_rows;
+  const int64_t r = item.request;
+  const int64_t qo_begin = b.qo_indptr[r];
+  const int64_t qo_len = b.qo_indptr[r + 1] - qo_begin;
+  const int64_t seq_len = b.seq_lens[r];
+  const int64_t d = cfg.head_dim;
+  const int64_t nv = d / 8;
+  const bool vec = d % 8 == 0 && nv <= kMaxVecs;
+  // Keys visible to the last query of the block: positions [0, n_keys).
+  const int64_t n_keys = seq_len - qo_len + item.q_end;
+  gather_rows(k_cache, b, r, item.kv_head, n_keys, d, k_store, k_rows);
+  gather_rows(v_cache, b, r, item.kv_head, n_keys, d, v_store, v_rows);
+  // The qo heads of one kv head share each loaded K/V row; every head's arithmetic (order of the
+  // dot product, the max, the exp sum and the weighted sum over keys) is the same as alone.
+  const int64_t group = cfg.num_qo_heads / cfg.num_kv_heads;
+  scores.resize(static_cast<size_t>(group * n_keys));
+  sums.resize(static_cast<size_t>(group));
+  q_rows.resize(static_cast<size_t>(group));
+  if (vec) {
+    acc_v.resize(static_cast<size_t>(group * nv));
+  } else {
+    acc.resize(static_cast<size_t>(group * d));
+  }
+  const float* qbase = static_cast<const float*>(q.data);
+  for (int64_t j = item.q_begin; j < item.q_end; ++j) {
+    const int64_t pos = seq_len - qo_len + j;
+    const int64_t lo = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0;
+    const int64_t row = qo_begin + j;
+    for (int64_t hh = 0; hh < group; ++hh) {
+      q_rows[hh] = qbase + row * q.token_stride + (item.kv_head * group + hh) * q.head_stride;
+    }
+    for (int64_t t = lo; t <= pos; ++t) {
+      const float* kr = k_rows[t];
+      for (int64_t hh = 0; hh < group; ++hh) {
+        float s = (vec ? dot_v8(q_rows[hh], kr, nv) : dot(q_rows[hh], kr, d)) * cfg.scale;
+        if (cfg.logit_soft_cap > 0.0f) s = cfg.logit_soft_cap * std::tanh(s / cfg.logit_soft_cap);
+        scores[hh * n_keys + t] = s;
+      }
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      float* sc = scores.data() + hh * n_keys;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t t = lo; t <= pos; ++t) m = std::max(m, sc[t]);
+      float sum = 0.0f;
+      for (int64_t t = lo; t <= pos; ++t) {
+        sc[t] = std::exp(sc[t] - m);
+        sum += sc[t];
+      }
+      sums[hh] = sum;
+    }
+    if (vec) {
+      std::fill(acc_v.begin(), acc_v.end(), V8{});
+      for (int64_t t = lo; t <= pos; ++t) {
+        const float* vr = v_rows[t];
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const V8 p = V8{} + scores[hh * n_keys + t];
+          V8* a = acc_v.data() + hh * nv;
+          for (int64_t c = 0; c < nv; ++c) a[c] += p * load8(vr + 8 * c);
+        }
+      }
+    } else {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t t = lo; t <= pos; ++t) {
+        const float* vr = v_rows[t];
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const float p = scores[hh * n_keys + t];
+          float* a = acc.data() + hh * d;
+          for (int64_t c = 0; c < d; ++c) a[c] += p * vr[c];
+        }
+      }
+    }
+    for (int64_t hh = 0; hh < group; ++hh) {
+      const float inv = 1.0f / sums[hh];
+      float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
+      if (vec) {
+        const V8* a = acc_v.data() + hh * nv;
+        for (int64_t c = 0; c < nv; ++c) {
+          const V8 res = a[c] * inv;
+          std::memcpy(o + 8 * c, &res, sizeof(res));
+        }
+      } else {
+        const float* a = acc.data() + hh * d;
+        for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache, const PagedBatch& batch,
+                     const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride) {
+  RLM_CHECK(cfg.num_kv_heads > 0 && cfg.num_qo_heads % cfg.num_kv_heads == 0)
+      << "paged_attention: num_qo_heads " << cfg.num_qo_heads << " is not a multiple of num_kv_heads "
+      << cfg.num_kv_heads;
+  validate(batch);
+  std::vector<WorkItem> items;
+  for (int64_t r = 0; r < batch.batch_size; ++r) {
+    const int64_t qo_len = batch.qo_indptr[r + 1] - batch.qo_indptr[r];
+    for (int64_t g = 0; g < cfg.num_kv_heads; ++g) {
+      for (int64_t j = 0; j < qo_len; j += kQueryBlock) items.push_back({r, g, j, std::min(qo_len, j + kQueryBlock)});
+    }
+  }
+  parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      run_item(items[i], q, k_cache, v_cache, batch, cfg, out, out_token_stride, out_head_stride);
+    }
+  });
+}
+
+}  // namespace rlm::cpu

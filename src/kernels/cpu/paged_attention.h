@@ -1,0 +1,48 @@
+// CPU causal attention with GQA over a paged KV cache, for a batch of extend/decode requests.
+// Every output row is computed by the same code from its own request's data only, so results are
+// bit-identical whatever the batch composition or thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace rlm::cpu {
+
+// Rows of [*, num_heads, head_dim] with a unit last stride; strides in elements.
+struct AttnRows {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t token_stride = 0;  // per token (q/out) or per slot (caches)
+  int64_t head_stride = 0;
+};
+
+// Index data of one call (host pointers; see ops::paged_attention for the meaning).
+struct PagedBatch {
+  int64_t batch_size = 0;
+  const int32_t* qo_indptr = nullptr;   // [bs + 1]
+  const int32_t* kv_indptr = nullptr;   // [bs + 1]
+  const int32_t* kv_indices = nullptr;  // [kv_indptr[bs]]
+  const int32_t* seq_lens = nullptr;    // [bs]
+  int64_t num_pages_indexed = 0;        // length of kv_indices
+  int64_t page_size = 1;
+  int64_t num_slots = 0;                // slots in the caches
+  int64_t num_tokens = 0;               // rows of q / out
+};
+
+struct AttnConfig {
+  int64_t num_qo_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+  int64_t sliding_window = -1;  // > 0: query at position p sees keys in (p - window, p]
+  float logit_soft_cap = 0.0f;  // > 0: s = cap * tanh(s / cap)
+};
+
+// Validates the index data (throws rlm::Error naming the request and the bad value) and then
+// computes out. q, out: f32 [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
+// [num_slots, num_kv_heads, head_dim]. Scores, softmax and the weighted sum are all in f32.
+void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache, const PagedBatch& batch,
+                     const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride);
+
+}  // namespace rlm::cpu

@@ -1,0 +1,150 @@
+#include "model/llama.h"
+
+#include <cmath>
+
+namespace rlm {
+
+namespace {
+
+// Per-layer sliding window: transformers 5.x lists `layer_types` ("sliding_attention" /
+// "full_attention"); otherwise config.sliding_window applies to every layer when set.
+int64_t layer_sliding_window(const ModelConfig& c, int64_t layer) {
+  if (c.sliding_window <= 0) return -1;
+  const auto it = c.raw.find("layer_types");
+  if (it != c.raw.end() && it->is_array() && layer < static_cast<int64_t>(it->size())) {
+    return (*it)[layer] == "sliding_attention" ? c.sliding_window : -1;
+  }
+  return c.sliding_window;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CausalLM>> LlamaForCausalLM::create(const ModelConfig& config, const LlamaVariant& variant,
+                                                              WeightSource& weights) {
+  std::unique_ptr<LlamaForCausalLM> m(new LlamaForCausalLM(config, variant));
+  RLM_RETURN_IF_ERROR(m->load(weights));
+  return std::unique_ptr<CausalLM>(std::move(m));
+}
+
+KVShape LlamaForCausalLM::kv_shape() const {
+  return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
+}
+
+Status LlamaForCausalLM::load(WeightSource& ws) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads, hk = c.num_key_value_heads;
+  RLM_ASSIGN_OR_RETURN(embed_tokens_, ws.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    DecoderLayer layer;
+    RLM_ASSIGN_OR_RETURN(layer.input_layernorm, ws.get(p + ".input_layernorm.weight", {hidden}));
+    RLM_ASSIGN_OR_RETURN(layer.post_attention_layernorm, ws.get(p + ".post_attention_layernorm.weight", {hidden}));
+    RLM_ASSIGN_OR_RETURN(layer.qkv_proj, load_fused_linear(ws,
+                                                           {p + ".self_attn.q_proj", p + ".self_attn.k_proj",
+                                                            p + ".self_attn.v_proj"},
+                                                           {hq * d, hk * d, hk * d}, hidden, variant_.qkv_bias));
+    RLM_ASSIGN_OR_RETURN(layer.o_proj, load_linear(ws, p + ".self_attn.o_proj", hidden, hq * d, variant_.o_bias));
+    if (variant_.qk_norm) {
+      RLM_ASSIGN_OR_RETURN(layer.q_norm, ws.get(p + ".self_attn.q_norm.weight", {d}));
+      RLM_ASSIGN_OR_RETURN(layer.k_norm, ws.get(p + ".self_attn.k_norm.weight", {d}));
+    }
+    RLM_ASSIGN_OR_RETURN(layer.gate_up_proj,
+                         load_fused_linear(ws, {p + ".mlp.gate_proj", p + ".mlp.up_proj"},
+                                           {c.intermediate_size, c.intermediate_size}, hidden, variant_.mlp_bias));
+    RLM_ASSIGN_OR_RETURN(layer.down_proj,
+                         load_linear(ws, p + ".mlp.down_proj", hidden, c.intermediate_size, variant_.mlp_bias));
+    layer.attn.layer_id = l;
+    layer.attn.num_qo_heads = hq;
+    layer.attn.num_kv_heads = hk;
+    layer.attn.head_dim = d;
+    layer.attn.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+    layer.attn.params.sliding_window = layer_sliding_window(c, l);
+    layers_.push_back(std::move(layer));
+  }
+  RLM_ASSIGN_OR_RETURN(norm_, ws.get("model.norm.weight", {hidden}));
+  if (c.tie_word_embeddings || !ws.has("lm_head.weight")) {
+    if (!c.tie_word_embeddings && !ws.has("lm_head.weight")) {
+      return not_found(str("lm_head.weight is missing from ", ws.describe(),
+                           " and tie_word_embeddings is false"));
+    }
+    lm_head_ = embed_tokens_;
+  } else {
+    RLM_ASSIGN_OR_RETURN(lm_head_, ws.get("lm_head.weight", {c.vocab_size, hidden}));
+  }
+  // Norm weights in f32 so the elementwise kernels see one dtype.
+  for (DecoderLayer& layer : layers_) {
+    layer.input_layernorm = layer.input_layernorm.to(DType::kF32);
+    layer.post_attention_layernorm = layer.post_attention_layernorm.to(DType::kF32);
+    if (variant_.qk_norm) {
+      layer.q_norm = layer.q_norm.to(DType::kF32);
+      layer.k_norm = layer.k_norm.to(DType::kF32);
+    }
+  }
+  norm_ = norm_.to(DType::kF32);
+
+  ops::RopeConfig rope;
+  rope.rotary_dim = static_cast<int64_t>(static_cast<double>(d) * c.rope.partial_rotary_factor);
+  rope.theta = c.rope.rope_theta;
+  rope.is_neox = true;
+  rope.scaling_type = c.rope.rope_type;
+  rope.factor = c.rope.factor;
+  rope.low_freq_factor = c.rope.low_freq_factor;
+  rope.high_freq_factor = c.rope.high_freq_factor;
+  rope.original_max_position = c.rope.original_max_position_embeddings;
+  rope_cos_sin_ = ops::make_rope_cos_sin_cache(rope, c.max_position_embeddings);
+  return Status::ok();
+}
+
+Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
+  const ModelConfig& c = config_;
+  const int64_t n = batch.num_tokens, hidden = c.hidden_size, d = c.head_dim;
+  const int64_t hq = c.num_attention_heads, hk = c.num_key_value_heads;
+  RLM_CHECK(batch.attn_backend != nullptr) << "ForwardBatch without an attention backend";
+  const Device dev = batch.input_ids.device();
+
+  Tensor hidden_states = Tensor::empty({n, hidden}, DType::kF32, dev);  // [num_tokens, hidden]
+  Tensor residual = Tensor::empty({n, hidden}, DType::kF32, dev);       // [num_tokens, hidden]
+  Tensor qkv = Tensor::empty({n, (hq + 2 * hk) * d}, DType::kF32, dev);
+  Tensor gate_up = Tensor::empty({n, 2 * c.intermediate_size}, DType::kF32, dev);
+  Tensor act = Tensor::empty({n, c.intermediate_size}, DType::kF32, dev);
+
+  ops::embedding(batch.input_ids, embed_tokens_, hidden_states);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const DecoderLayer& layer = layers_[l];
+    if (l == 0) {
+      residual.copy_(hidden_states);
+      ops::rms_norm(hidden_states, layer.input_layernorm, eps, hidden_states);
+    } else {
+      ops::fused_add_rms_norm(hidden_states, residual, layer.input_layernorm, eps);
+    }
+    // Self-attention.
+    ops::linear(hidden_states, layer.qkv_proj.weight, layer.qkv_proj.bias, qkv);
+    Tensor heads = qkv.view({n, hq + 2 * hk, d});
+    Tensor q = heads.slice(1, 0, hq);             // [num_tokens, num_qo_heads, head_dim]
+    Tensor k = heads.slice(1, hq, hq + hk);       // [num_tokens, num_kv_heads, head_dim]
+    Tensor v = heads.slice(1, hq + hk, hq + 2 * hk);
+    if (variant_.qk_norm) {
+      ops::rms_norm(q, layer.q_norm, eps, q);
+      ops::rms_norm(k, layer.k_norm, eps, k);
+    }
+    ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
+    Tensor attn = batch.attn_backend->forward(q, k, v, layer.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
+    ops::linear(attn.view({n, hq * d}), layer.o_proj.weight, layer.o_proj.bias, hidden_states);
+    // MLP.
+    ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
+    ops::linear(hidden_states, layer.gate_up_proj.weight, layer.gate_up_proj.bias, gate_up);
+    ops::silu_and_mul(gate_up, act);
+    ops::linear(act, layer.down_proj.weight, layer.down_proj.bias, hidden_states);
+  }
+  ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
+
+  const int64_t num_out = batch.logits_indices.numel();
+  Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]
+  ops::embedding(batch.logits_indices, hidden_states, selected);
+  Tensor logits = Tensor::empty({num_out, c.vocab_size}, DType::kF32, dev);
+  ops::linear(selected, lm_head_, std::nullopt, logits);
+  return logits;
+}
+
+}  // namespace rlm

@@ -1,0 +1,54 @@
+// The Llama family as Hugging Face defines it: LlamaForCausalLM (Llama 2/3/3.x, SmolLM2),
+// Qwen2ForCausalLM (q/k/v bias) and Qwen3ForCausalLM (per-head q/k RMSNorm) share this decoder;
+// qwen2.cpp and qwen3.cpp select their variant.
+#pragma once
+
+#include <vector>
+
+#include "attention/attention_backend.h"
+#include "model/causal_lm.h"
+#include "model/layers.h"
+
+namespace rlm {
+
+struct LlamaVariant {
+  bool qkv_bias = false;  // Qwen2: always; Llama: config.attention_bias
+  bool o_bias = false;    // Llama: config.attention_bias
+  bool mlp_bias = false;  // Llama: config.mlp_bias
+  bool qk_norm = false;   // Qwen3
+};
+
+class LlamaForCausalLM : public CausalLM {
+ public:
+  static StatusOr<std::unique_ptr<CausalLM>> create(const ModelConfig& config, const LlamaVariant& variant,
+                                                    WeightSource& weights);
+
+  const ModelConfig& config() const override { return config_; }
+  KVShape kv_shape() const override;
+  Tensor forward(const ForwardBatch& batch) override;
+
+ private:
+  struct DecoderLayer {
+    Tensor input_layernorm;           // [hidden]
+    Tensor post_attention_layernorm;  // [hidden]
+    Linear qkv_proj;                  // [(num_qo_heads + 2 * num_kv_heads) * head_dim, hidden]
+    Linear o_proj;                    // [hidden, num_qo_heads * head_dim]
+    Tensor q_norm, k_norm;            // [head_dim] (Qwen3)
+    Linear gate_up_proj;              // [2 * intermediate, hidden]
+    Linear down_proj;                 // [hidden, intermediate]
+    AttentionLayer attn;
+  };
+
+  LlamaForCausalLM(ModelConfig config, LlamaVariant variant) : config_(std::move(config)), variant_(variant) {}
+  Status load(WeightSource& weights);
+
+  ModelConfig config_;
+  LlamaVariant variant_;
+  Tensor embed_tokens_;  // [vocab, hidden]
+  std::vector<DecoderLayer> layers_;
+  Tensor norm_;     // [hidden]
+  Tensor lm_head_;  // [vocab, hidden] (the embedding when tied)
+  Tensor rope_cos_sin_;  // f32 [max_positions, rotary_dim]
+};
+
+}  // namespace rlm

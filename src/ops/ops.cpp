@@ -1,0 +1,461 @@
+// ops:: — boundary checks (shapes, dtypes, devices; messages name the tensors) and dispatch to the
+// kernels of the tensors' device. Only the CPU kernels are built here; other devices fail clearly.
+#include "ops/ops.h"
+
+#include <cmath>
+#include <initializer_list>
+#include <string>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/kv_store.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rotary.h"
+#include "kernels/cpu/sampling.h"
+#include "kernels/cpu/softmax.h"
+
+namespace rlm::ops {
+namespace {
+
+// Collects the checks of one op so every message starts with "ops::<op>: <name> <tensor>".
+class OpCheck {
+ public:
+  explicit OpCheck(const char* op) : op_(op) {}
+
+  [[noreturn]] void fail_with(const std::string& message) const { fail(str("ops::", op_, ": ", message)); }
+  [[noreturn]] void not_built(Device device) const {
+    fail_with(str("not built for ", device.to_string(), " (only the CPU kernels are compiled in)"));
+  }
+
+  void defined(const char* name, const Tensor& t) const {
+    if (!t.defined()) fail_with(str(name, " is an undefined tensor"));
+  }
+  void dtype(const char* name, const Tensor& t, std::initializer_list<DType> allowed) const {
+    defined(name, t);
+    for (DType d : allowed) {
+      if (t.dtype() == d) return;
+    }
+    std::string names;
+    for (DType d : allowed) names += std::string(names.empty() ? "" : " or ") + dtype_name(d);
+    fail_with(str(name, " ", t.describe(), " must have dtype ", names));
+  }
+  void dims(const char* name, const Tensor& t, int64_t n, const char* layout) const {
+    defined(name, t);
+    if (t.dim() != n) fail_with(str(name, " ", t.describe(), " must be ", n, "-D ", layout));
+  }
+  void size(const char* name, const Tensor& t, int64_t d, int64_t expected, const char* what) const {
+    if (t.size(d) != expected) {
+      fail_with(str(name, " ", t.describe(), ": dimension ", d, " must be ", what, " = ", expected));
+    }
+  }
+  void unit_last_stride(const char* name, const Tensor& t) const {
+    if (t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) {
+      fail_with(str(name, " ", t.describe(), " needs a unit stride in its last dimension (strides ",
+                    shape_to_string(t.strides()), ")"));
+    }
+  }
+  void same_device(const Tensor& ref, const char* name, const Tensor& t) const {
+    if (t.device() != ref.device()) {
+      fail_with(str(name, " ", t.describe(), " is not on the same device as the other inputs (",
+                    ref.device().to_string(), ")"));
+    }
+  }
+
+ private:
+  const char* op_;
+};
+
+// Values of a 1-D i32/i64 CPU tensor of any stride, as int64.
+std::vector<int64_t> index_values(const Tensor& t) {
+  std::vector<int64_t> v(static_cast<size_t>(t.size(0)));
+  for (int64_t i = 0; i < t.size(0); ++i) {
+    v[i] = t.dtype() == DType::kI32 ? t.at<int32_t>({i}) : t.at<int64_t>({i});
+  }
+  return v;
+}
+
+// Row stride of a 2-D tensor that tolerates size-1 rows (any stride is fine then).
+int64_t row_stride(const Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
+
+// A 2-D [n, d] or 3-D [n, heads, d] f32 tensor as rows for the norm kernels.
+cpu::RowSet row_set(const Tensor& t) {
+  cpu::RowSet r;
+  r.data = t.data<float>();
+  r.n0 = t.size(0);
+  r.stride0 = t.stride(0);
+  if (t.dim() == 3) {
+    r.n1 = t.size(1);
+    r.stride1 = t.stride(1);
+  }
+  return r;
+}
+
+void check_rows(const OpCheck& c, const char* name, const Tensor& t) {
+  c.dtype(name, t, {DType::kF32});
+  if (t.dim() != 2 && t.dim() != 3) {
+    c.fail_with(str(name, " ", t.describe(), " must be 2-D [n, d] or 3-D [n, heads, d]"));
+  }
+  c.unit_last_stride(name, t);
+}
+
+void check_norm_weight(const OpCheck& c, const Tensor& weight, int64_t d) {
+  c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  c.dims("weight", weight, 1, "[d]");
+  c.size("weight", weight, 0, d, "the row length d");
+  c.unit_last_stride("weight", weight);
+}
+
+}  // namespace
+
+void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
+  OpCheck c("embedding");
+  c.dtype("ids", ids, {DType::kI32});
+  c.dims("ids", ids, 1, "[num_tokens]");
+  c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  c.dims("weight", weight, 2, "[vocab_size, hidden]");
+  c.unit_last_stride("weight", weight);
+  c.dtype("out", out, {DType::kF32, DType::kBF16, DType::kF16});
+  c.dims("out", out, 2, "[num_tokens, hidden]");
+  c.size("out", out, 0, ids.size(0), "num_tokens (ids.size(0))");
+  c.size("out", out, 1, weight.size(1), "hidden (weight.size(1))");
+  c.unit_last_stride("out", out);
+  c.same_device(ids, "weight", weight);
+  c.same_device(ids, "out", out);
+  if (ids.device().is_cpu()) {
+    const Tensor ids_c = ids.contiguous();
+    cpu::embedding(ids_c.data<int32_t>(), ids.size(0), weight.data_ptr(), weight.dtype(), row_stride(weight),
+                   weight.size(0), weight.size(1), out.data_ptr(), out.dtype(), row_stride(out));
+  } else {
+    c.not_built(ids.device());
+  }
+}
+
+void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  OpCheck c("rms_norm");
+  check_rows(c, "x", x);
+  check_rows(c, "out", out);
+  if (out.shape() != x.shape()) c.fail_with(str("out ", out.describe(), " must have the shape of x ", x.describe()));
+  check_norm_weight(c, weight, x.size(-1));
+  c.same_device(x, "weight", weight);
+  c.same_device(x, "out", out);
+  if (x.device().is_cpu()) {
+    cpu::rms_norm(row_set(x), row_set(out), x.size(-1), weight.data_ptr(), weight.dtype(), eps);
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+void fused_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps) {
+  OpCheck c("fused_add_rms_norm");
+  check_rows(c, "x", x);
+  check_rows(c, "residual", residual);
+  if (residual.shape() != x.shape()) {
+    c.fail_with(str("residual ", residual.describe(), " must have the shape of x ", x.describe()));
+  }
+  check_norm_weight(c, weight, x.size(-1));
+  c.same_device(x, "residual", residual);
+  c.same_device(x, "weight", weight);
+  if (x.device().is_cpu()) {
+    cpu::fused_add_rms_norm(row_set(x), row_set(residual), x.size(-1), weight.data_ptr(), weight.dtype(), eps);
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+Tensor make_rope_cos_sin_cache(const RopeConfig& cfg, int64_t max_positions) {
+  OpCheck c("make_rope_cos_sin_cache");
+  if (cfg.rotary_dim <= 0 || cfg.rotary_dim % 2 != 0) {
+    c.fail_with(str("rotary_dim must be positive and even, got ", cfg.rotary_dim));
+  }
+  if (!(cfg.theta > 0)) c.fail_with(str("theta must be positive, got ", cfg.theta));
+  if (max_positions <= 0) c.fail_with(str("max_positions must be positive, got ", max_positions));
+  const std::vector<float> inv_freq =
+      cpu::rope_inv_freq(cfg.rotary_dim, cfg.theta, cfg.scaling_type, cfg.factor, cfg.low_freq_factor,
+                         cfg.high_freq_factor, cfg.original_max_position);
+  Tensor cache = Tensor::empty({max_positions, cfg.rotary_dim}, DType::kF32);
+  cpu::rope_cos_sin(inv_freq, max_positions, cache.data<float>());
+  return cache;
+}
+
+void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+                      bool is_neox) {
+  OpCheck c("rotary_embedding");
+  c.dtype("q", q, {DType::kF32});
+  c.dims("q", q, 3, "[num_tokens, num_qo_heads, head_dim]");
+  c.unit_last_stride("q", q);
+  c.dtype("k", k, {DType::kF32});
+  c.dims("k", k, 3, "[num_tokens, num_kv_heads, head_dim]");
+  c.unit_last_stride("k", k);
+  c.size("k", k, 0, q.size(0), "num_tokens (q.size(0))");
+  c.size("k", k, 2, q.size(2), "head_dim (q.size(2))");
+  c.dtype("positions", positions, {DType::kI32, DType::kI64});
+  c.dims("positions", positions, 1, "[num_tokens]");
+  c.size("positions", positions, 0, q.size(0), "num_tokens (q.size(0))");
+  c.dtype("cos_sin", cos_sin, {DType::kF32});
+  c.dims("cos_sin", cos_sin, 2, "[max_positions, rotary_dim]");
+  if (!cos_sin.is_contiguous()) c.fail_with(str("cos_sin ", cos_sin.describe(), " must be contiguous"));
+  const int64_t rotary_dim = cos_sin.size(1);
+  if (rotary_dim % 2 != 0 || rotary_dim == 0 || rotary_dim > q.size(2)) {
+    c.fail_with(str("cos_sin ", cos_sin.describe(), ": rotary_dim must be even, positive and <= head_dim ",
+                    q.size(2)));
+  }
+  c.same_device(q, "k", k);
+  c.same_device(q, "positions", positions);
+  c.same_device(q, "cos_sin", cos_sin);
+  if (q.device().is_cpu()) {
+    const std::vector<int64_t> pos = index_values(positions);
+    const cpu::HeadSet qs{q.data<float>(), q.size(1), q.stride(0), q.stride(1)};
+    const cpu::HeadSet ks{k.data<float>(), k.size(1), k.stride(0), k.stride(1)};
+    cpu::rotary_embedding(qs, ks, q.size(0), pos.data(), cos_sin.data<float>(), cos_sin.size(0), rotary_dim,
+                          is_neox);
+  } else {
+    c.not_built(q.device());
+  }
+}
+
+void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {
+  OpCheck c("linear");
+  c.dtype("x", x, {DType::kF32});
+  c.dims("x", x, 2, "[m, k]");
+  c.unit_last_stride("x", x);
+  c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  c.dims("weight", weight, 2, "[n, k]");
+  c.unit_last_stride("weight", weight);
+  c.size("weight", weight, 1, x.size(1), "k (x.size(1))");
+  c.dtype("out", out, {DType::kF32});
+  c.dims("out", out, 2, "[m, n]");
+  c.unit_last_stride("out", out);
+  c.size("out", out, 0, x.size(0), "m (x.size(0))");
+  c.size("out", out, 1, weight.size(0), "n (weight.size(0))");
+  c.same_device(x, "weight", weight);
+  c.same_device(x, "out", out);
+  const Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
+  if (b != nullptr) {
+    c.dtype("bias", *b, {DType::kF32, DType::kBF16, DType::kF16});
+    c.dims("bias", *b, 1, "[n]");
+    c.size("bias", *b, 0, weight.size(0), "n (weight.size(0))");
+    c.unit_last_stride("bias", *b);
+    c.same_device(x, "bias", *b);
+  }
+  if (x.device().is_cpu()) {
+    cpu::linear(x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(), weight.dtype(),
+                weight.size(0), row_stride(weight), b ? b->data_ptr() : nullptr, b ? b->dtype() : DType::kF32,
+                out.data<float>(), row_stride(out));
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+void silu_and_mul(const Tensor& x, const Tensor& out) {
+  OpCheck c("silu_and_mul");
+  c.dtype("x", x, {DType::kF32});
+  c.dims("x", x, 2, "[n, 2 * inter]");
+  c.unit_last_stride("x", x);
+  if (x.size(1) % 2 != 0) c.fail_with(str("x ", x.describe(), ": the last dimension must be even"));
+  c.dtype("out", out, {DType::kF32});
+  c.dims("out", out, 2, "[n, inter]");
+  c.unit_last_stride("out", out);
+  c.size("out", out, 0, x.size(0), "n (x.size(0))");
+  c.size("out", out, 1, x.size(1) / 2, "inter (x.size(1) / 2)");
+  c.same_device(x, "out", out);
+  if (x.device().is_cpu()) {
+    cpu::silu_and_mul(x.data<float>(), x.size(0), out.size(1), row_stride(x), out.data<float>(), row_stride(out));
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+namespace {
+
+void check_heads(const OpCheck& c, const char* name, const Tensor& t, std::initializer_list<DType> dtypes,
+                 const char* layout) {
+  c.dtype(name, t, dtypes);
+  c.dims(name, t, 3, layout);
+  c.unit_last_stride(name, t);
+}
+
+cpu::KvRows kv_rows(const Tensor& t) { return {t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; }
+cpu::AttnRows attn_rows(const Tensor& t) { return {t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; }
+
+void check_index(const OpCheck& c, const char* name, const Tensor& t, int64_t expected, const char* what) {
+  c.dtype(name, t, {DType::kI32});
+  c.dims(name, t, 1, what);
+  if (expected >= 0) c.size(name, t, 0, expected, what);
+}
+
+}  // namespace
+
+void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& out_cache_loc) {
+  OpCheck c("store_kv_cache");
+  const std::initializer_list<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
+  check_heads(c, "k", k, floats, "[num_tokens, num_kv_heads, head_dim]");
+  check_heads(c, "v", v, floats, "[num_tokens, num_kv_heads, head_dim]");
+  check_heads(c, "k_cache", k_cache, floats, "[num_slots, num_kv_heads, head_dim]");
+  check_heads(c, "v_cache", v_cache, floats, "[num_slots, num_kv_heads, head_dim]");
+  if (v.shape() != k.shape()) c.fail_with(str("v ", v.describe(), " must have the shape of k ", k.describe()));
+  if (v_cache.shape() != k_cache.shape()) {
+    c.fail_with(str("v_cache ", v_cache.describe(), " must have the shape of k_cache ", k_cache.describe()));
+  }
+  c.size("k_cache", k_cache, 1, k.size(1), "num_kv_heads (k.size(1))");
+  c.size("k_cache", k_cache, 2, k.size(2), "head_dim (k.size(2))");
+  c.dtype("out_cache_loc", out_cache_loc, {DType::kI32, DType::kI64});
+  c.dims("out_cache_loc", out_cache_loc, 1, "[num_tokens]");
+  c.size("out_cache_loc", out_cache_loc, 0, k.size(0), "num_tokens (k.size(0))");
+  for (auto [name, t] : {std::pair{"v", &v}, {"k_cache", &k_cache}, {"v_cache", &v_cache},
+                         {"out_cache_loc", &out_cache_loc}}) {
+    c.same_device(k, name, *t);
+  }
+  if (k.device().is_cpu()) {
+    const std::vector<int64_t> loc = index_values(out_cache_loc);
+    cpu::store_kv_cache(kv_rows(k), kv_rows(v), kv_rows(k_cache), kv_rows(v_cache), loc.data(), k.size(0),
+                        k.size(1), k.size(2), k_cache.size(0));
+  } else {
+    c.not_built(k.device());
+  }
+}
+
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                     int64_t page_size, const AttentionParams& params, const Tensor& out) {
+  OpCheck c("paged_attention");
+  check_heads(c, "q", q, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
+  check_heads(c, "out", out, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
+  if (out.shape() != q.shape()) c.fail_with(str("out ", out.describe(), " must have the shape of q ", q.describe()));
+  const std::initializer_list<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
+  check_heads(c, "k_cache", k_cache, floats, "[num_slots, num_kv_heads, head_dim]");
+  check_heads(c, "v_cache", v_cache, floats, "[num_slots, num_kv_heads, head_dim]");
+  if (v_cache.shape() != k_cache.shape() || v_cache.dtype() != k_cache.dtype()) {
+    c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe()));
+  }
+  c.size("k_cache", k_cache, 2, q.size(2), "head_dim (q.size(2))");
+  const int64_t num_qo_heads = q.size(1), num_kv_heads = k_cache.size(1);
+  if (num_kv_heads == 0 || num_qo_heads % num_kv_heads != 0) {
+    c.fail_with(str("num_qo_heads ", num_qo_heads, " (q ", q.describe(), ") is not a multiple of num_kv_heads ",
+                    num_kv_heads, " (k_cache ", k_cache.describe(), ")"));
+  }
+  check_index(c, "seq_lens", seq_lens, -1, "[bs]");
+  const int64_t bs = seq_lens.size(0);
+  check_index(c, "qo_indptr", qo_indptr, bs + 1, "[bs + 1]");
+  check_index(c, "kv_indptr", kv_indptr, bs + 1, "[bs + 1]");
+  check_index(c, "kv_indices", kv_indices, -1, "[nnz_pages]");
+  if (page_size <= 0) c.fail_with(str("page_size must be positive, got ", page_size));
+  if (params.logit_soft_cap < 0.0f || !std::isfinite(params.logit_soft_cap)) {
+    c.fail_with(str("logit_soft_cap must be >= 0 and finite, got ", params.logit_soft_cap));
+  }
+  if (!std::isfinite(params.scale)) c.fail_with(str("scale must be finite, got ", params.scale));
+  if (params.sliding_window == 0 || params.sliding_window < -1) {
+    c.fail_with(str("sliding_window must be -1 (off) or positive, got ", params.sliding_window));
+  }
+  for (auto [name, t] : {std::pair{"k_cache", &k_cache}, {"v_cache", &v_cache}, {"qo_indptr", &qo_indptr},
+                         {"kv_indptr", &kv_indptr}, {"kv_indices", &kv_indices}, {"seq_lens", &seq_lens},
+                         {"out", &out}}) {
+    c.same_device(q, name, *t);
+  }
+  if (q.device().is_cpu()) {
+    const Tensor qo_c = qo_indptr.contiguous(), kv_c = kv_indptr.contiguous();
+    const Tensor idx_c = kv_indices.contiguous(), sl_c = seq_lens.contiguous();
+    cpu::PagedBatch batch;
+    batch.batch_size = bs;
+    batch.qo_indptr = qo_c.data<int32_t>();
+    batch.kv_indptr = kv_c.data<int32_t>();
+    batch.kv_indices = idx_c.data<int32_t>();
+    batch.seq_lens = sl_c.data<int32_t>();
+    batch.num_pages_indexed = kv_indices.size(0);
+    batch.page_size = page_size;
+    batch.num_slots = k_cache.size(0);
+    batch.num_tokens = q.size(0);
+    cpu::AttnConfig cfg;
+    cfg.num_qo_heads = num_qo_heads;
+    cfg.num_kv_heads = num_kv_heads;
+    cfg.head_dim = q.size(2);
+    cfg.scale = params.scale;
+    cfg.sliding_window = params.sliding_window;
+    cfg.logit_soft_cap = params.logit_soft_cap;
+    cpu::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, out.data<float>(),
+                         out.stride(0), out.stride(1));
+  } else {
+    c.not_built(q.device());
+  }
+}
+
+namespace {
+
+void check_logits(const OpCheck& c, const char* name, const Tensor& x) {
+  c.dtype(name, x, {DType::kF32});
+  c.dims(name, x, 2, "[n, v]");
+  c.unit_last_stride(name, x);
+}
+
+}  // namespace
+
+void softmax(const Tensor& x) {
+  OpCheck c("softmax");
+  check_logits(c, "x", x);
+  if (x.device().is_cpu()) {
+    cpu::softmax(x.data<float>(), x.size(0), x.size(1), row_stride(x));
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+void log_softmax(const Tensor& x) {
+  OpCheck c("log_softmax");
+  check_logits(c, "x", x);
+  if (x.device().is_cpu()) {
+    cpu::log_softmax(x.data<float>(), x.size(0), x.size(1), row_stride(x));
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+void argmax(const Tensor& x, const Tensor& out) {
+  OpCheck c("argmax");
+  check_logits(c, "x", x);
+  if (x.size(1) == 0) c.fail_with(str("x ", x.describe(), " has empty rows"));
+  c.dtype("out", out, {DType::kI32});
+  c.dims("out", out, 1, "[n]");
+  c.size("out", out, 0, x.size(0), "n (x.size(0))");
+  c.same_device(x, "out", out);
+  if (x.device().is_cpu()) {
+    for (int64_t i = 0; i < x.size(0); ++i) {
+      out.at<int32_t>({i}) = static_cast<int32_t>(cpu::argmax_row(x.data<float>() + i * x.stride(0), x.size(1)));
+    }
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, const Tensor& out) {
+  OpCheck c("sample");
+  check_logits(c, "logits", logits);
+  if (logits.size(1) == 0) c.fail_with(str("logits ", logits.describe(), " has empty rows"));
+  c.dtype("out", out, {DType::kI32});
+  c.dims("out", out, 1, "[n]");
+  c.size("out", out, 0, logits.size(0), "n (logits.size(0))");
+  c.same_device(logits, "out", out);
+  if (static_cast<int64_t>(rows.size()) != logits.size(0)) {
+    c.fail_with(str(rows.size(), " sampling rows given for logits ", logits.describe()));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const SamplingRow& r = rows[i];
+    if (std::isnan(r.temperature) || std::isinf(r.temperature)) {
+      c.fail_with(str("row ", i, ": temperature must be finite, got ", r.temperature));
+    }
+    if (!(r.top_p > 0.0f && r.top_p <= 1.0f)) c.fail_with(str("row ", i, ": top_p must be in (0, 1], got ", r.top_p));
+    if (!(r.min_p >= 0.0f && r.min_p <= 1.0f)) c.fail_with(str("row ", i, ": min_p must be in [0, 1], got ", r.min_p));
+  }
+  if (logits.device().is_cpu()) {
+    for (int64_t i = 0; i < logits.size(0); ++i) {
+      const SamplingRow& r = rows[i];
+      const cpu::SamplingParams p{r.temperature, r.top_k, r.top_p, r.min_p, r.seed, r.step};
+      out.at<int32_t>({i}) = cpu::sample_row(logits.data<float>() + i * logits.stride(0), logits.size(1), p);
+    }
+  } else {
+    c.not_built(logits.device());
+  }
+}
+
+}  // namespace rlm::ops

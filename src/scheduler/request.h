@@ -1,0 +1,59 @@
+// Req: one generation request as the scheduler tracks it, from arrival to finish.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/prefix_cache.h"
+#include "scheduler/output_processor.h"
+#include "scheduler/request_stream.h"
+#include "scheduler/sampling_params.h"
+
+namespace rlm {
+
+enum class ReqState : uint8_t { kQueued, kPending, kRunning, kFinished };
+
+struct Req {
+  using Clock = std::chrono::steady_clock;
+
+  // Set by the submitter.
+  std::string rid;                   // unique id (client-visible)
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+  std::shared_ptr<RequestStream> stream;  // events go here
+  std::string group;                 // n > 1 siblings share a group id; "" otherwise
+  Clock::time_point arrival = Clock::now();
+
+  // Scheduler state (scheduler thread only).
+  ReqState state = ReqState::kQueued;
+  std::vector<int32_t> output_ids;
+  uint64_t seed = 0;                 // params.seed or one drawn at admission
+  int32_t req_slot = -1;             // row of req_to_token, -1 when none
+  CacheHandle cache_handle;          // locked cached prefix: positions [0, cache_handle.length)
+  std::vector<int32_t> own_pages;    // pages for positions [cache_handle.length, ...), request-owned
+  int64_t kv_len = 0;                // positions whose K/V are computed
+  int64_t cached_tokens = 0;         // prompt tokens that came from the prefix cache (first admission)
+  bool counted_cache_hit = false;
+  int64_t retractions = 0;
+  bool abort_requested = false;
+  std::unique_ptr<OutputProcessor> output;
+  Clock::time_point first_token_time{};
+  Clock::time_point last_token_time{};
+
+  // Tokens whose K/V the request needs: prompt then outputs (after a retraction the outputs are
+  // recomputed too). The last sampled token has no K/V yet while the request runs.
+  std::vector<int32_t> fill_ids() const {
+    std::vector<int32_t> ids = prompt_ids;
+    ids.insert(ids.end(), output_ids.begin(), output_ids.end());
+    return ids;
+  }
+  int64_t seq_len() const { return static_cast<int64_t>(prompt_ids.size() + output_ids.size()); }
+  int64_t remaining_tokens() const {
+    return std::max<int64_t>(0, params.max_new_tokens - static_cast<int64_t>(output_ids.size()));
+  }
+};
+
+}  // namespace rlm

@@ -1,0 +1,57 @@
+// StepExecutor: what the scheduler needs from the engine — run one step (forward + sample) and
+// expose the request->token table and KV capacity. ModelStepExecutor adapts a ModelRunner; the
+// scheduler tests use a fake model with the same interface.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "cache/kv_pool.h"
+#include "engine/model_runner.h"
+#include "scheduler/request.h"
+
+namespace rlm {
+
+struct StepItem {
+  BatchEntry entry;     // slots and ids of this request's new tokens
+  bool sample = true;   // false for a prefill chunk that is not the last one
+  const Req* req = nullptr;  // sampling parameters, seed and history
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  std::optional<TokenLogprob> logprob;  // when req->params.logprobs >= 0
+};
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual ReqToTokenPool& req_to_token() = 0;
+  virtual int64_t num_pages() const = 0;
+  virtual int64_t page_size() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::vector<int64_t> eos_token_ids() const = 0;
+  // Runs one step; returns one result per item with sample == true, in item order.
+  virtual std::vector<SampleResult> run(ForwardMode mode, const std::vector<StepItem>& items) = 0;
+};
+
+class ModelStepExecutor : public StepExecutor {
+ public:
+  explicit ModelStepExecutor(ModelRunner& runner) : runner_(runner) {}
+  ReqToTokenPool& req_to_token() override { return runner_.req_to_token(); }
+  int64_t num_pages() const override { return runner_.kv_pool().config().num_pages; }
+  int64_t page_size() const override { return runner_.kv_pool().page_size(); }
+  int64_t vocab_size() const override { return runner_.model_config().vocab_size; }
+  std::vector<int64_t> eos_token_ids() const override { return runner_.model_config().eos_token_ids; }
+  std::vector<SampleResult> run(ForwardMode mode, const std::vector<StepItem>& items) override;
+
+ private:
+  ModelRunner& runner_;
+};
+
+// Applies repetition (HF semantics, over prompt and output tokens), frequency and presence
+// penalties (over output tokens) to one row of logits in place.   logits: [vocab]
+void apply_penalties(float* logits, int64_t vocab, const SamplingParams& params, const std::vector<int32_t>& prompt,
+                     const std::vector<int32_t>& output);
+
+}  // namespace rlm

@@ -1,0 +1,110 @@
+// ops::linear (OpenBLAS sgemm, 16-bit weights widened block by block) against a double reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/cpu/linear.h"
+#include "ops/ops.h"
+#include "unit/ops_test_util.h"
+
+namespace rlm {
+namespace {
+
+using testing::random_normal;
+using testing::TestRng;
+
+// f32 accumulation error grows like sqrt(k) * eps: rel. L2 tolerance 1e-6 * sqrt(k) (+ a floor).
+double tolerance(int64_t k) { return 1e-6 * std::sqrt(static_cast<double>(k)) + 1e-6; }
+
+std::vector<double> ref_linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  std::vector<double> out(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bias ? testing::element(*bias, j) : 0.0;
+      for (int64_t c = 0; c < k; ++c) s += static_cast<double>(x.at<float>({i, c})) * testing::element(w, j * k + c);
+      out[i * n + j] = s;
+    }
+  }
+  return out;
+}
+
+TEST(OpsLinear, MatchesDoubleReference) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t m : {1, 3, 17}) {
+    for (int64_t k : {1, 17, 129, 576}) {
+      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{129}, 2 * cpu::kLinearBlockRows + 5}) {
+        const Tensor x = random_normal(rng, {m, k});
+        const Tensor w = random_normal(rng, {n, k}, 0.1f);
+        const Tensor bias = random_normal(rng, {n});
+        for (DType wd : {DType::kF32, DType::kBF16, DType::kF16}) {
+          const Tensor wc = w.to(wd);
+          for (bool with_bias : {false, true}) {
+            Tensor out = Tensor::empty({m, n}, DType::kF32);
+            testing::poison(out);
+            ops::linear(x, wc, with_bias ? std::optional<Tensor>(bias) : std::nullopt, out);
+            const auto want = ref_linear(x, wc, with_bias ? &bias : nullptr);
+            EXPECT_LE(testing::rel_l2(out, want), tolerance(k))
+                << "m " << m << " k " << k << " n " << n << " " << dtype_name(wd) << " bias " << with_bias;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(OpsLinear, SixteenBitWeightsEqualTheirF32ValuesBitForBit) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t m = 5, k = 96, n = 3 * cpu::kLinearBlockRows + 17;
+  const Tensor x = random_normal(rng, {m, k});
+  for (DType wd : {DType::kBF16, DType::kF16}) {
+    const Tensor w16 = random_normal(rng, {n, k}, 0.1f).to(wd);
+    const Tensor w32 = w16.to(DType::kF32);
+    const Tensor bias16 = random_normal(rng, {n}).to(wd);
+    Tensor a = Tensor::empty({m, n}, DType::kF32), b = Tensor::empty({m, n}, DType::kF32);
+    ops::linear(x, w16, bias16, a);
+    ops::linear(x, w32, bias16.to(DType::kF32), b);
+    EXPECT_TRUE(testing::bitwise_equal(a, b)) << dtype_name(wd);
+  }
+}
+
+TEST(OpsLinear, StridedInputAndOutputRows) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t m = 7, k = 33, n = 19;
+  // x = columns [5, 5 + k) of a wider buffer; out = columns [2, 2 + n) of another.
+  const Tensor xbuf = random_normal(rng, {m, k + 11});
+  const Tensor x = xbuf.slice(1, 5, 5 + k);
+  const Tensor w = random_normal(rng, {n, k}).to(DType::kBF16);
+  Tensor obuf = Tensor::empty({m, n + 4}, DType::kF32);
+  testing::poison(obuf);
+  Tensor out = obuf.slice(1, 2, 2 + n);
+  ops::linear(x, w, std::nullopt, out);
+  EXPECT_LE(testing::rel_l2(out, ref_linear(x.contiguous(), w, nullptr)), tolerance(k));
+  for (int64_t i = 0; i < m; ++i) {
+    EXPECT_TRUE(std::isnan(obuf.at<float>({i, 0})) && std::isnan(obuf.at<float>({i, n + 3})));
+  }
+  // The compacted input gives the same bits.
+  Tensor out2 = Tensor::empty({m, n}, DType::kF32);
+  ops::linear(x.contiguous(), w, std::nullopt, out2);
+  EXPECT_TRUE(testing::bitwise_equal(out, out2));
+}
+
+TEST(OpsLinear, ShapeErrorsNameTheTensors) {
+  const Tensor x = Tensor::zeros({2, 4}, DType::kF32);
+  const Tensor w = Tensor::zeros({3, 5}, DType::kBF16);
+  Tensor out = Tensor::zeros({2, 3}, DType::kF32);
+  std::string msg = testing::error_of([&] { ops::linear(x, w, std::nullopt, out); });
+  EXPECT_NE(msg.find("ops::linear: weight bf16[3, 5] cpu: dimension 1 must be k (x.size(1)) = 4"), std::string::npos)
+      << msg;
+  msg = testing::error_of(
+      [&] { ops::linear(x, Tensor::zeros({3, 4}, DType::kF32), Tensor::zeros({4}, DType::kF32), out); });
+  EXPECT_NE(msg.find("bias f32[4] cpu: dimension 0 must be n"), std::string::npos) << msg;
+  msg = testing::error_of([&] { ops::linear(x.to(DType::kBF16), Tensor::zeros({3, 4}, DType::kF32), std::nullopt, out); });
+  EXPECT_NE(msg.find("x bf16[2, 4] cpu must have dtype f32"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace rlm

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Generates the model goldens under tests/golden/ (the only way they are made).
+
+For every tiny random model in MODELS this script
+  1. builds it with transformers' own config/model classes (eager attention, float32),
+  2. re-initialises all weights with a larger scale than the default (std 0.02 gives nearly
+     flat logits and near-ties in greedy decoding),
+  3. saves it with save_pretrained in its disk dtype (float32/bfloat16/float16), sharded or not,
+  4. RELOADS the saved directory with dtype=torch.float32, so the reference sees exactly the
+     weights on disk (after rounding), and
+  5. for each prompt records the full-prompt logits (one forward) and 32 greedy tokens (a full
+     forward per step, no KV cache, no EOS stop), with the top-1/top-2 logit gap of every step.
+If any greedy step has a gap below MIN_GAP, the model's seed is bumped and the model rebuilt.
+
+The output is deterministic: running the script twice gives byte-identical files. The file
+format is documented in tests/golden/README.md.
+
+Usage:
+  scripts/setup.sh --golden && .venv/bin/python tools/make_golden.py [--out DIR] [--only NAME ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import transformers
+from transformers import (Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          LlamaConfig, LlamaForCausalLM)
+
+VOCAB = 512
+MAX_POS = 256
+NUM_GREEDY = 32
+MIN_GAP = 1e-3
+PROMPT_LENGTHS = [1, 5, 17, 40]
+MAX_SEED_TRIES = 50
+
+# Weight scales for the re-initialisation (see init_weights).
+EMBED_STD = 0.3
+LINEAR_STD = 0.15
+NORM_NOISE_STD = 0.1
+BIAS_STD = 0.1
+
+ARCHS = {
+    "LlamaForCausalLM": (LlamaConfig, LlamaForCausalLM),
+    "Qwen2ForCausalLM": (Qwen2Config, Qwen2ForCausalLM),
+    "Qwen3ForCausalLM": (Qwen3Config, Qwen3ForCausalLM),
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
+
+
+@dataclass
+class ModelSpec:
+    name: str
+    architecture: str
+    seed: int
+    config: dict  # kwargs for the config class (vocab/max positions added automatically)
+    disk_dtype: str = "float32"
+    max_shard_size: str | None = None  # set: save sharded with this shard size
+    prompt_lengths: list = field(default_factory=lambda: list(PROMPT_LENGTHS))
+    covers: str = ""  # one line for the README
+
+
+MODELS = [
+    ModelSpec("llama_gqa1_hd64", "LlamaForCausalLM", 1001,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=64,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              covers="MHA (GQA 1), head_dim 64 = hidden/heads, untied, default RoPE"),
+    ModelSpec("llama_gqa2_hd64_tied", "LlamaForCausalLM", 1002,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   tie_word_embeddings=True, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              covers="GQA 2, heads*head_dim (256) != hidden (128), tied embeddings"),
+    ModelSpec("llama_gqa4_hd128_llama3rope", "LlamaForCausalLM", 1003,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=128,
+                   tie_word_embeddings=False, rms_norm_eps=1e-5,
+                   rope_parameters=dict(LLAMA3_ROPE)),
+              prompt_lengths=PROMPT_LENGTHS + [100],
+              covers="GQA 4, head_dim 128, llama3 RoPE scaling (factor 8, low 1, high 4, "
+                     "original_max_position_embeddings 32, theta 5e5), prompt up to 100"),
+    ModelSpec("llama_gqa2_hd64_bf16_sharded", "LlamaForCausalLM", 1004,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   tie_word_embeddings=False, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              disk_dtype="bfloat16", max_shard_size="300KB",
+              covers="bf16 on disk, sharded safetensors (4 shards) + index, rms_norm_eps 1e-5"),
+    ModelSpec("qwen2_gqa2_hd64_tied", "Qwen2ForCausalLM", 2001,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1,
+                   tie_word_embeddings=True, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              covers="Qwen2 q/k/v bias, GQA 2, head_dim 64 derived (no head_dim key), tied"),
+    ModelSpec("qwen2_gqa4_hd128", "Qwen2ForCausalLM", 2002,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=128,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              covers="Qwen2 q/k/v bias, GQA 4, explicit head_dim 128, untied"),
+    ModelSpec("qwen3_gqa2_hd128", "Qwen3ForCausalLM", 3001,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              covers="Qwen3 q/k RMSNorm, GQA 2, head_dim 128, untied"),
+    ModelSpec("qwen3_gqa1_hd64_f16_tied", "Qwen3ForCausalLM", 3002,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=64,
+                   tie_word_embeddings=True, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              disk_dtype="float16",
+              covers="Qwen3 q/k RMSNorm, MHA (GQA 1), head_dim 64, f16 on disk, tied"),
+]
+
+
+def setup_determinism() -> None:
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+
+def build_model(spec: ModelSpec, seed: int) -> torch.nn.Module:
+    config_cls, model_cls = ARCHS[spec.architecture]
+    config = config_cls(vocab_size=VOCAB, max_position_embeddings=MAX_POS, **spec.config)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = model_cls(config).to(torch.float32)
+    model.eval()
+    init_weights(model, seed)
+    return model
+
+
+def init_weights(model: torch.nn.Module, seed: int) -> None:
+    """Re-initialises every parameter with a scale that gives well-separated logits.
+
+    Embeddings: N(0, EMBED_STD); linear weights: N(0, LINEAR_STD); norm weights (RMSNorm,
+    incl. Qwen3 q/k norm): 1 + N(0, NORM_NOISE_STD); biases: N(0, BIAS_STD). Parameters are
+    visited in sorted name order with one seeded generator, so the result depends only on the
+    seed and the architecture. Tied weights appear once in named_parameters().
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith(".bias"):
+                p.copy_(noise * BIAS_STD)
+            elif "norm" in name:
+                p.copy_(1.0 + noise * NORM_NOISE_STD)
+            elif "embed_tokens" in name:
+                p.copy_(noise * EMBED_STD)
+            elif p.dim() == 2:
+                p.copy_(noise * LINEAR_STD)
+            else:
+                raise RuntimeError(f"init_weights: unexpected parameter {name} {tuple(p.shape)}")
+
+
+def load_reference(model_dir: str) -> torch.nn.Module:
+    """Loads a saved golden directory as the float32 eager reference."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    return model
+
+
+def forward_logits(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
+    """One full forward; returns float32 logits [len(ids), vocab]."""
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+    return out.logits[0].to(torch.float32).numpy().copy()
+
+
+def top_gap(row: np.ndarray) -> tuple[int, float]:
+    """Returns (argmax, top1 - top2) of one logits row."""
+    order = np.argsort(-row, kind="stable")
+    return int(order[0]), float(row[order[0]] - row[order[1]])
+
+
+def greedy(model: torch.nn.Module, prompt: list[int], prompt_logits: np.ndarray,
+           n: int = NUM_GREEDY) -> tuple[list[int], list[float]]:
+    """n greedy tokens: a full forward over prompt+generated per step, never stopping at EOS.
+
+    The first token comes from the last row of the prompt logits. Returns (ids, gaps).
+    """
+    ids = list(prompt)
+    out, gaps = [], []
+    row = prompt_logits[-1]
+    for step in range(n):
+        tok, gap = top_gap(row)
+        out.append(tok)
+        gaps.append(gap)
+        ids.append(tok)
+        if step + 1 < n:
+            row = forward_logits(model, ids)[-1]
+    return out, gaps
+
+
+def make_prompts(spec: ModelSpec, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed * 7919 + 17)
+    return [torch.randint(0, VOCAB, (n,), generator=gen).tolist() for n in spec.prompt_lengths]
+
+
+def save_model(model: torch.nn.Module, spec: ModelSpec, out_dir: str) -> None:
+    model = model.to(DTYPES[spec.disk_dtype])
+    kwargs = {}
+    if spec.max_shard_size is not None:
+        kwargs["max_shard_size"] = spec.max_shard_size
+    model.save_pretrained(out_dir, **kwargs)
+    sharded = os.path.exists(os.path.join(out_dir, "model.safetensors.index.json"))
+    if sharded != (spec.max_shard_size is not None):
+        raise RuntimeError(f"{spec.name}: expected sharded={spec.max_shard_size is not None}")
+
+
+def generate_one(spec: ModelSpec, root: str) -> dict:
+    out_dir = os.path.join(root, spec.name)
+    for attempt in range(MAX_SEED_TRIES):
+        seed = spec.seed + 100000 * attempt
+        if os.path.exists(out_dir):
+            shutil.rmtree(out_dir)
+        os.makedirs(out_dir)
+        save_model(build_model(spec, seed), spec, out_dir)
+        ref = load_reference(out_dir)
+        cases, logits = [], []
+        ok = True
+        for i, prompt in enumerate(make_prompts(spec, seed)):
+            lg = forward_logits(ref, prompt)
+            ids, gaps = greedy(ref, prompt, lg)
+            if min(gaps) < MIN_GAP:
+                print(f"  {spec.name}: seed {seed} case {i} min gap {min(gaps):.2e} < {MIN_GAP}"
+                      f"; retrying with another seed", file=sys.stderr)
+                ok = False
+                break
+            cases.append({
+                "prompt_ids": prompt,
+                "logits_file": f"logits_{i}.f32",
+                "logits_shape": [int(lg.shape[0]), int(lg.shape[1])],
+                "greedy_ids": ids,
+                "greedy_min_gap": min(gaps),
+                "greedy_gaps": gaps,
+            })
+            logits.append(lg)
+        if not ok:
+            continue
+        for case, lg in zip(cases, logits):
+            lg.astype("<f4").tofile(os.path.join(out_dir, case["logits_file"]))
+        golden = {
+            "name": spec.name,
+            "architecture": spec.architecture,
+            "disk_dtype": spec.disk_dtype,
+            "sharded": spec.max_shard_size is not None,
+            "transformers_version": transformers.__version__,
+            "torch_version": torch.__version__,
+            "seed": seed,
+            "covers": spec.covers,
+            "cases": cases,
+        }
+        with open(os.path.join(out_dir, "golden.json"), "w") as f:
+            json.dump(golden, f, indent=1)
+            f.write("\n")
+        return golden
+    raise RuntimeError(f"{spec.name}: no seed in {MAX_SEED_TRIES} tries gave gaps >= {MIN_GAP}")
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(here, "..", "tests", "golden"),
+                    help="output root (default: tests/golden)")
+    ap.add_argument("--only", nargs="*", default=None, help="generate only these model names")
+    args = ap.parse_args()
+    setup_determinism()
+    root = os.path.abspath(args.out)
+    os.makedirs(root, exist_ok=True)
+    names = [m.name for m in MODELS]
+    unknown = set(args.only or []) - set(names)
+    if unknown:
+        ap.error(f"unknown model name(s): {sorted(unknown)}; known: {names}")
+    for spec in MODELS:
+        if args.only is not None and spec.name not in args.only:
+            continue
+        g = generate_one(spec, root)
+        gaps = min(c["greedy_min_gap"] for c in g["cases"])
+        print(f"{spec.name}: seed {g['seed']}, {len(g['cases'])} cases, min gap {gaps:.4f}")
+    with open(os.path.join(root, "index.json"), "w") as f:
+        json.dump({"models": names}, f, indent=1)
+        f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
