@@ -195,6 +195,8 @@ def make_mistral(cache):
     vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
     merges = []  # every split of a piece into two pieces, by the merged piece's id (its score order)
     for piece, pid in vocab.items():
+        if sp.is_control(pid) or sp.is_unknown(pid) or sp.is_byte(pid):
+            continue  # only ordinary pieces are merge results
         for i in range(1, len(piece)):
             a, b = piece[:i], piece[i:]
             if a in vocab and b in vocab:
@@ -215,6 +217,32 @@ def make_mistral(cache):
     write_json(os.path.join(hf_out, "tokenizer.json"), json.loads(tok.to_str()))
     write_json(os.path.join(hf_out, "tokenizer_config.json"),
                {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    # The same vocabulary as a vocab-only GGUF (tokenizer.ggml.model = llama), as llama.cpp's
+    # convert script writes it: pieces, scores, token types, special ids.
+    import gguf
+    gguf_path = os.path.join(out, "vocab.gguf")
+    w = gguf.GGUFWriter(gguf_path, "llama")
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    n = sp.get_piece_size()
+    w.add_token_list([sp.id_to_piece(i).encode("utf-8") for i in range(n)])
+    w.add_token_scores([sp.get_score(i) for i in range(n)])
+    types = []
+    for i in range(n):
+        types.append(3 if sp.is_control(i) else 2 if sp.is_unknown(i) else 6 if sp.is_byte(i)
+                     else 5 if sp.is_unused(i) else 1)
+    w.add_token_types(types)
+    w.add_bos_token_id(sp.bos_id())
+    w.add_eos_token_id(sp.eos_id())
+    w.add_unk_token_id(sp.unk_id())
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print("wrote", os.path.relpath(gguf_path, ROOT), os.path.getsize(gguf_path), "bytes")
 
 
 def main():

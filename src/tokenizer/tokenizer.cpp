@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "model/gguf.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
@@ -26,8 +28,12 @@ StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& model_pat
     RLM_ASSIGN_OR_RETURN(auto t, SentencePieceTokenizer::load(model_path));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
+  if (ext == ".gguf") {
+    RLM_ASSIGN_OR_RETURN(auto file, GgufFile::open(model_path));
+    return load_gguf_tokenizer(*file);
+  }
   return unimplemented("cannot tell the tokenizer format of " + model_path +
-                       " (expected tokenizer.json, tokenizer.model or a directory)");
+                       " (expected tokenizer.json, tokenizer.model, a .gguf file or a directory)");
 }
 
 }  // namespace rlm

@@ -24,12 +24,13 @@ std::string show(const std::vector<int32_t>& v) {
 TEST_P(TokenizerParity, MatchesReferenceOnEveryCorpusLine) {
   const test::Fixture& f = GetParam();
   if (!test::fixture_available(f)) {
-    GTEST_SKIP() << f.tokenizer << " is missing: run .venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3";
+    GTEST_SKIP() << test::fixture_path(f) << " is missing: run scripts/setup.sh (default model) and "
+                 << ".venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3";
   }
   auto tok = test::load_fixture(f);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
   const auto lines = test::corpus_lines();
-  const auto refs = test::read_jsonl(test::tokenizer_data(std::string(f.name) + ".ref.jsonl"));
+  const auto refs = test::read_jsonl(test::tokenizer_data(f.ref_name() + ".ref.jsonl"));
   ASSERT_GE(lines.size(), 2000u);
   ASSERT_EQ(lines.size(), refs.size()) << "reference out of date: rerun tools/make_tokenizer_golden.py";
   int failures = 0;

@@ -18,10 +18,19 @@ inline std::string tokenizer_data(const std::string& rel) {
 }
 
 struct Fixture {
-  const char* name;       // reference file: tests/data/tokenizer/<name>.ref.jsonl
-  const char* tokenizer;  // path under tests/data/tokenizer/; empty for variants.json entries
-  bool generated;         // made by tools/make_tokenizer_fixtures.py, not committed
+  const char* name;       // test name
+  const char* tokenizer;  // path under tests/data/tokenizer/ ("@root/..." = under the repo root);
+                          // empty for variants.json entries
+  bool generated;         // not committed: made by tools/make_tokenizer_fixtures.py / setup.sh
+  const char* ref = nullptr;  // reference tests/data/tokenizer/<ref>.ref.jsonl; null = name
+  std::string ref_name() const { return ref ? ref : name; }
 };
+
+inline std::string fixture_path(const Fixture& f) {
+  const std::string t = f.tokenizer;
+  if (t.rfind("@root/", 0) == 0) return std::string(RADIXLM_SOURCE_DIR) + "/" + t.substr(6);
+  return tokenizer_data(t);
+}
 
 inline const std::vector<Fixture>& fixtures() {
   static const std::vector<Fixture> f = {
@@ -33,6 +42,11 @@ inline const std::vector<Fixture>& fixtures() {
       {"smollm2_digits", "", false},
       {"smollm2_prefix_space", "", false},
       {"mistral_v1_metaspace", "", false},
+      // GGUF vocabularies, checked against the Hugging Face reference of the same vocabulary:
+      // SmolLM2's GGUF says tokenizer.ggml.pre = smollm (digits split individually), which is
+      // the smollm2_digits variant; mistral_v1/vocab.gguf is tokenizer.model as a llama vocab.
+      {"smollm2_gguf", "@root/models/SmolLM2-135M-Instruct.Q4_1.gguf", true, "smollm2_digits"},
+      {"mistral_v1_gguf", "mistral_v1/vocab.gguf", false, "mistral_v1"},
   };
   return f;
 }
@@ -53,11 +67,11 @@ inline StatusOr<std::unique_ptr<Tokenizer>> load_fixture(const Fixture& f) {
     RLM_ASSIGN_OR_RETURN(auto t, HfTokenizer::from_json(tj, nlohmann::json()));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
-  return load_tokenizer(tokenizer_data(f.tokenizer));
+  return load_tokenizer(fixture_path(f));
 }
 
 inline bool fixture_available(const Fixture& f) {
-  return !f.generated || std::filesystem::exists(tokenizer_data(f.tokenizer));
+  return !f.generated || std::filesystem::exists(fixture_path(f));
 }
 
 inline std::string hex_to_bytes(const std::string& hex) {
