@@ -12,6 +12,7 @@ std::vector<std::pair<CLI::App*, Runner>>& runners() {
 void register_commands(CLI::App& app) {
   add_info_command(app, runners());
   add_generate_command(app, runners());
+  add_serve_command(app, runners());
   add_bench_command(app, runners());
 }
 

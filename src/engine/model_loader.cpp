@@ -1,10 +1,16 @@
 #include "engine/model_loader.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "model/gguf_weights.h"
 
 namespace rlm {
+
+std::string default_model_path() {
+  if (const char* env = std::getenv("RADIXLM_DEFAULT_MODEL"); env != nullptr && *env != '\0') return env;
+  return std::string(RADIXLM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
 
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;

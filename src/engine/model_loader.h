@@ -24,4 +24,8 @@ struct LoadedModel {
 
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options = {});
 
+// The embedded default model (SmolLM2-135M-Instruct, GGUF) that scripts/setup.sh installs:
+// $RADIXLM_DEFAULT_MODEL when set, else <source dir>/models/SmolLM2-135M-Instruct.Q4_1.gguf.
+std::string default_model_path();
+
 }  // namespace rlm

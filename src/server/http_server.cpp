@@ -536,7 +536,7 @@ void HttpServer::install_routes() {
     }
     send_error(res, {500, msg, "internal_error", ""});
   });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 404) {
       send_error(res, {404, str("no route for ", req.method, " ", req.path), "not_found_error", ""});
@@ -544,7 +544,7 @@ void HttpServer::install_routes() {
       send_error(res, {res.status, str("HTTP error ", res.status), "invalid_request_error", ""});
     }
     return httplib::Server::HandlerResponse::Handled;
-  });
+  }));
   s.Post("/v1/completions", [routes](const httplib::Request& q, httplib::Response& r) {
     routes->handle_generation(q, r, ApiKind::kCompletion);
   });
