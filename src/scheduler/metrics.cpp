@@ -48,6 +48,11 @@ void ServingMetrics::add_generation_tokens(int64_t n) {
   generation_tokens_ += n;
 }
 
+void ServingMetrics::add_prefill_computed(int64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prefill_computed_ += n;
+}
+
 void ServingMetrics::add_finished(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (reason == "stop") ++finished_stop_;
@@ -108,6 +113,8 @@ std::string ServingMetrics::render_prometheus() const {
     counter("radixlm_prompt_tokens_total", "Prompt tokens admitted", static_cast<double>(prompt_tokens_));
     counter("radixlm_cached_tokens_total", "Prompt tokens served from the prefix cache",
             static_cast<double>(cached_tokens_));
+    counter("radixlm_prefill_computed_tokens_total", "Prompt tokens run through the model (not served from cache)",
+            static_cast<double>(prefill_computed_));
     counter("radixlm_generation_tokens_total", "Tokens generated", static_cast<double>(generation_tokens_));
     counter("radixlm_retractions_total", "Requests retracted for KV space", static_cast<double>(retractions_));
     os << "# HELP radixlm_requests_finished_total Finished requests by reason\n"

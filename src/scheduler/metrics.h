@@ -44,6 +44,7 @@ class ServingMetrics {
 
   void add_prompt_tokens(int64_t total, int64_t cached);
   void add_generation_tokens(int64_t n);
+  void add_prefill_computed(int64_t n);  // prompt tokens actually run through the model
   void add_finished(const std::string& reason);
   void add_retraction();
   void set_gauges(const SchedulerGauges& g);
@@ -54,7 +55,7 @@ class ServingMetrics {
 
  private:
   mutable std::mutex mu_;
-  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, generation_tokens_ = 0, retractions_ = 0;
+  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, generation_tokens_ = 0, retractions_ = 0, prefill_computed_ = 0;
   int64_t finished_stop_ = 0, finished_length_ = 0, finished_abort_ = 0;
   SchedulerGauges gauges_;
 };

@@ -248,6 +248,9 @@ bool Scheduler::run_prefill() {
     if (!completes) break;  // a chunked request ends the batch; it goes first next step
   }
   if (items.empty()) return false;
+  int64_t computed = 0;
+  for (const StepItem& it : items) computed += static_cast<int64_t>(it.entry.new_ids.size());
+  metrics_->add_prefill_computed(computed);
   std::vector<SampleResult> results = exec_.run(ForwardMode::kExtend, items);
   process_results(items, results, ForwardMode::kExtend);
   return true;

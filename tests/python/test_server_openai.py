@@ -226,17 +226,22 @@ def metric(server, name):
     raise AssertionError(f"{name} not in /metrics")
 
 
-def test_radix_and_naive_give_identical_outputs(client):
+def test_radix_and_naive_give_identical_outputs(client, server):
     naive = Server("--cache", "naive")
     try:
         nclient = openai.OpenAI(base_url=naive.url + "/v1", api_key="unused", max_retries=0, timeout=300)
         system = "Answer in one short sentence. " * 8
+        radix_before = metric(server, "radixlm_prefill_computed_tokens_total")
+        naive_before = metric(naive, "radixlm_prefill_computed_tokens_total")
         for q in ["Why is the sky blue?", "Why is the sea salty?", "Why is the sky blue?"]:
             msgs = [{"role": "system", "content": system}, {"role": "user", "content": q}]
             a = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0)
             b = nclient.chat.completions.create(model=MODEL, messages=msgs, max_tokens=16, temperature=0)
             assert a.choices[0].message.content == b.choices[0].message.content
             assert b.usage.prompt_tokens_details.cached_tokens == 0
+        radix_work = metric(server, "radixlm_prefill_computed_tokens_total") - radix_before
+        naive_work = metric(naive, "radixlm_prefill_computed_tokens_total") - naive_before
+        assert radix_work < naive_work  # the shared system prompt was computed once, not three times
         naive.assert_kv_free()
     finally:
         assert naive.stop() == 0
@@ -277,3 +282,34 @@ def test_sigterm_drains_in_flight_requests():
     assert s.stop(signal.SIGTERM) == 0
     t.join()
     assert result.get("tokens") == 24
+
+
+def test_bench_serve_against_our_server(server, tmp_path):
+    import subprocess
+    from server_util import BIN
+    for dataset, extra in [("random", ["--random-input-len", "64", "--random-output-len", "8"]),
+                           ("generated-shared-prefix", ["--gsp-num-groups", "2", "--gsp-prompts-per-group", "4",
+                                                        "--gsp-system-prompt-len", "128", "--gsp-question-len", "16",
+                                                        "--gsp-output-len", "8"]),
+                           ("multi-turn", ["--backend", "openai-chat", "--multi-turn-num-turns", "2",
+                                           "--random-input-len", "16", "--random-output-len", "8"])]:
+        out = tmp_path / f"{dataset}.json"
+        proc = subprocess.run([BIN, "bench", "serve", "--host", "127.0.0.1", "--port", str(server.port),
+                               "--dataset-name", dataset, "--num-prompts", "8", "--max-concurrency", "4",
+                               "--seed", "1", "--output-file", str(out), *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        result = json.loads(out.read_text())
+        assert result["completed"] > 0 and result["failed"] == 0, result.get("first_error")
+        assert result["mean_ttft_ms"] > 0 and result["output_throughput"] > 0
+    server.assert_kv_free()
+
+
+def test_penalties_reach_the_sampler(client):
+    kw = dict(model=MODEL, prompt="I like apples. I like apples. I like", max_tokens=40, temperature=0, logprobs=0,
+              extra_body={"ignore_eos": True})
+    plain = client.completions.create(**kw).choices[0].logprobs.tokens
+    penalized = client.completions.create(frequency_penalty=2.0, presence_penalty=2.0, **kw).choices[0].logprobs.tokens
+    assert len(set(penalized)) > len(set(plain))
+    rep = client.completions.create(**{**kw, "extra_body": {"ignore_eos": True, "repetition_penalty": 1.8}})
+    assert len(set(rep.choices[0].logprobs.tokens)) > len(set(plain))
