@@ -38,6 +38,7 @@ std::shared_ptr<GgufFile> open_fixture(const std::string& name) {
 // Compares a ModelConfig with the config transformers derived from the same GGUF.
 void expect_config_matches(const ModelConfig& c, const nlohmann::json& e) {
   EXPECT_EQ(c.architecture, e["architectures"][0].get<std::string>());
+  EXPECT_EQ(c.raw["model_type"].get<std::string>(), c.model_type);
   EXPECT_EQ(c.model_type, e["model_type"].get<std::string>());
   EXPECT_EQ(c.vocab_size, e["vocab_size"].get<int64_t>());
   EXPECT_EQ(c.hidden_size, e["hidden_size"].get<int64_t>());
@@ -61,18 +62,24 @@ void expect_config_matches(const ModelConfig& c, const nlohmann::json& e) {
   EXPECT_EQ(c.raw["architectures"][0].get<std::string>(), c.architecture);
 }
 
-TEST(GgufWeights, TinyLlamaConfigMatchesTransformers) {
-  auto f = open_fixture("tiny_llama.gguf");
+// Tiny random models of each supported architecture (tiny_<arch>.gguf).
+class GgufTiny : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string stem() const { return "tiny_" + GetParam(); }
+};
+
+TEST_P(GgufTiny, ConfigMatchesTransformers) {
+  auto f = open_fixture(stem() + ".gguf");
   auto c = gguf_model_config(*f);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  expect_config_matches(*c, read_json("tiny_llama_expected.json")["config"]);
+  expect_config_matches(*c, read_json(stem() + "_expected.json")["config"]);
 }
 
-TEST(GgufWeights, TinyLlamaTensorsMatchTransformers) {
-  auto e = read_json("tiny_llama_expected.json");
-  const std::string blob = read_all(kDataDir + "tiny_llama_expected.bin");
+TEST_P(GgufTiny, TensorsMatchTransformers) {
+  auto e = read_json(stem() + "_expected.json");
+  const std::string blob = read_all(kDataDir + stem() + "_expected.bin");
   const auto* values = reinterpret_cast<const float*>(blob.data());
-  auto ws = open_gguf_weights(open_fixture("tiny_llama.gguf"));
+  auto ws = open_gguf_weights(open_fixture(stem() + ".gguf"));
   ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
   std::set<std::string> want_names;
   for (const auto& t : e["tensors"]) {
@@ -93,8 +100,10 @@ TEST(GgufWeights, TinyLlamaTensorsMatchTransformers) {
   }
   auto names = (*ws)->names();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), want_names);
-  EXPECT_NE((*ws)->describe().find("tiny_llama.gguf"), std::string::npos);
+  EXPECT_NE((*ws)->describe().find(stem() + ".gguf"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, GgufTiny, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(GgufWeights, GetChecksNameAndShape) {
   auto ws = open_gguf_weights(open_fixture("tiny_llama.gguf")).value();
