@@ -235,8 +235,12 @@ std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
 class GgufWeightSource : public WeightSource {
  public:
   // `num_heads` / `num_kv_heads` > 0: un-permute q/k rows (llama); 0: serve them as stored.
-  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads)
-      : file_(std::move(file)), names_(hf_name_map(*file_)), num_heads_(num_heads), num_kv_heads_(num_kv_heads) {}
+  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads, DType dtype)
+      : file_(std::move(file)),
+        names_(hf_name_map(*file_)),
+        num_heads_(num_heads),
+        num_kv_heads_(num_kv_heads),
+        dtype_(dtype) {}
 
   bool has(const std::string& name) const override { return names_.count(name) != 0; }
 
@@ -259,7 +263,7 @@ class GgufWeightSource : public WeightSource {
       }
       t = unpermute_llama_qk(t, heads);
     }
-    return t;
+    return dtype_ == DType::kF32 ? t : t.to(dtype_);
   }
 
   std::vector<std::string> names() const override {
@@ -275,6 +279,7 @@ class GgufWeightSource : public WeightSource {
   std::map<std::string, std::string> names_;  // HF name -> GGUF name
   int64_t num_heads_;
   int64_t num_kv_heads_;
+  DType dtype_;
 };
 
 }  // namespace
@@ -374,13 +379,16 @@ Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads) {
   return out;
 }
 
-StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file) {
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file, DType dtype) {
   RLM_CHECK(file != nullptr);
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return invalid_argument(str("open_gguf_weights: dtype ", dtype_name(dtype), " is not a float dtype (f32, bf16, f16)"));
+  }
   RLM_ASSIGN_OR_RETURN(ModelConfig c, gguf_model_config(*file));
   RLM_ASSIGN_OR_RETURN(GgufArch arch, find_arch(*file));
   const int64_t heads = arch.permuted_qk ? c.num_attention_heads : 0;
   const int64_t kv_heads = arch.permuted_qk ? c.num_key_value_heads : 0;
-  return std::unique_ptr<WeightSource>(std::make_unique<GgufWeightSource>(std::move(file), heads, kv_heads));
+  return std::unique_ptr<WeightSource>(std::make_unique<GgufWeightSource>(std::move(file), heads, kv_heads, dtype));
 }
 
 }  // namespace rlm

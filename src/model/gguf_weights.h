@@ -31,8 +31,10 @@ namespace rlm {
 // unsupported rope scaling; kInvalidArgument naming the key for a missing or invalid value.
 StatusOr<ModelConfig> gguf_model_config(const GgufFile& file);
 
-// The tensors of `file` under HF names (see above), dequantized to f32 CPU tensors at get().
-StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file);
+// The tensors of `file` under HF names (see above), dequantized at get() to CPU tensors of
+// `dtype` (kF32, kBF16 or kF16; via f32, rounding to nearest even).
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file,
+                                                          DType dtype = DType::kF32);
 
 // Undoes llama.cpp's q/k permutation on rows: `w` is [num_heads * head_dim] or
 // [num_heads * head_dim, in]; row h*head_dim + 2*i + p moves to h*head_dim + p*head_dim/2 + i.

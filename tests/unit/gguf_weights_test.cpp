@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,28 @@ TEST(GgufWeights, GetChecksNameAndShape) {
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.status().message().find("[32, 64]"), std::string::npos) << wrong.status().message();
   EXPECT_NE(wrong.status().message().find("[64, 64]"), std::string::npos) << wrong.status().message();
+}
+
+TEST(GgufWeights, ServesBf16AndF16) {
+  auto e = read_json("tiny_llama_expected.json");
+  auto f = open_fixture("tiny_llama.gguf");
+  auto ws32 = open_gguf_weights(f).value();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    auto ws = open_gguf_weights(f, dtype).value();
+    for (const auto& t : e["tensors"]) {
+      const std::string name = t["name"];
+      SCOPED_TRACE(name);
+      const Shape shape = t["shape"].get<Shape>();
+      Tensor want = ws32->get(name, shape).value().to(dtype);
+      Tensor got = ws->get(name, shape).value();
+      ASSERT_EQ(got.dtype(), dtype);
+      ASSERT_EQ(got.shape(), shape);
+      ASSERT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), got.nbytes()), 0);
+    }
+  }
+  auto bad = open_gguf_weights(f, DType::kI32);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
 // The llama.cpp converter's permutation, written out element by element.
