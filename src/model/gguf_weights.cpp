@@ -333,7 +333,7 @@ StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
     c.vocab_size = static_cast<int64_t>(tokens->array_size());
   }
   if (c.vocab_size <= 0) {
-    return invalid_argument(str("gguf ", f.path(), ": no vocab size (token_embd.weight, llama.vocab_size, tokens)"));
+    return invalid_argument(str("gguf ", f.path(), ": no vocab size (token_embd.weight, ", K("vocab_size"), ", tokenizer.ggml.tokens)"));
   }
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
