@@ -7,7 +7,10 @@
                                          ggml type and the values gguf.quants.dequantize gives
   tests/data/gguf/tiny_llama.gguf        a tiny random llama (untied lm_head, GQA, mixed types),
                                          q/k permuted the way llama.cpp's converter does
-  tests/data/gguf/tiny_llama_expected.json / .bin
+  tests/data/gguf/tiny_qwen2.gguf, tiny_qwen3.gguf
+                                         the same for qwen2 (q/k/v biases, tied embeddings) and
+                                         qwen3 (q/k norms, head_dim != hidden / heads; no permutation)
+  tests/data/gguf/tiny_<arch>_expected.json / .bin
                                          what transformers makes of it (AutoConfig with gguf_file=,
                                          load_gguf_checkpoint): config, and every tensor under its
                                          HF name as raw little-endian float32 in the .bin
@@ -138,6 +141,10 @@ def main() -> None:
 # ---- tiny llama ---------------------------------------------------------------------------------
 
 TINY = dict(vocab=40, hidden=64, heads=4, kv_heads=2, ffn=64, layers=2, ctx=256, eps=1e-5, theta=500000.0)
+# qwen2: q/k/v biases, tied embeddings. qwen3: q/k norms, head_dim 128 (transformers' Qwen3Config
+# default; its GGUF loader does not read attention.key_length) != hidden / heads.
+TINY_QWEN2 = dict(TINY, hidden=32, ffn=32, heads=4, kv_heads=1, theta=1000000.0, eps=1e-6)
+TINY_QWEN3 = dict(TINY, hidden=32, ffn=32, heads=2, kv_heads=1, head_dim=128, theta=1000000.0, eps=1e-6)
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -154,7 +161,11 @@ def write_llama_metadata(w, cfg, with_tokens=True) -> None:
     w.add_head_count_kv(cfg["kv_heads"])
     w.add_layer_norm_rms_eps(cfg["eps"])
     w.add_rope_freq_base(cfg["theta"])
-    w.add_rope_dimension_count(cfg["hidden"] // cfg["heads"])
+    hd = cfg.get("head_dim", cfg["hidden"] // cfg["heads"])
+    w.add_rope_dimension_count(hd)
+    if "head_dim" in cfg:
+        w.add_key_length(hd)
+        w.add_value_length(hd)
     if with_tokens:
         w.add_tokenizer_model("gpt2")
         w.add_token_list([f"tok{i}" for i in range(cfg["vocab"])])
@@ -163,17 +174,17 @@ def write_llama_metadata(w, cfg, with_tokens=True) -> None:
         w.add_pad_token_id(3)
 
 
-def make_tiny_llama(rng) -> None:
+def make_tiny(rng, arch="llama", c=TINY, tied=False) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    c = TINY
-    hd = c["hidden"] // c["heads"]
+    hd = c.get("head_dim", c["hidden"] // c["heads"])
     # GGUF name, HF name, HF shape, ggml type
     specs = [("token_embd.weight", "model.embed_tokens.weight", (c["vocab"], c["hidden"]), T.Q8_0),
-             ("output_norm.weight", "model.norm.weight", (c["hidden"],), T.F32),
-             ("output.weight", "lm_head.weight", (c["vocab"], c["hidden"]), T.F16)]
+             ("output_norm.weight", "model.norm.weight", (c["hidden"],), T.F32)]
+    if not tied:
+        specs.append(("output.weight", "lm_head.weight", (c["vocab"], c["hidden"]), T.F16))
     layer_types = [
         {"attn_q": T.F32, "attn_k": T.F32, "attn_v": T.F16, "attn_output": T.BF16,
          "ffn_gate": T.Q4_0, "ffn_up": T.Q4_1, "ffn_down": T.Q8_0},
@@ -193,9 +204,15 @@ def make_tiny_llama(rng) -> None:
         for g, qtype in layer_types[layer % 2].items():
             hf, rows, cols = hf_of[g]
             specs.append((f"blk.{layer}.{g}.weight", f"model.layers.{layer}.{hf}.weight", (rows, cols), qtype))
+            if arch == "qwen2" and g in ("attn_q", "attn_k", "attn_v"):
+                specs.append((f"blk.{layer}.{g}.bias", f"model.layers.{layer}.{hf}.bias", (rows,), T.F32))
+        if arch == "qwen3":
+            for g, hf in (("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")):
+                specs.append((f"blk.{layer}.{g}.weight", f"model.layers.{layer}.{hf}.weight", (hd,), T.F32))
 
-    path = os.path.join(OUT, "tiny_llama.gguf")
-    w = gguf.GGUFWriter(path, arch="llama")
+    stem = f"tiny_{arch}"
+    path = os.path.join(OUT, stem + ".gguf")
+    w = gguf.GGUFWriter(path, arch=arch)
     write_llama_metadata(w, c)
     originals = {}
     for gname, hfname, shape, qtype in specs:
@@ -203,9 +220,9 @@ def make_tiny_llama(rng) -> None:
         if "norm" in gname:
             x = (1.0 + 0.1 * x).astype(np.float32)
         stored = x
-        if ".attn_q." in gname:
+        if arch == "llama" and ".attn_q." in gname:
             stored = llama_cpp_permute(x, c["heads"])
-        elif ".attn_k." in gname:
+        elif arch == "llama" and ".attn_k." in gname:
             stored = llama_cpp_permute(x, c["kv_heads"])
         if qtype == T.F32:
             data, raw = stored, None
@@ -223,7 +240,7 @@ def make_tiny_llama(rng) -> None:
     w.close()
 
     # transformers' view of the file.
-    config = AutoConfig.from_pretrained(OUT, gguf_file="tiny_llama.gguf")
+    config = AutoConfig.from_pretrained(OUT, gguf_file=stem + ".gguf")
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     ckpt = load_gguf_checkpoint(path, return_tensors=True, model_to_load=model)
     tensors = ckpt["tensors"]
@@ -235,7 +252,11 @@ def make_tiny_llama(rng) -> None:
 
     # Reference logits and greedy tokens of the loaded model.
     missing, unexpected = model.load_state_dict(tensors, strict=False)
-    assert not missing and not unexpected, (missing, unexpected)
+    assert not unexpected and set(missing) == ({"lm_head.weight"} if tied else set()), (missing, unexpected)
+    assert config.tie_word_embeddings == tied
+    if tied:
+        model.tie_weights()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr() or not tied
     model.eval()
     prompt = [int(t) for t in rng.integers(4, c["vocab"], size=9)]
     with torch.no_grad():
@@ -250,7 +271,7 @@ def make_tiny_llama(rng) -> None:
         index.append({"name": name, "shape": list(arr.shape), "offset": offset})
         blobs.append(arr.tobytes())
         offset += arr.size
-    with open(os.path.join(OUT, "tiny_llama_expected.bin"), "wb") as f:
+    with open(os.path.join(OUT, stem + "_expected.bin"), "wb") as f:
         f.write(b"".join(blobs))
     rope = getattr(config, "rope_parameters", None) or {}
     expected = {
@@ -259,7 +280,8 @@ def make_tiny_llama(rng) -> None:
             "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
             "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_hidden_layers,
             "num_attention_heads": config.num_attention_heads, "num_key_value_heads": config.num_key_value_heads,
-            "head_dim": config.head_dim, "max_position_embeddings": config.max_position_embeddings,
+            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+            "max_position_embeddings": config.max_position_embeddings,
             "rms_norm_eps": config.rms_norm_eps, "rope_theta": rope.get("rope_theta"),
             "rope_type": rope.get("rope_type", "default"), "tie_word_embeddings": config.tie_word_embeddings,
             "bos_token_id": config.bos_token_id, "eos_token_id": config.eos_token_id,
@@ -270,7 +292,7 @@ def make_tiny_llama(rng) -> None:
         "logits": [[float(v) for v in row] for row in logits],  # [len(prompt), vocab]
         "greedy_ids": greedy,
     }
-    with open(os.path.join(OUT, "tiny_llama_expected.json"), "w") as f:
+    with open(os.path.join(OUT, stem + "_expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
         f.write("\n")
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
@@ -311,5 +333,7 @@ def make_llama3_rope() -> None:
 
 if __name__ == "__main__":
     main()
-    make_tiny_llama(np.random.default_rng(7))
+    make_tiny(np.random.default_rng(7))
+    make_tiny(np.random.default_rng(8), "qwen2", TINY_QWEN2, tied=True)
+    make_tiny(np.random.default_rng(9), "qwen3", TINY_QWEN3)
     make_llama3_rope()

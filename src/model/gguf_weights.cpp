@@ -11,6 +11,32 @@ namespace rlm {
 
 namespace {
 
+// ---- architectures ----------------------------------------------------------------------------
+
+struct GgufArch {
+  const char* name;          // general.architecture, also the metadata key prefix
+  const char* hf_arch;       // ModelConfig::architecture
+  const char* model_type;
+  bool permuted_qk;          // llama.cpp's converter permuted q/k rows
+};
+
+constexpr GgufArch kArchs[] = {
+    {"llama", "LlamaForCausalLM", "llama", true},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false},
+};
+
+StatusOr<GgufArch> find_arch(const GgufFile& f) {
+  auto arch = f.get_string("general.architecture");
+  if (!arch) {
+    return invalid_argument(str("gguf ", f.path(), ": metadata 'general.architecture' is missing or not a string"));
+  }
+  for (const GgufArch& a : kArchs) {
+    if (*arch == a.name) return a;
+  }
+  return unimplemented(str("gguf ", f.path(), ": architecture '", *arch, "' is not supported (supported: llama, qwen2, qwen3)"));
+}
+
 // ---- config ---------------------------------------------------------------------------------
 
 Status bad_key(const GgufFile& f, const std::string& key, const std::string& why) {
@@ -76,7 +102,9 @@ std::vector<double> llama3_rope_factors(const RopeParameters& r, int64_t rotary_
 // llama.cpp stores llama3 rope scaling only as the rope_freqs.weight factors. Recovers the
 // parameters by matching the factors against llama3 with Meta's low/high frequency factors (1, 4)
 // and original context (llama.rope.scaling.original_context_length, else 8192).
-Status match_llama3_rope(const GgufFile& f, const GgufTensorInfo& info, int64_t rotary_dim, RopeParameters* rope) {
+Status match_llama3_rope(const GgufFile& f, const std::string& prefix, const GgufTensorInfo& info, int64_t rotary_dim,
+                         RopeParameters* rope) {
+  auto K = [&](const char* key) { return prefix + key; };
   auto t = dequantize_tensor(f, info);
   if (!t.is_ok()) return t.status();
   if (t->numel() != rotary_dim / 2) {
@@ -90,7 +118,7 @@ Status match_llama3_rope(const GgufFile& f, const GgufTensorInfo& info, int64_t 
   r.low_freq_factor = 1.0;
   r.high_freq_factor = 4.0;
   RLM_ASSIGN_OR_RETURN(r.original_max_position_embeddings,
-                       optional_int(f, "llama.rope.scaling.original_context_length", 8192));
+                       optional_int(f, K("rope.scaling.original_context_length"), 8192));
   const std::vector<double> want = llama3_rope_factors(r, rotary_dim);
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::fabs(factors[i] - want[i]) > 1e-4 * std::fabs(want[i])) {
@@ -103,18 +131,19 @@ Status match_llama3_rope(const GgufFile& f, const GgufTensorInfo& info, int64_t 
   return Status::ok();
 }
 
-Status read_rope(const GgufFile& f, int64_t head_dim, ModelConfig* c) {
+Status read_rope(const GgufFile& f, const std::string& prefix, int64_t head_dim, ModelConfig* c) {
+  auto K = [&](const char* key) { return prefix + key; };
   RopeParameters& rope = c->rope;
-  RLM_ASSIGN_OR_RETURN(rope.rope_theta, float_or(f, "llama.rope.freq_base", 10000.0));
-  RLM_ASSIGN_OR_RETURN(int64_t rotary_dim, optional_int(f, "llama.rope.dimension_count", head_dim));
+  RLM_ASSIGN_OR_RETURN(rope.rope_theta, float_or(f, K("rope.freq_base"), 10000.0));
+  RLM_ASSIGN_OR_RETURN(int64_t rotary_dim, optional_int(f, K("rope.dimension_count"), head_dim));
   if (rotary_dim > head_dim || rotary_dim % 2 != 0) {
-    return bad_key(f, "llama.rope.dimension_count", str("= ", rotary_dim, " must be even and <= head_dim ", head_dim));
+    return bad_key(f, K("rope.dimension_count"), str("= ", rotary_dim, " must be even and <= head_dim ", head_dim));
   }
   rope.partial_rotary_factor = static_cast<double>(rotary_dim) / static_cast<double>(head_dim);
-  std::string type = f.get_string("llama.rope.scaling.type").value_or("");
-  RLM_ASSIGN_OR_RETURN(double factor, float_or(f, "llama.rope.scaling.factor", 1.0));
-  if (type.empty() && f.has("llama.rope.scale_linear")) {  // older files
-    RLM_ASSIGN_OR_RETURN(factor, float_or(f, "llama.rope.scale_linear", 1.0));
+  std::string type = f.get_string(K("rope.scaling.type")).value_or("");
+  RLM_ASSIGN_OR_RETURN(double factor, float_or(f, K("rope.scaling.factor"), 1.0));
+  if (type.empty() && f.has(K("rope.scale_linear"))) {  // older files
+    RLM_ASSIGN_OR_RETURN(factor, float_or(f, K("rope.scale_linear"), 1.0));
     type = factor != 1.0 ? "linear" : "none";
   }
   if (type == "linear") {
@@ -127,7 +156,7 @@ Status read_rope(const GgufFile& f, int64_t head_dim, ModelConfig* c) {
     if (rope.rope_type != "default") {
       return unimplemented(str("gguf ", f.path(), ": rope_freqs.weight together with rope scaling '", type, "'"));
     }
-    RLM_RETURN_IF_ERROR(match_llama3_rope(f, *freqs, rotary_dim, &rope));
+    RLM_RETURN_IF_ERROR(match_llama3_rope(f, prefix, *freqs, rotary_dim, &rope));
   }
   return Status::ok();
 }
@@ -179,7 +208,8 @@ std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
       {"attn_q", "self_attn.q_proj"},    {"attn_k", "self_attn.k_proj"},
       {"attn_v", "self_attn.v_proj"},    {"attn_output", "self_attn.o_proj"},
       {"ffn_gate", "mlp.gate_proj"},     {"ffn_up", "mlp.up_proj"},
-      {"ffn_down", "mlp.down_proj"}};
+      {"ffn_down", "mlp.down_proj"},     {"attn_q_norm", "self_attn.q_norm"},
+      {"attn_k_norm", "self_attn.k_norm"}};
   std::map<std::string, std::string> out;
   for (const GgufTensorInfo& t : file.tensors()) {
     const size_t dot = t.name.rfind('.');
@@ -204,8 +234,13 @@ std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
 
 class GgufWeightSource : public WeightSource {
  public:
-  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads)
-      : file_(std::move(file)), names_(hf_name_map(*file_)), num_heads_(num_heads), num_kv_heads_(num_kv_heads) {}
+  // `num_heads` / `num_kv_heads` > 0: un-permute q/k rows (llama); 0: serve them as stored.
+  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads, DType dtype)
+      : file_(std::move(file)),
+        names_(hf_name_map(*file_)),
+        num_heads_(num_heads),
+        num_kv_heads_(num_kv_heads),
+        dtype_(dtype) {}
 
   bool has(const std::string& name) const override { return names_.count(name) != 0; }
 
@@ -218,8 +253,8 @@ class GgufWeightSource : public WeightSource {
                                   shape_to_string(info.shape), ", expected ", shape_to_string(expected_shape)));
     }
     RLM_ASSIGN_OR_RETURN(Tensor t, dequantize_tensor(*file_, info));
-    const bool is_q = name.find(".self_attn.q_proj.") != std::string::npos;
-    const bool is_k = name.find(".self_attn.k_proj.") != std::string::npos;
+    const bool is_q = num_heads_ > 0 && name.find(".self_attn.q_proj.") != std::string::npos;
+    const bool is_k = num_heads_ > 0 && name.find(".self_attn.k_proj.") != std::string::npos;
     if (is_q || is_k) {
       const int64_t heads = is_q ? num_heads_ : num_kv_heads_;
       if (t.size(0) % (2 * heads) != 0) {
@@ -228,7 +263,7 @@ class GgufWeightSource : public WeightSource {
       }
       t = unpermute_llama_qk(t, heads);
     }
-    return t;
+    return dtype_ == DType::kF32 ? t : t.to(dtype_);
   }
 
   std::vector<std::string> names() const override {
@@ -244,47 +279,46 @@ class GgufWeightSource : public WeightSource {
   std::map<std::string, std::string> names_;  // HF name -> GGUF name
   int64_t num_heads_;
   int64_t num_kv_heads_;
+  DType dtype_;
 };
 
 }  // namespace
 
 StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
-  auto arch = f.get_string("general.architecture");
-  if (!arch) return bad_key(f, "general.architecture", "is missing or not a string");
-  if (*arch != "llama") {
-    return unimplemented(str("gguf ", f.path(), ": architecture '", *arch, "' is not supported (supported: llama)"));
-  }
+  RLM_ASSIGN_OR_RETURN(GgufArch arch, find_arch(f));
+  const std::string prefix = std::string(arch.name) + ".";
+  auto K = [&](const char* key) { return prefix + key; };
   ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
+  c.architecture = arch.hf_arch;
+  c.model_type = arch.model_type;
   c.dtype = DType::kF32;
-  RLM_ASSIGN_OR_RETURN(c.hidden_size, required_int(f, "llama.embedding_length"));
-  RLM_ASSIGN_OR_RETURN(c.num_hidden_layers, required_int(f, "llama.block_count"));
-  RLM_ASSIGN_OR_RETURN(c.intermediate_size, uniform_int(f, "llama.feed_forward_length", 0));
-  if (c.intermediate_size <= 0) return bad_key(f, "llama.feed_forward_length", "is missing");
-  RLM_ASSIGN_OR_RETURN(c.num_attention_heads, uniform_int(f, "llama.attention.head_count", 0));
-  if (c.num_attention_heads <= 0) return bad_key(f, "llama.attention.head_count", "is missing");
-  RLM_ASSIGN_OR_RETURN(c.num_key_value_heads, uniform_int(f, "llama.attention.head_count_kv", c.num_attention_heads));
+  RLM_ASSIGN_OR_RETURN(c.hidden_size, required_int(f, K("embedding_length")));
+  RLM_ASSIGN_OR_RETURN(c.num_hidden_layers, required_int(f, K("block_count")));
+  RLM_ASSIGN_OR_RETURN(c.intermediate_size, uniform_int(f, K("feed_forward_length"), 0));
+  if (c.intermediate_size <= 0) return bad_key(f, K("feed_forward_length"), "is missing");
+  RLM_ASSIGN_OR_RETURN(c.num_attention_heads, uniform_int(f, K("attention.head_count"), 0));
+  if (c.num_attention_heads <= 0) return bad_key(f, K("attention.head_count"), "is missing");
+  RLM_ASSIGN_OR_RETURN(c.num_key_value_heads, uniform_int(f, K("attention.head_count_kv"), c.num_attention_heads));
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
-    return bad_key(f, "llama.attention.head_count_kv",
+    return bad_key(f, K("attention.head_count_kv"),
                    str("= ", c.num_key_value_heads, " does not divide head_count ", c.num_attention_heads));
   }
   const int64_t default_head_dim = c.hidden_size / c.num_attention_heads;
-  RLM_ASSIGN_OR_RETURN(c.head_dim, optional_int(f, "llama.attention.key_length", default_head_dim));
-  RLM_ASSIGN_OR_RETURN(int64_t value_dim, optional_int(f, "llama.attention.value_length", c.head_dim));
+  RLM_ASSIGN_OR_RETURN(c.head_dim, optional_int(f, K("attention.key_length"), default_head_dim));
+  RLM_ASSIGN_OR_RETURN(int64_t value_dim, optional_int(f, K("attention.value_length"), c.head_dim));
   if (value_dim != c.head_dim) {
     return unimplemented(str("gguf ", f.path(), ": attention key_length ", c.head_dim, " != value_length ", value_dim));
   }
-  if (!f.has("llama.attention.key_length") && c.hidden_size % c.num_attention_heads != 0) {
-    return bad_key(f, "llama.attention.head_count",
+  if (!f.has(K("attention.key_length")) && c.hidden_size % c.num_attention_heads != 0) {
+    return bad_key(f, K("attention.head_count"),
                    str("= ", c.num_attention_heads, " does not divide embedding_length ", c.hidden_size));
   }
-  RLM_ASSIGN_OR_RETURN(c.max_position_embeddings, required_int(f, "llama.context_length"));
-  if (!f.has("llama.attention.layer_norm_rms_epsilon")) {
-    return bad_key(f, "llama.attention.layer_norm_rms_epsilon", "is missing");
+  RLM_ASSIGN_OR_RETURN(c.max_position_embeddings, required_int(f, K("context_length")));
+  if (!f.has(K("attention.layer_norm_rms_epsilon"))) {
+    return bad_key(f, K("attention.layer_norm_rms_epsilon"), "is missing");
   }
-  RLM_ASSIGN_OR_RETURN(c.rms_norm_eps, float_or(f, "llama.attention.layer_norm_rms_epsilon", 0.0));
-  RLM_RETURN_IF_ERROR(read_rope(f, c.head_dim, &c));
+  RLM_ASSIGN_OR_RETURN(c.rms_norm_eps, float_or(f, K("attention.layer_norm_rms_epsilon"), 0.0));
+  RLM_RETURN_IF_ERROR(read_rope(f, prefix, c.head_dim, &c));
 
   // vocab: the embedding's rows are authoritative (they may be padded past the token list).
   if (const GgufTensorInfo* embd = f.find_tensor("token_embd.weight")) {
@@ -293,13 +327,13 @@ StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
                                   ", expected [vocab, ", c.hidden_size, "]"));
     }
     c.vocab_size = embd->shape[0];
-  } else if (f.has("llama.vocab_size")) {
-    RLM_ASSIGN_OR_RETURN(c.vocab_size, required_int(f, "llama.vocab_size"));
+  } else if (f.has(K("vocab_size"))) {
+    RLM_ASSIGN_OR_RETURN(c.vocab_size, required_int(f, K("vocab_size")));
   } else if (const GgufValue* tokens = f.find("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<int64_t>(tokens->array_size());
   }
   if (c.vocab_size <= 0) {
-    return invalid_argument(str("gguf ", f.path(), ": no vocab size (token_embd.weight, llama.vocab_size, tokens)"));
+    return invalid_argument(str("gguf ", f.path(), ": no vocab size (token_embd.weight, ", K("vocab_size"), ", tokenizer.ggml.tokens)"));
   }
   c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
   c.attention_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
@@ -345,11 +379,16 @@ Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads) {
   return out;
 }
 
-StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file) {
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file, DType dtype) {
   RLM_CHECK(file != nullptr);
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    return invalid_argument(str("open_gguf_weights: dtype ", dtype_name(dtype), " is not a float dtype (f32, bf16, f16)"));
+  }
   RLM_ASSIGN_OR_RETURN(ModelConfig c, gguf_model_config(*file));
-  return std::unique_ptr<WeightSource>(
-      std::make_unique<GgufWeightSource>(std::move(file), c.num_attention_heads, c.num_key_value_heads));
+  RLM_ASSIGN_OR_RETURN(GgufArch arch, find_arch(*file));
+  const int64_t heads = arch.permuted_qk ? c.num_attention_heads : 0;
+  const int64_t kv_heads = arch.permuted_qk ? c.num_key_value_heads : 0;
+  return std::unique_ptr<WeightSource>(std::make_unique<GgufWeightSource>(std::move(file), heads, kv_heads, dtype));
 }
 
 }  // namespace rlm

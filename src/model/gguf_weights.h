@@ -1,7 +1,9 @@
 // One GGUF file as a whole model: a ModelConfig synthesised from its metadata and a WeightSource
 // that serves its tensors under Hugging Face names, dequantized to f32.
 //
-// Supported general.architecture: "llama" (LlamaForCausalLM). Tensor names:
+// Supported general.architecture: "llama" (LlamaForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3"
+// (Qwen3ForCausalLM); metadata keys are read under that prefix ("llama.block_count", ...).
+// Tensor names:
 //   token_embd.weight            model.embed_tokens.weight
 //   output_norm.weight           model.norm.weight
 //   output.weight                lm_head.weight (absent: tied embeddings, has() is false)
@@ -9,7 +11,8 @@
 //   blk.N.ffn_norm.*             model.layers.N.post_attention_layernorm.*
 //   blk.N.attn_{q,k,v,output}.*  model.layers.N.self_attn.{q,k,v,o}_proj.*
 //   blk.N.ffn_{gate,up,down}.*   model.layers.N.mlp.{gate,up,down}_proj.*
-// llama.cpp's converter permutes the rows of q_proj/k_proj (weights and biases) within each head
+//   blk.N.attn_{q,k}_norm.*      model.layers.N.self_attn.{q,k}_norm.* (qwen3)
+// For "llama" only, llama.cpp's converter permutes the rows of q_proj/k_proj (weights and biases) within each head
 // from HF's rotate-half order into interleaved pairs; they are un-permuted here, so the tensors
 // match the Hugging Face checkpoint (and transformers' own GGUF loader).
 #pragma once
@@ -23,13 +26,15 @@
 
 namespace rlm {
 
-// Maps llama.* / tokenizer.ggml.* metadata onto a ModelConfig (dtype kF32, `raw` holds the
+// Maps <arch>.* / tokenizer.ggml.* metadata onto a ModelConfig (dtype kF32, `raw` holds the
 // equivalent HF config.json object). kUnimplemented for another general.architecture or an
 // unsupported rope scaling; kInvalidArgument naming the key for a missing or invalid value.
 StatusOr<ModelConfig> gguf_model_config(const GgufFile& file);
 
-// The tensors of `file` under HF names (see above), dequantized to f32 CPU tensors at get().
-StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file);
+// The tensors of `file` under HF names (see above), dequantized at get() to CPU tensors of
+// `dtype` (kF32, kBF16 or kF16; via f32, rounding to nearest even).
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file,
+                                                          DType dtype = DType::kF32);
 
 // Undoes llama.cpp's q/k permutation on rows: `w` is [num_heads * head_dim] or
 // [num_heads * head_dim, in]; row h*head_dim + 2*i + p moves to h*head_dim + p*head_dim/2 + i.

@@ -67,13 +67,16 @@ std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<CausalLM> model) {
   return std::move(runner).value();
 }
 
-TEST(GgufModel, TinyLlamaLogitsAndGreedyMatchTransformers) {
-  auto e = read_json("tiny_llama_expected.json");
+class GgufTinyModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufTinyModel, LogitsAndGreedyMatchTransformers) {
+  const std::string stem = "tiny_" + GetParam();
+  auto e = read_json(stem + "_expected.json");
   // Through load_model(), which recognises *.gguf files.
-  auto loaded = load_model(kDataDir + "tiny_llama.gguf");
+  auto loaded = load_model(kDataDir + stem + ".gguf");
   ASSERT_TRUE(loaded.is_ok()) << loaded.status().to_string();
   ASSERT_NE(loaded->gguf, nullptr);
-  EXPECT_EQ(loaded->config.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(loaded->config.architecture, e["config"]["architectures"][0].get<std::string>());
   auto runner = make_runner(std::move(loaded->model));
   const auto prompt = e["prompt_ids"].get<std::vector<int32_t>>();
   const auto want = e["logits"].get<std::vector<std::vector<double>>>();
@@ -91,6 +94,8 @@ TEST(GgufModel, TinyLlamaLogitsAndGreedyMatchTransformers) {
   EXPECT_EQ(greedy(*runner, prompt, static_cast<int64_t>(e["greedy_ids"].size())),
             e["greedy_ids"].get<std::vector<int32_t>>());
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, GgufTinyModel, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(GgufModel, SmolLM2LogitsAndGreedyMatchTransformers) {
   if (!std::filesystem::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " not present";

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,7 @@ std::shared_ptr<GgufFile> open_fixture(const std::string& name) {
 // Compares a ModelConfig with the config transformers derived from the same GGUF.
 void expect_config_matches(const ModelConfig& c, const nlohmann::json& e) {
   EXPECT_EQ(c.architecture, e["architectures"][0].get<std::string>());
+  EXPECT_EQ(c.raw["model_type"].get<std::string>(), c.model_type);
   EXPECT_EQ(c.model_type, e["model_type"].get<std::string>());
   EXPECT_EQ(c.vocab_size, e["vocab_size"].get<int64_t>());
   EXPECT_EQ(c.hidden_size, e["hidden_size"].get<int64_t>());
@@ -61,18 +63,24 @@ void expect_config_matches(const ModelConfig& c, const nlohmann::json& e) {
   EXPECT_EQ(c.raw["architectures"][0].get<std::string>(), c.architecture);
 }
 
-TEST(GgufWeights, TinyLlamaConfigMatchesTransformers) {
-  auto f = open_fixture("tiny_llama.gguf");
+// Tiny random models of each supported architecture (tiny_<arch>.gguf).
+class GgufTiny : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::string stem() const { return "tiny_" + GetParam(); }
+};
+
+TEST_P(GgufTiny, ConfigMatchesTransformers) {
+  auto f = open_fixture(stem() + ".gguf");
   auto c = gguf_model_config(*f);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  expect_config_matches(*c, read_json("tiny_llama_expected.json")["config"]);
+  expect_config_matches(*c, read_json(stem() + "_expected.json")["config"]);
 }
 
-TEST(GgufWeights, TinyLlamaTensorsMatchTransformers) {
-  auto e = read_json("tiny_llama_expected.json");
-  const std::string blob = read_all(kDataDir + "tiny_llama_expected.bin");
+TEST_P(GgufTiny, TensorsMatchTransformers) {
+  auto e = read_json(stem() + "_expected.json");
+  const std::string blob = read_all(kDataDir + stem() + "_expected.bin");
   const auto* values = reinterpret_cast<const float*>(blob.data());
-  auto ws = open_gguf_weights(open_fixture("tiny_llama.gguf"));
+  auto ws = open_gguf_weights(open_fixture(stem() + ".gguf"));
   ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
   std::set<std::string> want_names;
   for (const auto& t : e["tensors"]) {
@@ -93,8 +101,10 @@ TEST(GgufWeights, TinyLlamaTensorsMatchTransformers) {
   }
   auto names = (*ws)->names();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), want_names);
-  EXPECT_NE((*ws)->describe().find("tiny_llama.gguf"), std::string::npos);
+  EXPECT_NE((*ws)->describe().find(stem() + ".gguf"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, GgufTiny, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(GgufWeights, GetChecksNameAndShape) {
   auto ws = open_gguf_weights(open_fixture("tiny_llama.gguf")).value();
@@ -108,6 +118,28 @@ TEST(GgufWeights, GetChecksNameAndShape) {
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.status().message().find("[32, 64]"), std::string::npos) << wrong.status().message();
   EXPECT_NE(wrong.status().message().find("[64, 64]"), std::string::npos) << wrong.status().message();
+}
+
+TEST(GgufWeights, ServesBf16AndF16) {
+  auto e = read_json("tiny_llama_expected.json");
+  auto f = open_fixture("tiny_llama.gguf");
+  auto ws32 = open_gguf_weights(f).value();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    auto ws = open_gguf_weights(f, dtype).value();
+    for (const auto& t : e["tensors"]) {
+      const std::string name = t["name"];
+      SCOPED_TRACE(name);
+      const Shape shape = t["shape"].get<Shape>();
+      Tensor want = ws32->get(name, shape).value().to(dtype);
+      Tensor got = ws->get(name, shape).value();
+      ASSERT_EQ(got.dtype(), dtype);
+      ASSERT_EQ(got.shape(), shape);
+      ASSERT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), got.nbytes()), 0);
+    }
+  }
+  auto bad = open_gguf_weights(f, DType::kI32);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
 }
 
 // The llama.cpp converter's permutation, written out element by element.
