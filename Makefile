@@ -15,7 +15,7 @@ build: setup
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	./$(BUILD)/radixlm generate --model tests/golden/llama_gqa2_hd64_tied --prompt-ids 1,2,3,4 --max-tokens 16
+	./$(BUILD)/radixlm generate --chat --prompt "What is the capital of France?" --max-tokens 64
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -13,6 +13,7 @@ void register_commands(CLI::App& app) {
   add_info_command(app, runners());
   add_generate_command(app, runners());
   add_serve_command(app, runners());
+  add_chat_command(app, runners());
   add_bench_command(app, runners());
 }
 
