@@ -113,6 +113,21 @@ TEST(TokenizerSpecial, InvalidUtf8IsReplacedLikePython) {
   EXPECT_GE(invalid, 100);
 }
 
+// Long inputs (one 60k-character word, a 20k-space run, the whole corpus as one text) go through
+// the heap-based merge loop and the regexes in reasonable time and round-trip exactly through a
+// lossless byte-level tokenizer.
+TEST(TokenizerSpecial, LongInputsRoundTrip) {
+  auto tok = load("smollm2/tokenizer.json");
+  std::string all;
+  for (const std::string& line : test::corpus_lines()) all += utf8::sanitize(line) + "\n";
+  const std::vector<std::string> inputs = {std::string(60000, 'a'), "x" + std::string(20000, ' ') + "y",
+                                           std::string(5000, '\t') + "\n\n", all};
+  for (const std::string& text : inputs) {
+    const auto ids = tok->encode(text, false);
+    EXPECT_EQ(tok->decode(ids), text) << "input of " << text.size() << " bytes";
+  }
+}
+
 class MalformedTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
