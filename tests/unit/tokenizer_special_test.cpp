@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -126,6 +127,28 @@ TEST(TokenizerSpecial, LongInputsRoundTrip) {
     const auto ids = tok->encode(text, false);
     EXPECT_EQ(tok->decode(ids), text) << "input of " << text.size() << " bytes";
   }
+}
+
+// A loaded tokenizer is shared by the server's threads: concurrent encodes (which share the BPE
+// word cache) give the single-threaded ids.
+TEST(TokenizerSpecial, ConcurrentEncodesAgree) {
+  auto tok = load("smollm2/tokenizer.json");
+  const auto lines = test::corpus_lines();
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& line : lines) want.push_back(tok->encode(line, true));
+  auto fresh = load("smollm2/tokenizer.json");  // empty cache: threads race to fill it
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t]() {
+      for (size_t i = t; i < lines.size() * 2; i += 3) {
+        const size_t k = (i * 7919) % lines.size();
+        if (fresh->encode(lines[k], true) != want[k]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
 class MalformedTokenizer : public ::testing::Test {
