@@ -140,6 +140,9 @@ def main():
     texts += [s.upper() for s in SEEDS[:60]]
     texts += [f"{a}{s}{b}" for s in SPECIALS for a, b in [("", ""), ("x", "y"), (" ", " "), ("\n", "\n")]]
     texts += [" ".join(SPECIALS), "".join(SPECIALS)]
+    # Long words and runs: exercise the merge loop and the regexes on big inputs.
+    texts += ["a" * 3000, "ab" * 1500, "1234567890" * 50, " " * 1000 + "x", "\n" * 200 + "end",
+              "日本語" * 300, "😀" * 200, "The quick brown fox. " * 100, "x" + "\t " * 400]
     texts += generated_lines(rng, args.generated)
     with open(args.out, "w", encoding="utf-8") as f:
         for t in texts:

@@ -9,6 +9,8 @@
                committed: ~9 MB).
   qwen3        Qwen2/Qwen3 byte-level BPE from quicktok/data/qwen3.vocab + .special, with NFC and
                the Qwen2 Split regex (generated/, not committed: ~7 MB).
+               Both also as vocab-only GGUFs (generated/<name>/vocab.gguf, tokenizer.ggml.pre
+               llama-bpe / qwen2).
   mistral_v1   SentencePiece model tokenizer.model.v1 from the PyPI wheel mistral-common==1.13.1
                (Apache-2.0, committed), and mistral_v1_hf: its tokenizer.json made by transformers'
                legacy Llama conversion (Prepend/Replace normalizer, byte_fallback, Replace/ByteFallback/Fuse/
@@ -166,6 +168,39 @@ def make_quicktok(which, cache):
     out = os.path.join(DATA, "generated", which)
     write_json(os.path.join(out, "tokenizer.json"), tj)
     write_json(os.path.join(out, "tokenizer_config.json"), cfg)
+    write_gpt2_gguf(os.path.join(out, "vocab.gguf"), tj, "llama-bpe" if which == "llama3" else "qwen2",
+                    cfg, add_bos=which == "llama3")
+
+
+def write_gpt2_gguf(path, tj, pre, cfg, add_bos):
+    """The tokenizer.json's vocabulary as a vocab-only GGUF (tokenizer.ggml.model = gpt2), laid out
+    as llama.cpp's converter writes it."""
+    import gguf
+    added = {t["id"]: t for t in tj["added_tokens"]}
+    vocab = dict(tj["model"]["vocab"])
+    n = max(max(vocab.values()), max(added)) + 1
+    tokens, types = [""] * n, [1] * n
+    for tok, i in vocab.items():
+        tokens[i] = tok
+    for i, t in added.items():
+        tokens[i] = t["content"]
+        types[i] = 3 if t["special"] else 4
+    by_content = {t: i for i, t in enumerate(tokens)}
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list([t.encode("utf-8") for t in tokens])
+    w.add_token_types(types)
+    w.add_token_merges([f"{a} {b}" for a, b in tj["model"]["merges"]])
+    if cfg.get("bos_token"):
+        w.add_bos_token_id(by_content[cfg["bos_token"]])
+    w.add_eos_token_id(by_content[cfg["eos_token"]])
+    w.add_add_bos_token(add_bos)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print("wrote", os.path.relpath(path, ROOT), os.path.getsize(path), "bytes")
 
 
 def make_smollm2():

@@ -75,6 +75,14 @@ StatusOr<BpeModel> BpeModel::from_json(const json& model) {
   m.fuse_unk_ = model.value("fuse_unk", false);
   m.byte_fallback_ = model.value("byte_fallback", false);
   m.ignore_merges_ = model.value("ignore_merges", false);
+  m.bmp_char_ids_.assign(0x10000, -1);
+  for (const auto& [tok, id] : m.vocab_) {
+    const size_t n = utf8::valid_sequence_length(tok, 0);
+    if (n != 0 && n == tok.size() && n <= 3) {
+      const char32_t cp = utf8::decode(tok)[0];
+      if (cp < 0x10000) m.bmp_char_ids_[cp] = id;
+    }
+  }
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -95,8 +103,41 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
   return &id_to_token_[id];
 }
 
+int32_t BpeModel::char_id(std::string_view ch) const {
+  const auto c = static_cast<unsigned char>(ch[0]);
+  if (ch.size() <= 3 && (c < 0x80 || ch.size() > 1)) {  // a whole BMP character
+    char32_t cp = ch.size() == 1 ? c : ch.size() == 2 ? (c & 0x1F) : (c & 0x0F);
+    for (size_t k = 1; k < ch.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(ch[k]) & 0x3F);
+    return bmp_char_ids_[cp];
+  }
+  auto it = vocab_.find(std::string(ch));
+  return it == vocab_.end() ? -1 : it->second;
+}
+
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  if (word.size() > WordCache::kMaxWordBytes) {
+    tokenize_uncached(word, out);
+    return;
+  }
+  const std::string key(word);
+  auto& shard = cache_->shards[std::hash<std::string>()(key) % WordCache::kShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mutex);
+    auto it = shard.words.find(key);
+    if (it != shard.words.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t begin = out.size();
+  tokenize_uncached(word, out);
+  std::lock_guard<std::mutex> lock(shard.mutex);
+  if (shard.words.size() >= WordCache::kShardCapacity) shard.words.clear();
+  shard.words.emplace(key, std::vector<int32_t>(out.begin() + begin, out.end()));
+}
+
+void BpeModel::tokenize_uncached(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     auto it = vocab_.find(std::string(word));
     if (it != vocab_.end()) {
@@ -115,11 +156,10 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
     if (n == 0) n = 1;
     ch.assign(word.substr(i, n));
     i += n;
-    auto it = vocab_.find(ch);
-    if (it != vocab_.end()) {
+    if (const int32_t id = char_id(ch); id >= 0) {
       if (pending_unk >= 0) symbols.push_back(pending_unk);
       pending_unk = -1;
-      symbols.push_back(it->second);
+      symbols.push_back(id);
       continue;
     }
     if (byte_fallback_) {

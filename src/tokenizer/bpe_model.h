@@ -3,7 +3,10 @@
 // (rank, position) with stale entries skipped).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +42,20 @@ class BpeModel {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   void merge_word(std::vector<int32_t>& symbols) const;
+  void tokenize_uncached(std::string_view word, std::vector<int32_t>& out) const;
+  // Id of the one-character token `ch` (a UTF-8 sequence), or -1.
+  int32_t char_id(std::string_view ch) const;
+
+  // Results for recent words (like Hugging Face's BPE cache): sharded, each shard cleared when
+  // full. Only a speed-up: tokenize() gives the same ids with or without it.
+  struct WordCache {
+    static constexpr size_t kShards = 16, kShardCapacity = 4096, kMaxWordBytes = 64;
+    struct Shard {
+      std::mutex mutex;
+      std::unordered_map<std::string, std::vector<int32_t>> words;
+    };
+    std::array<Shard, kShards> shards;
+  };
 
   std::unordered_map<std::string, int32_t> vocab_;
   std::vector<std::string> id_to_token_;
@@ -49,6 +66,8 @@ class BpeModel {
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
   int32_t byte_ids_[256];  // id of "<0xAB>" per byte, -1 when absent
+  std::vector<int32_t> bmp_char_ids_;  // [0x10000] id of each one-character BMP token, or -1
+  std::unique_ptr<WordCache> cache_ = std::make_unique<WordCache>();
 };
 
 }  // namespace rlm

@@ -41,14 +41,19 @@ std::string IncrementalDetokenizer::take_piece(const std::string& prefix_text, c
   if (new_text.compare(0, prefix_text.size(), prefix_text) == 0) {
     return new_text.substr(prefix_text.size());
   }
-  // The window decode disagreed with its prefix (a decoder with context beyond one token):
-  // fall back to the full decode, which is always right.
+  // The window decode disagreed with its prefix: fall back to the full decode. Without a prompt
+  // that is always consistent with what was streamed. With a prompt that ends inside a
+  // character (or a byte-fallback run) which the generated ids complete, the prompt's own text
+  // changes: the generated text then starts where the two texts first differ.
   std::string full = decode_range(0, ids_.size());
-  RLM_CHECK(full.compare(0, prompt_text_.size(), prompt_text_) == 0)
-      << "prompt text changed when decoded with the generated ids";
-  full.erase(0, prompt_text_.size());
-  RLM_CHECK(full.compare(0, emitted_.size(), emitted_) == 0)
-      << "streamed text is not a prefix of the full decode";
+  size_t common = 0;
+  while (common < full.size() && common < prompt_text_.size() && full[common] == prompt_text_[common]) ++common;
+  while (common > 0 && common < full.size() && (static_cast<unsigned char>(full[common]) & 0xC0) == 0x80) --common;
+  full.erase(0, common);
+  if (full.compare(0, emitted_.size(), emitted_) != 0) {
+    RLM_CHECK(prompt_size_ > 0) << "streamed text is not a prefix of the full decode";
+    return {};  // the prompt's text changed under already streamed text; nothing can be retracted
+  }
   return full.substr(emitted_.size());
 }
 

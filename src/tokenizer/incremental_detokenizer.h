@@ -4,7 +4,8 @@
 // decoding a window that starts one emitted token earlier (the scheme vLLM and TGI use). The
 // concatenation of all pieces, finish() included, equals tokenizer.decode(ids, skip_special_tokens)
 // of the generated ids (with no prompt), and decode(prompt + ids) minus decode(prompt) when a
-// prompt is given.
+// prompt is given (if the prompt ends inside a character that the generated ids complete, the
+// completed character is part of the streamed text).
 #pragma once
 
 #include <cstdint>

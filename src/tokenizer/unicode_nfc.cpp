@@ -59,14 +59,49 @@ char32_t compose_pair(char32_t a, char32_t b) {
   return (it != end && it->first == a && it->second == b) ? it->composite : 0;
 }
 
+// Code points that NFC may change or that may change their neighbour: a non-zero combining
+// class, a canonical decomposition (Hangul syllables included), or being the second element of a
+// primary composite. Text without any of them is already NFC.
+class MayChange {
+ public:
+  MayChange() : bits_(0x10000, false) {
+    for (size_t i = 0; i < ut::kCccSize; ++i) mark(ut::kCcc[i].cp);
+    for (size_t i = 0; i < ut::kDecompSize; ++i) mark(ut::kDecomp[i].cp);
+    for (size_t i = 0; i < ut::kComposeSize; ++i) mark(ut::kCompose[i].second);
+    for (char32_t c = kSBase; c < kSBase + kSCount; ++c) mark(c);
+    for (char32_t c = kVBase; c < kVBase + kVCount; ++c) mark(c);
+    for (char32_t c = kTBase + 1; c < kTBase + kTCount; ++c) mark(c);
+  }
+  bool operator()(char32_t cp) const {
+    if (cp < 0x10000) return bits_[cp];
+    return std::binary_search(astral_.begin(), astral_.end(), cp);
+  }
+
+ private:
+  void mark(char32_t cp) {
+    if (cp < 0x10000) {
+      bits_[cp] = true;
+    } else if (!std::binary_search(astral_.begin(), astral_.end(), cp)) {
+      astral_.insert(std::upper_bound(astral_.begin(), astral_.end(), cp), cp);
+    }
+  }
+  std::vector<bool> bits_;
+  std::vector<char32_t> astral_;  // sorted
+};
+
 }  // namespace
 
 std::string nfc_normalize(std::string_view text) {
   if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
     return std::string(text);
   }
+  static const MayChange may_change;
+  const std::vector<char32_t> input = utf8::decode(text);
+  if (std::none_of(input.begin(), input.end(), [](char32_t cp) { return may_change(cp); })) {
+    return std::string(text);
+  }
   std::vector<char32_t> cps;
-  for (char32_t cp : utf8::decode(text)) decompose(cp, cps);
+  for (char32_t cp : input) decompose(cp, cps);
   // Canonical ordering: stable-sort each run of non-starters by combining class.
   for (size_t i = 0; i < cps.size();) {
     if (combining_class(cps[i]) == 0) {

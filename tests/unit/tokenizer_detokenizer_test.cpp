@@ -129,6 +129,35 @@ TEST_P(Detokenizer, MultiByteCharacterIsHeldUntilComplete) {
   }
 }
 
+TEST_P(Detokenizer, PromptEndingInsideACharacter) {
+  // The prompt ends with the first byte of "你" (as a byte-level or byte-fallback token); the
+  // generated ids complete it: the completed character is streamed as generated text.
+  const std::string text = "\xE4\xBD\xA0";
+  std::vector<int32_t> bytes;
+  for (unsigned char c : text) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", c);
+    auto id = tok_->token_to_id(name);
+    if (!id) id = tok_->token_to_id(byte_level::encode(std::string(1, static_cast<char>(c))));
+    ASSERT_TRUE(id.has_value());
+    bytes.push_back(*id);
+  }
+  std::vector<int32_t> prompt = tok_->encode("Hi", false);
+  prompt.push_back(bytes[0]);
+  const auto word = tok_->encode(" ok", false);
+  IncrementalDetokenizer detok(*tok_, true, prompt);
+  std::string streamed = detok.push(bytes[1]);
+  streamed += detok.push(bytes[2]);
+  for (int32_t id : word) streamed += detok.push(id);
+  streamed += detok.finish();
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), bytes.begin() + 1, bytes.end());
+  all.insert(all.end(), word.begin(), word.end());
+  const std::string full = tok_->decode(all, true);
+  EXPECT_EQ(streamed.compare(0, text.size(), text), 0) << streamed;
+  EXPECT_EQ(full.substr(full.size() - streamed.size()), streamed);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Detokenizer, ::testing::ValuesIn(test::fixtures()),
                          [](const auto& info) { return std::string(info.param.name); });
 

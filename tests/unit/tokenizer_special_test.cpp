@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -111,6 +112,59 @@ TEST(TokenizerSpecial, InvalidUtf8IsReplacedLikePython) {
     EXPECT_EQ(utf8::sanitize(lines[i]), refs[i]["decode"].get<std::string>()) << "line " << i + 1;
   }
   EXPECT_GE(invalid, 100);
+}
+
+// Long inputs (one 60k-character word, a 20k-space run, the whole corpus as one text) go through
+// the heap-based merge loop and the regexes in reasonable time and round-trip exactly through a
+// lossless byte-level tokenizer.
+TEST(TokenizerSpecial, LongInputsRoundTrip) {
+  // SmolLM2's vocabulary with the GPT-2 regex and with the Llama-3 Split regex.
+  json tj = test::read_json_file(test::tokenizer_data("smollm2/tokenizer.json"));
+  tj["pre_tokenizer"] = json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+       "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]})");
+  auto llama_split = HfTokenizer::from_json(tj, json());
+  ASSERT_TRUE(llama_split.is_ok()) << llama_split.status().to_string();
+  std::vector<std::unique_ptr<Tokenizer>> toks;
+  toks.push_back(load("smollm2/tokenizer.json"));
+  toks.push_back(std::move(llama_split).value());
+  std::string all;
+  for (const std::string& line : test::corpus_lines()) all += utf8::sanitize(line) + "\n";
+  std::string crlf, mixed;
+  for (int i = 0; i < 50000; ++i) crlf += "\r\n";
+  for (int i = 0; i < 30000; ++i) mixed += " \n\t";
+  const std::vector<std::string> inputs = {std::string(60000, 'a'), "x" + std::string(20000, ' ') + "y",
+                                           std::string(5000, '\t') + "\n\n", std::string(200000, '!'),
+                                           crlf + "x", mixed + "y", all};
+  for (const auto& tok : toks) {
+    for (const std::string& text : inputs) {
+      const auto ids = tok->encode(text, false);
+      EXPECT_EQ(tok->decode(ids), text) << "input of " << text.size() << " bytes";
+    }
+  }
+}
+
+// A loaded tokenizer is shared by the server's threads: concurrent encodes (which share the BPE
+// word cache) give the single-threaded ids.
+TEST(TokenizerSpecial, ConcurrentEncodesAgree) {
+  auto tok = load("smollm2/tokenizer.json");
+  const auto lines = test::corpus_lines();
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& line : lines) want.push_back(tok->encode(line, true));
+  auto fresh = load("smollm2/tokenizer.json");  // empty cache: threads race to fill it
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t]() {
+      for (size_t i = t; i < lines.size() * 2; i += 3) {
+        const size_t k = (i * 7919) % lines.size();
+        if (fresh->encode(lines[k], true) != want[k]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
 class MalformedTokenizer : public ::testing::Test {

@@ -44,9 +44,12 @@ inline const std::vector<Fixture>& fixtures() {
       {"mistral_v1_metaspace", "", false},
       // GGUF vocabularies, checked against the Hugging Face reference of the same vocabulary:
       // SmolLM2's GGUF says tokenizer.ggml.pre = smollm (digits split individually), which is
-      // the smollm2_digits variant; mistral_v1/vocab.gguf is tokenizer.model as a llama vocab.
+      // the smollm2_digits variant; mistral_v1/vocab.gguf is tokenizer.model as a llama vocab
+      // (checked against SentencePiece); llama3/qwen3 vocab.gguf hold the tokenizer.json vocabs.
       {"smollm2_gguf", "@root/models/SmolLM2-135M-Instruct.Q4_1.gguf", true, "smollm2_digits"},
       {"mistral_v1_gguf", "mistral_v1/vocab.gguf", false, "mistral_v1"},
+      {"llama3_gguf", "generated/llama3/vocab.gguf", true, "llama3"},
+      {"qwen3_gguf", "generated/qwen3/vocab.gguf", true, "qwen3"},
   };
   return f;
 }
