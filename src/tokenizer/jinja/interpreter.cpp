@@ -31,7 +31,7 @@ std::string Interpreter::render(const NodeList& nodes, const Value& context) {
   for (auto& [k, v] : make_globals(options_)) globals->set(k, std::move(v));
   auto root = std::make_shared<Scope>(globals);
   if (context.is_dict()) {
-    for (const auto& [k, v] : context.dict_data().items) root->set(k, v);
+    for (const auto& [k, v] : context.dict_data().items) root->set(to_str(k), v);
   }
   std::string out;
   exec_list(nodes, root, out);
@@ -322,8 +322,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       Value d = Value::dict();
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
         const Value k = eval(*e.args[i], scope);
-        if (!k.is_string()) throw_type_error("only string keys are supported in dict literals");
-        d.mutable_dict_data().set(k.str(), eval(*e.args[i + 1], scope));
+        d.mutable_dict_data().set(k, eval(*e.args[i + 1], scope));
       }
       return d;
     }

@@ -285,8 +285,8 @@ std::optional<Value> bound_method(const Value& obj, const std::string& name) {
       return Value::function(name, [obj, name](CallArgs&) {
         std::vector<Value> out;
         for (const auto& [k, v] : obj.dict_data().items) {
-          if (name == "items") out.push_back(Value::tuple({Value(k), v}));
-          else out.push_back(name == "keys" ? Value(k) : v);
+          if (name == "items") out.push_back(Value::tuple({k, v}));
+          else out.push_back(name == "keys" ? k : v);
         }
         return Value::list(std::move(out));
       });
@@ -294,11 +294,17 @@ std::optional<Value> bound_method(const Value& obj, const std::string& name) {
     if (name == "get") {
       return Value::function(name, [obj](CallArgs& a) {
         const Value key = arg_or(a, 0, "key", Value());
-        const Value* v = key.is_string() ? obj.dict_data().find(key.str()) : nullptr;
+        const Value* v = obj.dict_data().find(key);
         return v ? *v : arg_or(a, 1, "default", Value::none());
       });
     }
-    if (name == "copy") return Value::function(name, [obj](CallArgs&) { return Value::dict(obj.dict_data().items); });
+    if (name == "copy") {
+      return Value::function(name, [obj](CallArgs&) {
+        Value copy = Value::dict();
+        copy.mutable_dict_data().items = obj.dict_data().items;
+        return copy;
+      });
+    }
     static const char* kMutating[] = {"pop", "popitem", "update", "setdefault", "clear"};
     for (const char* m : kMutating) {
       if (name == m) return unsafe_method(obj, name);

@@ -52,10 +52,16 @@ class Value {
     bool is_tuple = false;
   };
   struct DictData {
-    std::vector<std::pair<std::string, Value>> items;  // insertion order, like a Python dict
+    // Insertion order, like a Python dict. Keys are str in JSON data; template literals may use
+    // any hashable value (int, float, bool, None, tuple).
+    std::vector<std::pair<Value, Value>> items;
     bool is_namespace = false;
     const Value* find(const std::string& key) const;
+    const Value* find(const char* key) const { return find(std::string(key)); }
+    const Value* find(const Value& key) const;  // Python key equality (1 == 1.0 == True)
     void set(const std::string& key, Value value);
+    void set(const char* key, Value value) { set(std::string(key), std::move(value)); }
+    void set(const Value& key, Value value);
   };
   struct FunctionData {
     std::string name;
@@ -78,6 +84,9 @@ class Value {
   static Value dict(std::vector<std::pair<std::string, Value>> items = {});
   static Value namespace_object(std::vector<std::pair<std::string, Value>> items);
   static Value function(std::string name, Function fn);
+  // markupsafe.Markup: a string marked safe (`|safe`, `|escape`). Concatenating it with a plain
+  // string HTML-escapes the plain side, as Python does even with autoescape off.
+  static Value markup(std::string s);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -88,6 +97,7 @@ class Value {
   // Python's numbers.Number: bool, int and float.
   bool is_number() const { return is_bool() || is_int() || is_float(); }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return is_string() && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }  // list or tuple
   bool is_tuple() const { return is_list() && list_->is_tuple; }
   bool is_dict() const { return kind_ == Kind::kDict && !dict_->is_namespace; }
@@ -106,6 +116,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
   std::string str_;
