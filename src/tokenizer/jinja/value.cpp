@@ -63,8 +63,13 @@ void Value::DictData::set(const Value& key, Value value) {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.str_ = std::move(hint);
+  v.str_ = std::make_shared<const std::string>(std::move(hint));
   return v;
+}
+
+const std::string& Value::empty_string() {
+  static const std::string* empty = new std::string();
+  return *empty;
 }
 
 Value Value::markup(std::string s) {

@@ -73,8 +73,8 @@ class Value {
   Value(int v) : kind_(Kind::kInt), int_(v) {}                     // NOLINT
   Value(int64_t v) : kind_(Kind::kInt), int_(v) {}                 // NOLINT
   Value(double v) : kind_(Kind::kFloat), float_(v) {}              // NOLINT
-  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}  // NOLINT
-  Value(const char* s) : kind_(Kind::kString), str_(s) {}          // NOLINT
+  Value(std::string s) : kind_(Kind::kString), str_(std::make_shared<const std::string>(std::move(s))) {}  // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}  // NOLINT
 
   // `hint` is the UndefinedError message raised when the value is used in a way that needs it.
   static Value undefined(std::string hint);
@@ -107,7 +107,8 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }  // int or bool
   double as_double() const { return is_float() ? float_ : static_cast<double>(int_); }
-  const std::string& str() const { return str_; }  // string contents, or an Undefined's hint
+  // String contents, or an Undefined's hint. Shared, so copying a Value never copies the text.
+  const std::string& str() const { return str_ ? *str_ : empty_string(); }
   const std::vector<Value>& items() const { return list_->items; }
   const DictData& dict_data() const { return *dict_; }
   DictData& mutable_dict_data() const { return *dict_; }
@@ -119,7 +120,8 @@ class Value {
   bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
-  std::string str_;
+  static const std::string& empty_string();
+  std::shared_ptr<const std::string> str_;
   std::shared_ptr<ListData> list_;
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<FunctionData> function_;
