@@ -15,6 +15,7 @@ Usage: .venv/bin/python tools/make_chat_template_golden.py
 import datetime as _dt
 import json
 import pathlib
+import random
 
 import jinja2
 import transformers
@@ -29,6 +30,88 @@ class _FixedDatetime(_dt.datetime):
     @classmethod
     def now(cls, tz=None):
         return FIXED_NOW
+
+
+RANDOM_SEED = 20250307
+RANDOM_COUNT = 60
+
+_PIECES = [
+    "hello", "world", "The answer is 42.", "héllo", "naïve café", "你好，世界", "🎉", "👩‍💻", "Ελληνικά", "مرحبا",
+    " ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "{{ x }}", "{% if %}", "{#", "}}", "'", "\"", "\\", "<b>", "&amp;",
+    "<think>", "</think>", "<tool_response>", "</tool_response>", "<|im_end|>", "```json\n{\"a\": 1}\n```",
+]
+_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Get the weather.",
+     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "search", "description": "Search — fast 🔎",
+     "parameters": {"type": "object", "properties": {"q": {"type": "string"}, "k": {"type": "integer", "default": 3}}}}},
+    {"type": "function", "function": {"name": "noargs", "description": "", "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+def _text(rng, allow_empty=True):
+    n = rng.randint(0 if allow_empty else 1, 6)
+    return "".join(rng.choice(_PIECES) for _ in range(n))
+
+
+def _json_value(rng, depth=0):
+    kind = rng.randint(0, 8 if depth < 2 else 5)
+    if kind == 0:
+        return rng.randint(-10**12, 10**12)
+    if kind == 1:
+        return rng.choice([0.1, 1.5, -2.25, 1e-9, 3.0, 1e22, 123456.789, rng.random()])
+    if kind == 2:
+        return rng.choice([True, False])
+    if kind == 3:
+        return None
+    if kind in (4, 5):
+        return _text(rng)
+    if kind in (6, 7):
+        return {_text(rng, False): _json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return [_json_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+
+
+def make_random_conversations():
+    """Seeded random conversations: odd text, tool calls with arbitrary JSON, reasoning, thinking flags."""
+    rng = random.Random(RANDOM_SEED)
+    convs = []
+    for i in range(RANDOM_COUNT):
+        messages = []
+        if rng.random() < 0.5:
+            messages.append({"role": "system", "content": _text(rng)})
+        for turn in range(rng.randint(1, 4)):
+            messages.append({"role": "user", "content": _text(rng, False)})
+            if rng.random() < 0.2 and turn > 0:
+                break
+            msg = {"role": "assistant", "content": _text(rng)}
+            if rng.random() < 0.3:
+                msg["reasoning_content"] = _text(rng)
+            if rng.random() < 0.3:
+                calls = []
+                for _ in range(rng.randint(1, 2)):
+                    args = {_text(rng, False): _json_value(rng) for _ in range(rng.randint(0, 3))}
+                    if rng.random() < 0.3:
+                        args = json.dumps(args, ensure_ascii=False)
+                    calls.append({"type": "function", "function": {"name": rng.choice(_TOOLS)["function"]["name"],
+                                                                   "arguments": args}})
+                msg["tool_calls"] = calls
+                messages.append(msg)
+                for _ in calls:
+                    messages.append({"role": "tool", "content": _text(rng)})
+            else:
+                messages.append(msg)
+        conv = {"name": f"random_{i:02d}", "add_generation_prompt": rng.random() < 0.6, "messages": messages}
+        if rng.random() < 0.4:
+            conv["tools"] = rng.sample(_TOOLS, rng.randint(1, len(_TOOLS)))
+        r = rng.random()
+        if r < 0.25:
+            conv["extra_context"] = {"enable_thinking": False}
+        elif r < 0.4:
+            conv["extra_context"] = {"enable_thinking": True}
+        convs.append(conv)
+    (DATA / "conversations_random.json").write_text(json.dumps(convs, ensure_ascii=False, indent=1) + "\n",
+                                                    encoding="utf-8")
+    return convs
 
 
 def render(source, conv, bos_token, eos_token):
@@ -72,6 +155,7 @@ def main():
     chat_template_utils.datetime = _FixedDatetime  # strftime_now() reads the module's datetime
     templates = json.loads((DATA / "templates.json").read_text(encoding="utf-8"))
     conversations = json.loads((DATA / "conversations.json").read_text(encoding="utf-8"))
+    conversations += make_random_conversations()
     lines = []
     counts = {"ok": 0, "error": 0}
     for t in templates:

@@ -19,14 +19,15 @@ using jinja_test::error_matches;
 
 TEST(ChatTemplateGolden, MatchesTransformers) {
   const nlohmann::ordered_json templates = jinja_test::read_json("templates.json");
-  const nlohmann::ordered_json conversations = jinja_test::read_json("conversations.json");
+  nlohmann::ordered_json conversations = jinja_test::read_json("conversations.json");
+  for (const auto& c : jinja_test::read_json("conversations_random.json")) conversations.push_back(c);
   const std::vector<nlohmann::ordered_json> expected = jinja_test::read_jsonl("expected.jsonl");
   ASSERT_GE(templates.size(), 5u);
   for (const char* core : {"smollm2", "llama3.1", "llama3.2", "qwen2.5", "qwen3"}) {
     EXPECT_TRUE(std::any_of(templates.begin(), templates.end(), [&](const auto& t) { return t["name"] == core; }))
         << core;
   }
-  ASSERT_GE(conversations.size(), 20u);
+  ASSERT_GE(conversations.size(), 80u);
   ASSERT_EQ(expected.size(), templates.size() * conversations.size());
 
   std::map<std::string, ChatTemplate> parsed;
