@@ -53,7 +53,6 @@ TEST(JinjaTemplate, UnsupportedSyntaxFailsAtParseTime) {
       "{% import 'macros.html' as m %}",
       "{% from 'm.html' import f %}",
       "{% block body %}{% endblock %}",
-      "{% with a = 1 %}{{ a }}{% endwith %}",
       "{% do xs.append(1) %}",
       "{% for x in xs recursive %}{{ loop(x) }}{% endfor %}",
       "{{ f(*args) }}",

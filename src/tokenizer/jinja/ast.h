@@ -58,6 +58,7 @@ enum class NodeKind {
   kCallBlock,    // {% call(params) expr %}body{% endcall %}
   kFilterBlock,  // {% filter expr %}body{% endfilter %}
   kScope,        // body rendered in place ({% generation %} from transformers)
+  kWith,         // {% with params[i] = defaults[i], ... %}body{% endwith %}
   kBreak,
   kContinue,
 };

@@ -88,6 +88,17 @@ std::unordered_map<std::string, Value> make_globals(const RenderOptions& options
     }
     return Value::namespace_object(std::move(items));
   });
+  g["joiner"] = Value::function("joiner", [](CallArgs& a) {
+    const std::string sep = to_str(arg_or(a, 0, "sep", Value(", ")));
+    auto used = std::make_shared<bool>(false);
+    return Value::function("joiner", [sep, used](CallArgs&) {
+      if (!*used) {
+        *used = true;
+        return Value("");
+      }
+      return Value(sep);
+    });
+  });
   g["raise_exception"] = Value::function("raise_exception", [](CallArgs& a) -> Value {
     throw RenderError(RenderError::Kind::kRaised, to_str(arg_or(a, 0, "message", Value(""))));
   });

@@ -84,6 +84,11 @@ Interpreter::Flow Interpreter::exec(const Node& node, const ScopePtr& scope, std
       return Flow::kNormal;
     }
     case NodeKind::kScope: return exec_list(node.body, scope, out);
+    case NodeKind::kWith: {
+      auto inner = std::make_shared<Scope>(scope);
+      for (size_t i = 0; i < node.params.size(); ++i) inner->set(node.params[i], eval(*node.defaults[i], scope));
+      return exec_list(node.body, inner, out);
+    }
     case NodeKind::kBreak: return Flow::kBreak;
     case NodeKind::kContinue: return Flow::kContinue;
   }
@@ -129,6 +134,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
     return Flow::kNormal;
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed() state
   for (int64_t i = 0; i < n; ++i) {
     auto iter_scope = std::make_shared<Scope>(scope);
     bind_targets(node.targets, items[static_cast<size_t>(i)], *iter_scope);
@@ -147,6 +153,12 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
         {"cycle", Value::function("cycle", [i](CallArgs& a) {
            if (a.args.empty()) throw_type_error("no items for cycling given");
            return a.args[static_cast<size_t>(i) % a.args.size()];
+         })},
+        {"changed", Value::function("changed", [last_changed](CallArgs& a) {
+           Value now = Value::list(a.args);
+           if (last_changed->has_value() && equals(**last_changed, now)) return Value(false);
+           *last_changed = std::move(now);
+           return Value(true);
          })},
     });
     iter_scope->set("loop", loop);

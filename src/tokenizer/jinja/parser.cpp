@@ -162,7 +162,8 @@ class Parser {
       expect_block_end();
       return n;
     }
-    static const std::set<std::string> kUnsupported = {"extends", "block", "include", "import", "from", "with",
+    if (tag == "with") return parse_with();
+    static const std::set<std::string> kUnsupported = {"extends", "block", "include", "import", "from",
                                                       "autoescape", "do", "trans", "pluralize"};
     if (kUnsupported.count(tag)) fail(t, "the '" + tag + "' tag is not supported in chat templates");
     fail(t, "Encountered unknown tag '" + tag + "'.");
@@ -287,6 +288,22 @@ class Parser {
     expect_block_end();
     std::string end;
     n->body = parse_body({"endcall"}, &end, "call");
+    expect_block_end();
+    return n;
+  }
+
+  NodePtr parse_with() {
+    auto n = make_node(NodeKind::kWith, cur());
+    advance();
+    while (cur().type != TokenType::kBlockEnd) {
+      if (!n->params.empty()) expect_op(",");
+      n->params.push_back(expect_name());
+      expect_op("=");
+      n->defaults.push_back(parse_expression(true));
+    }
+    expect_block_end();
+    std::string end;
+    n->body = parse_body({"endwith"}, &end, "with");
     expect_block_end();
     return n;
   }
