@@ -41,6 +41,7 @@ Value dict_from_args(const CallArgs& a, const char* what) {
   if (a.args.size() > 1) throw_type_error(std::string(what) + " expected at most 1 positional argument");
   if (a.args.size() == 1) {
     const Value& src = a.args[0];
+    require_defined(src);
     if (src.is_dict()) {
       for (const auto& [k, v] : src.dict_data().items) d.mutable_dict_data().set(k, v);
     } else if (src.is_list()) {

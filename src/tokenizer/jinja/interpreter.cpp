@@ -63,7 +63,8 @@ Interpreter::Flow Interpreter::exec(const Node& node, const ScopePtr& scope, std
       exec_list(node.body, std::make_shared<Scope>(scope), body);
       Value v(std::move(body));
       if (node.expr) v = apply_filters(*node.expr, v, scope);
-      scope->set(node.targets[0], v);
+      if (!node.attr_target.empty()) assign_attribute(node, std::move(v), *scope);
+      else scope->set(node.targets[0], v);
       return Flow::kNormal;
     }
     case NodeKind::kMacro: scope->set(node.text, make_macro(node, scope)); return Flow::kNormal;
@@ -138,7 +139,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
   for (int64_t i = 0; i < n; ++i) {
     auto iter_scope = std::make_shared<Scope>(scope);
     bind_targets(node.targets, items[static_cast<size_t>(i)], *iter_scope);
-    Value loop = Value::dict({
+    Value loop = Value::namespace_object({
         {"index", Value(i + 1)},
         {"index0", Value(i)},
         {"revindex", Value(n - i)},
@@ -160,7 +161,7 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
            *last_changed = std::move(now);
            return Value(true);
          })},
-    });
+    }, "jinja2.runtime.LoopContext");
     iter_scope->set("loop", loop);
     const Flow f = exec_list(node.body, iter_scope, out);
     if (f == Flow::kBreak) break;
@@ -171,8 +172,16 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
 void Interpreter::exec_set(const Node& node, const ScopePtr& scope) {
   Value v = eval(*node.expr, scope);
   if (!node.attr_target.empty()) {
-    const Value* ns = scope->lookup(node.attr_target);
-    if (!ns || !ns->is_namespace()) {
+    assign_attribute(node, std::move(v), *scope);
+    return;
+  }
+  bind_targets(node.targets, v, *scope);
+}
+
+void Interpreter::assign_attribute(const Node& node, Value v, const Scope& scope) {
+  {
+    const Value* ns = scope.lookup(node.attr_target);
+    if (!ns || !ns->is_namespace() || std::string_view(ns->dict_data().py_class) != Value::kNamespaceClass) {
       throw RenderError(RenderError::Kind::kRuntime, "cannot assign attribute on non-namespace object");
     }
     if (!node.text.empty() && node.text[0] == '_') {
@@ -181,9 +190,7 @@ void Interpreter::exec_set(const Node& node, const ScopePtr& scope) {
                             node.text + "'. Please rename the attribute.");
     }
     ns->mutable_dict_data().set(node.text, std::move(v));
-    return;
   }
-  bind_targets(node.targets, v, *scope);
 }
 
 Value Interpreter::make_macro(const Node& node, const ScopePtr& scope) {

@@ -104,6 +104,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if ((a.is_string() || a.is_list()) && is_intlike(b)) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && is_intlike(a)) return repeat(b, a.as_int());
   }
+  if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
+    throw_type_error("can't multiply sequence by non-int of type '" + type_name(a.is_string() || a.is_list() ? b : a) + "'");
+  }
   if (op == "%" && a.is_string()) throw_type_error("printf-style string formatting is not supported");
   unsupported(op, a, b);
 }
@@ -141,6 +144,7 @@ namespace {
 
 std::string object_desc(const Value& obj) {
   if (obj.is_none()) return "None";
+  if (obj.is_namespace()) return std::string(obj.dict_data().py_class) + " object";
   return type_name(obj) + " object";
 }
 

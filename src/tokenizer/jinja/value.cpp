@@ -107,9 +107,10 @@ Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
   return v;
 }
 
-Value Value::namespace_object(std::vector<std::pair<std::string, Value>> items) {
+Value Value::namespace_object(std::vector<std::pair<std::string, Value>> items, const char* py_class) {
   Value v = dict(std::move(items));
   v.dict_->is_namespace = true;
+  v.dict_->py_class = py_class;
   return v;
 }
 
@@ -274,7 +275,10 @@ std::string type_name(const Value& v) {
     case Value::Kind::kFloat: return "float";
     case Value::Kind::kString: return "str";
     case Value::Kind::kList: return v.is_tuple() ? "tuple" : "list";
-    case Value::Kind::kDict: return v.is_namespace() ? "Namespace" : "dict";
+    case Value::Kind::kDict: {
+      const std::string cls = v.dict_data().py_class;
+      return cls.substr(cls.rfind('.') + 1);
+    }
     case Value::Kind::kFunction: return "function";
   }
   return "object";

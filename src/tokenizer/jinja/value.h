@@ -55,7 +55,10 @@ class Value {
     // Insertion order, like a Python dict. Keys are str in JSON data; template literals may use
     // any hashable value (int, float, bool, None, tuple).
     std::vector<std::pair<Value, Value>> items;
+    // Attribute bags (namespace(), the for-loop `loop`) instead of a dict; py_class is the Python
+    // class jinja2 error messages name.
     bool is_namespace = false;
+    const char* py_class = "dict";
     const Value* find(const std::string& key) const;
     const Value* find(const char* key) const { return find(std::string(key)); }
     const Value* find(const Value& key) const;  // Python key equality (1 == 1.0 == True)
@@ -82,7 +85,9 @@ class Value {
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
   static Value dict(std::vector<std::pair<std::string, Value>> items = {});
-  static Value namespace_object(std::vector<std::pair<std::string, Value>> items);
+  static Value namespace_object(std::vector<std::pair<std::string, Value>> items,
+                                const char* py_class = kNamespaceClass);
+  static constexpr const char* kNamespaceClass = "transformers.utils.chat_template_utils.TemplateNamespace";
   static Value function(std::string name, Function fn);
   // markupsafe.Markup: a string marked safe (`|safe`, `|escape`). Concatenating it with a plain
   // string HTML-escapes the plain side, as Python does even with autoescape off.
