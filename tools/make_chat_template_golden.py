@@ -114,6 +114,63 @@ def make_random_conversations():
     return convs
 
 
+MUTANT_SEED = 7
+MUTANT_COUNT = 1500
+CORE_TEMPLATES = ["smollm2.jinja", "llama3.1.jinja", "llama3.2.jinja", "qwen2.5.jinja", "qwen3.jinja"]
+_MUTATION_PIECES = [
+    "{", "}", "%", "#", "-", "+", "(", ")", "[", "]", "'", "\"", "\\", "|", ".", ",", ":", "~", "=", "!", "<", ">",
+    "*", "/", " ", "\n", "x", "0", "1.5", "if", "for", "endif", "endfor", "in", "is", "not", "and", "or", "set",
+    "macro", "loop", "none", "é", "🎉", "{{", "}}", "{%", "%}", "{#", "#}", "[::-1]", "|tojson", "|length",
+    "is defined", "else", "elif", "-%}", "{%-", "{{-", "-}}", "\t", "  ",
+]
+
+
+def fnv1a64(text):
+    h = 0xCBF29CE484222325
+    for b in text.encode("utf-8"):
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def make_mutants(conversations):
+    """Seeded random edits of the core templates, each rendered (or rejected) by jinja2: a
+    differential test of syntax-error reporting and of rendering slightly-off templates. Outputs
+    are stored as length + FNV-1a 64 to keep the file small."""
+    rng = random.Random(MUTANT_SEED)
+    lines = []
+    for i in range(MUTANT_COUNT):
+        base = CORE_TEMPLATES[i % len(CORE_TEMPLATES)]
+        src = (DATA / base).read_text(encoding="utf-8")
+        edits = []
+        for _ in range(rng.randint(1, 3)):
+            if not src:
+                break
+            p = rng.randrange(len(src))
+            op = rng.randrange(3)
+            delete = 1 + rng.randrange(5) if op == 0 else (1 if op == 2 else 0)
+            insert = "" if op == 0 else rng.choice(_MUTATION_PIECES)
+            src = src[:p] + insert + src[p + delete:]
+            edits.append([p, delete, insert])
+        conv = rng.choice(conversations)
+        ctx = {"messages": conv["messages"], "tools": conv.get("tools"), "documents": None,
+               "add_generation_prompt": conv["add_generation_prompt"], "bos_token": "<s>", "eos_token": "</s>"}
+        record = {"name": f"mutant_{i:04d}", "base": base, "edits": edits, "conversation": conv["name"]}
+        try:
+            compiled = chat_template_utils._compile_jinja_template(src)
+        except jinja2.TemplateSyntaxError as e:
+            record.update(phase="parse", error_type=type(e).__name__, error=e.message, lineno=e.lineno)
+            lines.append(json.dumps(record, ensure_ascii=False))
+            continue
+        try:
+            out = compiled.render(**ctx)
+            record.update(output_len=len(out.encode("utf-8")), output_fnv1a64=fnv1a64(out))
+        except Exception as e:
+            record.update(phase="render", error_type=type(e).__name__, error=str(e))
+        lines.append(json.dumps(record, ensure_ascii=False))
+    (DATA / "mutants.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{MUTANT_COUNT} template mutants -> {DATA / 'mutants.jsonl'}")
+
+
 def render(source, conv, bos_token, eos_token):
     kwargs = {}
     if bos_token is not None:
@@ -174,6 +231,7 @@ def main():
     print(f"jinja2 {jinja2.__version__}, transformers {transformers.__version__}: "
           f"{counts['ok']} renders, {counts['error']} expected errors -> {DATA / 'expected.jsonl'}")
     render_features()
+    make_mutants(json.loads((DATA / "conversations.json").read_text(encoding="utf-8")))
 
 
 if __name__ == "__main__":
