@@ -63,8 +63,9 @@ StatusOr<std::string> ChatTemplate::render_values(const Value& messages, bool ad
   if (!eos_token_.empty()) vars.set("eos_token", Value(eos_token_));
   if (extra_context.is_dict()) {
     for (const auto& [k, v] : extra_context.dict_data().items) {
-      if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt") {
-        return invalid_argument("chat template: extra context may not set '" + k + "'");
+      const std::string name = jinja::to_str(k);
+      if (name == "messages" || name == "tools" || name == "documents" || name == "add_generation_prompt") {
+        return invalid_argument("chat template: extra context may not set '" + name + "'");
       }
       vars.set(k, v);
     }

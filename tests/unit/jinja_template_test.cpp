@@ -46,22 +46,29 @@ TEST(JinjaTemplate, SyntaxErrorsCarryLineAndColumn) {
   EXPECT_NE(st.message().find("No filter named 'nosuch'"), std::string::npos) << st.message();
 }
 
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
 TEST(JinjaTemplate, UnsupportedSyntaxFailsAtParseTime) {
-  const char* sources[] = {
+  const std::string sources[] = {
       "{% extends 'base.html' %}",
       "x\n{% include 'other.html' %}",
       "{% import 'macros.html' as m %}",
       "{% from 'm.html' import f %}",
       "{% block body %}{% endblock %}",
-      "{% with a = 1 %}{{ a }}{% endwith %}",
       "{% do xs.append(1) %}",
       "{% for x in xs recursive %}{{ loop(x) }}{% endfor %}",
       "{{ f(*args) }}",
       "{% break %}",
-      "{{ x[1, 2] }}",
+      "{{ x[1:2, 3] }}",
+      "{{ " + std::string(500, '(') + "1" + std::string(500, ')') + " }}",
+      repeat("{% if x %}", 300),
       "{% if x is nosuchtest %}{% endif %}",
   };
-  for (const char* src : sources) {
+  for (const std::string& src : sources) {
     Status st = parse_error(src);
     EXPECT_FALSE(st.is_ok()) << src;
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << src;

@@ -53,11 +53,12 @@ enum class NodeKind {
   kIf,           // branches (cond, body) ...; else_body
   kFor,          // targets in expr [if cond]: body; else_body
   kSet,          // targets = expr, or attr_target.attr = expr
-  kSetBlock,     // {% set name %}body{% endset %} (expr = optional filter chain)
+  kSetBlock,     // {% set name %}body{% endset %} (expr = optional filter chain; or attr_target.text)
   kMacro,        // name(params = defaults) body
   kCallBlock,    // {% call(params) expr %}body{% endcall %}
   kFilterBlock,  // {% filter expr %}body{% endfilter %}
   kScope,        // body rendered in place ({% generation %} from transformers)
+  kWith,         // {% with params[i] = defaults[i], ... %}body{% endwith %}
   kBreak,
   kContinue,
 };

@@ -56,6 +56,7 @@ bool select_test(const Value& item, const CallArgs& a, size_t test_pos) {
 
 Value select_impl(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
   std::vector<Value> out;
+  if (!truthy(v)) return Value::list();  // jinja2 guards with `if value:` (so none|select is empty)
   for (const Value& item : iterate(v)) {
     const Value probe = by_attr ? attr_lookup(item, arg_or(a, 0, "attribute", Value())) : item;
     if (select_test(probe, a, by_attr ? 1 : 0) == keep) out.push_back(item);
@@ -65,6 +66,7 @@ Value select_impl(const Value& v, const CallArgs& a, bool by_attr, bool keep) {
 
 Value map_impl(const Value& v, const CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return Value::list();  // jinja2's do_map guards with `if value:`
   Value attribute = arg_or(CallArgs{{}, a.kwargs}, 99, "attribute", Value());
   if (!attribute.is_undefined()) {
     const Value dflt = arg_or(CallArgs{{}, a.kwargs}, 99, "default", Value());
@@ -156,21 +158,6 @@ Value do_tojson(const Value& v, const CallArgs& a) {
   return Value(py_json_dumps(v, opt));
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return out;
-}
-
 Value min_max(const Value& v, const CallArgs& a, bool want_max) {
   const bool cs = truthy(arg_or(a, 0, "case_sensitive", Value(false)));
   const Value attribute = arg_or(a, 1, "attribute", Value());
@@ -224,14 +211,14 @@ const std::unordered_map<std::string, FilterFn>& registry() {
          if (by != "key" && by != "value") throw RenderError(RenderError::Kind::kValue, "You can only sort by either \"key\" or \"value\"");
          const size_t pos = by == "key" ? 0 : 1;
          std::vector<Value> items;
-         for (const auto& [k, item] : v.dict_data().items) items.push_back(Value::tuple({Value(k), item}));
+         for (const auto& [k, item] : v.dict_data().items) items.push_back(Value::tuple({k, item}));
          std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
            const Value kx = sort_key(x.items()[pos], cs), ky = sort_key(y.items()[pos], cs);
            return reverse ? compare(ky, kx) < 0 : compare(kx, ky) < 0;
          });
          return Value::list(std::move(items));
        }},
-      {"escape", [](const Value& v, const CallArgs&) { return Value(html_escape(to_str(v))); }},
+      {"escape", [](const Value& v, const CallArgs&) { return v.is_markup() ? v : Value::markup(html_escape(to_str(v))); }},
       {"first", [](const Value& v, const CallArgs&) {
          std::vector<Value> items = iterate(v);
          return items.empty() ? Value::undefined("No first item, sequence was empty.") : items.front();
@@ -243,7 +230,7 @@ const std::unordered_map<std::string, FilterFn>& registry() {
          if (v.is_undefined()) return Value::list();
          if (!v.is_dict()) throw_type_error("Can only get item pairs from a mapping.");
          std::vector<Value> out;
-         for (const auto& [k, item] : v.dict_data().items) out.push_back(Value::tuple({Value(k), item}));
+         for (const auto& [k, item] : v.dict_data().items) out.push_back(Value::tuple({k, item}));
          return Value::list(std::move(out));
        }},
       {"join", [](const Value& v, const CallArgs& a) {
@@ -297,14 +284,14 @@ const std::unordered_map<std::string, FilterFn>& registry() {
          else throw_type_error("method must be common, ceil or floor");
          return Value(r / scale);
        }},
-      {"safe", [](const Value& v, const CallArgs&) { return v; }},
+      {"safe", [](const Value& v, const CallArgs&) { return v.is_markup() ? v : Value::markup(to_str(v)); }},
       {"select", [](const Value& v, const CallArgs& a) { return select_impl(v, a, false, true); }},
       {"selectattr", [](const Value& v, const CallArgs& a) { return select_impl(v, a, true, true); }},
       {"sort", [](const Value& v, const CallArgs& a) {
          return sorted_list(iterate(v), truthy(arg_or(a, 0, "reverse", Value(false))),
                             truthy(arg_or(a, 1, "case_sensitive", Value(false))), arg_or(a, 2, "attribute", Value()));
        }},
-      {"string", [](const Value& v, const CallArgs&) { return Value(to_str(v)); }},
+      {"string", [](const Value& v, const CallArgs&) { return v.is_markup() ? v : Value(to_str(v)); }},
       {"sum", [](const Value& v, const CallArgs& a) {
          const Value attribute = arg_or(a, 0, "attribute", Value());
          Value total = arg_or(a, 1, "start", Value(0));

@@ -36,26 +36,27 @@ Value range_fn(CallArgs& a) {
 }
 
 // dict(*args, **kwargs) as Python builds it: an optional mapping or pair list, then keywords.
-std::vector<std::pair<std::string, Value>> dict_items(const CallArgs& a, const char* what) {
+Value dict_from_args(const CallArgs& a, const char* what) {
   Value d = Value::dict();
   if (a.args.size() > 1) throw_type_error(std::string(what) + " expected at most 1 positional argument");
   if (a.args.size() == 1) {
     const Value& src = a.args[0];
+    require_defined(src);
     if (src.is_dict()) {
       for (const auto& [k, v] : src.dict_data().items) d.mutable_dict_data().set(k, v);
     } else if (src.is_list()) {
       for (const Value& pair : src.items()) {
-        if (!pair.is_list() || pair.items().size() != 2 || !pair.items()[0].is_string()) {
-          throw_type_error(std::string(what) + " sequence elements must be (str, value) pairs");
+        if (!pair.is_list() || pair.items().size() != 2) {
+          throw_type_error(std::string(what) + " sequence elements must be (key, value) pairs");
         }
-        d.mutable_dict_data().set(pair.items()[0].str(), pair.items()[1]);
+        d.mutable_dict_data().set(pair.items()[0], pair.items()[1]);
       }
     } else {
       throw_type_error("'" + type_name(src) + "' object is not iterable");
     }
   }
   for (const auto& [k, v] : a.kwargs) d.mutable_dict_data().set(k, v);
-  return d.dict_data().items;
+  return d;
 }
 
 }  // namespace
@@ -73,10 +74,13 @@ std::string py_strftime(const std::string& format, const std::tm& tm) {
 std::unordered_map<std::string, Value> make_globals(const RenderOptions& options) {
   std::unordered_map<std::string, Value> g;
   g["range"] = Value::function("range", range_fn);
-  g["dict"] = Value::function("dict", [](CallArgs& a) { return Value::dict(dict_items(a, "dict")); });
+  g["dict"] = Value::function("dict", [](CallArgs& a) { return dict_from_args(a, "dict"); });
   g["namespace"] = Value::function("namespace", [](CallArgs& a) {
-    auto items = dict_items(a, "namespace");
-    for (const auto& [k, v] : items) {
+    const Value d = dict_from_args(a, "namespace");
+    std::vector<std::pair<std::string, Value>> items;
+    for (const auto& [key, v] : d.dict_data().items) {
+      const std::string k = to_str(key);
+      items.emplace_back(k, v);
       if (!k.empty() && k[0] == '_') {
         throw RenderError(RenderError::Kind::kSecurity,
                           "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + k +
@@ -84,6 +88,17 @@ std::unordered_map<std::string, Value> make_globals(const RenderOptions& options
       }
     }
     return Value::namespace_object(std::move(items));
+  });
+  g["joiner"] = Value::function("joiner", [](CallArgs& a) {
+    const std::string sep = to_str(arg_or(a, 0, "sep", Value(", ")));
+    auto used = std::make_shared<bool>(false);
+    return Value::function("joiner", [sep, used](CallArgs&) {
+      if (!*used) {
+        *used = true;
+        return Value("");
+      }
+      return Value(sep);
+    });
   });
   g["raise_exception"] = Value::function("raise_exception", [](CallArgs& a) -> Value {
     throw RenderError(RenderError::Kind::kRaised, to_str(arg_or(a, 0, "message", Value(""))));

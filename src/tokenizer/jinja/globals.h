@@ -1,5 +1,6 @@
-// The global functions a chat template can call: range, namespace, dict (jinja2 and transformers'
-// TemplateDict / TemplateNamespace), raise_exception and strftime_now (transformers).
+// The global functions a chat template can call: range, namespace, dict, joiner (jinja2; dict and
+// namespace as transformers' TemplateDict / TemplateNamespace), raise_exception and strftime_now
+// (transformers).
 #pragma once
 
 #include <string>

@@ -31,7 +31,7 @@ std::string Interpreter::render(const NodeList& nodes, const Value& context) {
   for (auto& [k, v] : make_globals(options_)) globals->set(k, std::move(v));
   auto root = std::make_shared<Scope>(globals);
   if (context.is_dict()) {
-    for (const auto& [k, v] : context.dict_data().items) root->set(k, v);
+    for (const auto& [k, v] : context.dict_data().items) root->set(to_str(k), v);
   }
   std::string out;
   exec_list(nodes, root, out);
@@ -63,7 +63,8 @@ Interpreter::Flow Interpreter::exec(const Node& node, const ScopePtr& scope, std
       exec_list(node.body, std::make_shared<Scope>(scope), body);
       Value v(std::move(body));
       if (node.expr) v = apply_filters(*node.expr, v, scope);
-      scope->set(node.targets[0], v);
+      if (!node.attr_target.empty()) assign_attribute(node, std::move(v), *scope);
+      else scope->set(node.targets[0], v);
       return Flow::kNormal;
     }
     case NodeKind::kMacro: scope->set(node.text, make_macro(node, scope)); return Flow::kNormal;
@@ -84,6 +85,11 @@ Interpreter::Flow Interpreter::exec(const Node& node, const ScopePtr& scope, std
       return Flow::kNormal;
     }
     case NodeKind::kScope: return exec_list(node.body, scope, out);
+    case NodeKind::kWith: {
+      auto inner = std::make_shared<Scope>(scope);
+      for (size_t i = 0; i < node.params.size(); ++i) inner->set(node.params[i], eval(*node.defaults[i], scope));
+      return exec_list(node.body, inner, out);
+    }
     case NodeKind::kBreak: return Flow::kBreak;
     case NodeKind::kContinue: return Flow::kContinue;
   }
@@ -129,10 +135,11 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
     return Flow::kNormal;
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  auto last_changed = std::make_shared<std::optional<Value>>();  // loop.changed() state
   for (int64_t i = 0; i < n; ++i) {
     auto iter_scope = std::make_shared<Scope>(scope);
     bind_targets(node.targets, items[static_cast<size_t>(i)], *iter_scope);
-    Value loop = Value::dict({
+    Value loop = Value::namespace_object({
         {"index", Value(i + 1)},
         {"index0", Value(i)},
         {"revindex", Value(n - i)},
@@ -148,7 +155,13 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
            if (a.args.empty()) throw_type_error("no items for cycling given");
            return a.args[static_cast<size_t>(i) % a.args.size()];
          })},
-    });
+        {"changed", Value::function("changed", [last_changed](CallArgs& a) {
+           Value now = Value::list(a.args);
+           if (last_changed->has_value() && equals(**last_changed, now)) return Value(false);
+           *last_changed = std::move(now);
+           return Value(true);
+         })},
+    }, "jinja2.runtime.LoopContext");
     iter_scope->set("loop", loop);
     const Flow f = exec_list(node.body, iter_scope, out);
     if (f == Flow::kBreak) break;
@@ -159,8 +172,16 @@ Interpreter::Flow Interpreter::exec_for(const Node& node, const ScopePtr& scope,
 void Interpreter::exec_set(const Node& node, const ScopePtr& scope) {
   Value v = eval(*node.expr, scope);
   if (!node.attr_target.empty()) {
-    const Value* ns = scope->lookup(node.attr_target);
-    if (!ns || !ns->is_namespace()) {
+    assign_attribute(node, std::move(v), *scope);
+    return;
+  }
+  bind_targets(node.targets, v, *scope);
+}
+
+void Interpreter::assign_attribute(const Node& node, Value v, const Scope& scope) {
+  {
+    const Value* ns = scope.lookup(node.attr_target);
+    if (!ns || !ns->is_namespace() || std::string_view(ns->dict_data().py_class) != Value::kNamespaceClass) {
       throw RenderError(RenderError::Kind::kRuntime, "cannot assign attribute on non-namespace object");
     }
     if (!node.text.empty() && node.text[0] == '_') {
@@ -169,9 +190,7 @@ void Interpreter::exec_set(const Node& node, const ScopePtr& scope) {
                             node.text + "'. Please rename the attribute.");
     }
     ns->mutable_dict_data().set(node.text, std::move(v));
-    return;
   }
-  bind_targets(node.targets, v, *scope);
 }
 
 Value Interpreter::make_macro(const Node& node, const ScopePtr& scope) {
@@ -322,8 +341,7 @@ Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
       Value d = Value::dict();
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
         const Value k = eval(*e.args[i], scope);
-        if (!k.is_string()) throw_type_error("only string keys are supported in dict literals");
-        d.mutable_dict_data().set(k.str(), eval(*e.args[i + 1], scope));
+        d.mutable_dict_data().set(k, eval(*e.args[i + 1], scope));
       }
       return d;
     }

@@ -40,6 +40,8 @@ class Interpreter {
   Flow exec(const Node& node, const ScopePtr& scope, std::string& out);
   Flow exec_for(const Node& node, const ScopePtr& scope, std::string& out);
   void exec_set(const Node& node, const ScopePtr& scope);
+  // `set ns.attr = v`: only namespace() objects accept attribute assignment.
+  void assign_attribute(const Node& node, Value v, const Scope& scope);
   Value make_macro(const Node& node, const ScopePtr& scope);
   Value eval(const Expr& e, const ScopePtr& scope);
   Value eval_compare(const Expr& e, const ScopePtr& scope);

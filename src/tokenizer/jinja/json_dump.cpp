@@ -40,6 +40,16 @@ void dump_string(const std::string& s, bool ensure_ascii, std::string& out) {
   out.push_back('"');
 }
 
+// json.dumps turns non-string keys into their JSON scalar spelling.
+std::string key_string(const Value& k) {
+  if (k.is_string()) return k.str();
+  if (k.is_bool()) return k.as_bool() ? "true" : "false";
+  if (k.is_int()) return std::to_string(k.as_int());
+  if (k.is_float()) return py_float_repr(k.as_double());
+  if (k.is_none()) return "null";
+  throw_type_error("keys must be str, int, float, bool or None, not " + type_name(k));
+}
+
 struct Dumper {
   const JsonDumpOptions& opt;
   std::string item_sep;
@@ -81,20 +91,20 @@ struct Dumper {
       }
       case Value::Kind::kDict: {
         if (v.is_namespace()) break;
-        std::vector<const std::pair<std::string, Value>*> items;
+        std::vector<const std::pair<Value, Value>*> items;
         for (const auto& kv : v.dict_data().items) items.push_back(&kv);
         if (items.empty()) {
           out += "{}";
           return;
         }
         if (opt.sort_keys) {
-          std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+          std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return compare(a->first, b->first) < 0; });
         }
         out.push_back('{');
         for (size_t i = 0; i < items.size(); ++i) {
           if (i) out += item_sep;
           if (opt.indent) newline(level + 1);
-          dump_string(items[i]->first, opt.ensure_ascii, out);
+          dump_string(key_string(items[i]->first), opt.ensure_ascii, out);
           out += key_sep;
           dump(items[i]->second, level + 1);
         }

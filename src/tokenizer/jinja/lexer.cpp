@@ -45,18 +45,24 @@ class Lexer {
     }
   }
 
-  StatusOr<std::vector<Token>> run() {
+  std::vector<Token> run() {
     Status st = lex_root();
-    if (!st.is_ok()) return st;
-    push(TokenType::kEof, "", src_.size());
+    if (!st.is_ok()) push(TokenType::kError, error_message_, error_pos_);
+    // jinja2 gives the end-of-template token the line where the last token starts.
+    Token eof{TokenType::kEof, "", 1, 1};
+    if (!tokens_.empty()) {
+      eof.line = tokens_.back().line;
+      eof.column = tokens_.back().column;
+    }
+    tokens_.push_back(eof);
     return std::move(tokens_);
   }
 
  private:
-  Status error_at(size_t pos, const std::string& message) const {
-    auto [line, col] = line_col(pos);
-    return invalid_argument("template syntax error at line " + std::to_string(line) + ", column " +
-                            std::to_string(col) + ": " + message);
+  Status error_at(size_t pos, const std::string& message) {
+    error_pos_ = pos;
+    error_message_ = message;
+    return invalid_argument(message);
   }
 
   std::pair<int, int> line_col(size_t pos) const {
@@ -219,9 +225,9 @@ class Lexer {
         p = lex_number(p);
         continue;
       }
-      if (is_name_start(c)) {
+      if (is_name_start(c) || unicode_letter_at(p)) {
         size_t q = p;
-        while (q < n && is_name_char(src_[q])) ++q;
+        while (q < n && (is_name_char(src_[q]) || unicode_letter_at(q))) q += utf8_char_len(q);
         push(TokenType::kName, src_.substr(p, q - p), p);
         p = q;
         continue;
@@ -242,7 +248,7 @@ class Lexer {
         if (src_.compare(p, 2, two) == 0) op = two;
       }
       if (op.empty() && std::string_view("+-/*%~[](){}=<>.:|,;").find(c) != std::string_view::npos) op = std::string(1, c);
-      if (op.empty()) return error_at(p, std::string("unexpected char '") + c + "'");
+      if (op.empty()) return error_at(p, "unexpected char '" + src_.substr(p, utf8_char_len(p)) + "'");
       if (op == "(" || op == "[" || op == "{") {
         stack.push_back(op == "(" ? ')' : (op == "[" ? ']' : '}'));
       } else if (op == ")" || op == "]" || op == "}") {
@@ -253,6 +259,19 @@ class Lexer {
       push(TokenType::kOperator, op, p);
       p += op.size();
     }
+  }
+
+  size_t utf8_char_len(size_t p) const {
+    const auto c = static_cast<unsigned char>(src_[p]);
+    const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return std::min(len, src_.size() - p);
+  }
+
+  // Non-ASCII letters are identifier characters (jinja2 names follow Python's str.isidentifier).
+  bool unicode_letter_at(size_t p) const {
+    if (static_cast<unsigned char>(src_[p]) < 0x80) return false;
+    const std::u32string cp = utf8_decode(std::string_view(src_).substr(p, utf8_char_len(p)));
+    return cp.size() == 1 && py_isalpha(cp[0]);
   }
 
   size_t scan_digits(size_t p) const {  // (\d+_)*\d+ ; p must be at a digit
@@ -315,7 +334,7 @@ class Lexer {
   }
 
   // Python's "unicode-escape" decoding of a string literal body, as jinja2 does.
-  StatusOr<std::string> unescape(size_t pos, const std::string& body) const {
+  StatusOr<std::string> unescape(size_t pos, const std::string& body) {
     std::string out;
     for (size_t i = 0; i < body.size(); ++i) {
       if (body[i] != '\\' || i + 1 >= body.size()) {
@@ -371,6 +390,8 @@ class Lexer {
   std::vector<size_t> line_starts_;
   std::vector<Token> tokens_;
   bool line_starting_ = true;
+  size_t error_pos_ = 0;
+  std::string error_message_;
 };
 
 std::string normalize_newlines(std::string_view source) {
@@ -390,7 +411,7 @@ std::string normalize_newlines(std::string_view source) {
 
 }  // namespace
 
-StatusOr<std::vector<Token>> tokenize(std::string_view source, const LexerOptions& options) {
+std::vector<Token> tokenize(std::string_view source, const LexerOptions& options) {
   Lexer lexer(normalize_newlines(source), options);
   return lexer.run();
 }

@@ -23,6 +23,8 @@ enum class TokenType {
   kFloat,
   kOperator,
   kEof,
+  kError,       // a lexical error; value is the message. The parser raises it only when it reaches
+                // this point, so errors come out in the same order as jinja2's lazy lexer.
 };
 
 struct Token {
@@ -37,8 +39,8 @@ struct LexerOptions {
   bool lstrip_blocks = true;
 };
 
-// Fails (kInvalidArgument, "line L, column C: ...") on unterminated tags, comments, raw blocks
-// and strings, unbalanced brackets and characters jinja2 does not accept.
-StatusOr<std::vector<Token>> tokenize(std::string_view source, const LexerOptions& options);
+// Unterminated tags, comments, raw blocks and strings, unbalanced brackets and characters jinja2
+// does not accept end the stream with a kError token (then kEof).
+std::vector<Token> tokenize(std::string_view source, const LexerOptions& options);
 
 }  // namespace rlm::jinja

@@ -7,8 +7,37 @@
 
 namespace rlm::jinja {
 
+namespace {
+
+// Decodes the code point starting at byte `i` (setting `len`), or ending just before byte `i`.
+char32_t decode_at(const std::string& s, size_t i, size_t* len) {
+  const std::u32string one = utf8_decode(std::string_view(s).substr(i, std::min<size_t>(4, s.size() - i)));
+  char32_t cp = one.empty() ? 0xFFFD : one[0];
+  size_t n = 1;
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c >= 0xF0) n = 4;
+  else if (c >= 0xE0) n = 3;
+  else if (c >= 0xC0) n = 2;
+  *len = std::min(n, s.size() - i);
+  return cp;
+}
+
+char32_t decode_before(const std::string& s, size_t i, size_t* len) {
+  size_t b = i - 1;
+  while (b > 0 && i - b < 4 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;
+  size_t n = 0;
+  const char32_t cp = decode_at(s, b, &n);
+  if (b + n != i) {  // malformed tail: treat the last byte alone
+    *len = 1;
+    return 0xFFFD;
+  }
+  *len = n;
+  return cp;
+}
+
+}  // namespace
+
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
-  std::u32string cps = utf8_decode(s);
   std::u32string set;
   const bool use_set = !chars.is_none() && !chars.is_undefined();
   if (use_set) {
@@ -16,14 +45,14 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
     set = utf8_decode(chars.str());
   }
   auto strip_it = [&](char32_t cp) { return use_set ? set.find(cp) != std::u32string::npos : py_isspace(cp); };
-  size_t b = 0, e = cps.size();
+  size_t b = 0, e = s.size(), n = 0;
   if (left) {
-    while (b < e && strip_it(cps[b])) ++b;
+    while (b < e && strip_it(decode_at(s, b, &n))) b += n;
   }
   if (right) {
-    while (e > b && strip_it(cps[e - 1])) --e;
+    while (e > b && strip_it(decode_before(s, e, &n))) e -= n;
   }
-  return utf8_encode(std::u32string_view(cps).substr(b, e - b));
+  return s.substr(b, e - b);
 }
 
 std::string py_upper(const std::string& s) {
@@ -188,19 +217,22 @@ bool all_chars(const std::string& s, Pred pred) {
   return std::all_of(cps.begin(), cps.end(), pred);
 }
 
-std::optional<Value> string_method(const std::string& s, const std::string& name) {
+std::optional<Value> string_method(const Value& obj, const std::string& name) {
   auto make = [&](auto fn) { return std::optional<Value>(Value::function(name, fn)); };
   if (name == "startswith" || name == "endswith") {
     const bool prefix = name == "startswith";
-    return make([s, prefix](CallArgs& a) { return Value(affix_match(s, arg_or(a, 0, "prefix", Value()), prefix)); });
+    return make([obj, prefix](CallArgs& a) {
+      const std::string& s = obj.str(); return Value(affix_match(s, arg_or(a, 0, "prefix", Value()), prefix)); });
   }
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool left = name != "rstrip", right = name != "lstrip";
-    return make([s, left, right](CallArgs& a) { return Value(py_strip(s, arg_or(a, 0, "chars", Value::none()), left, right)); });
+    return make([obj, left, right](CallArgs& a) {
+      const std::string& s = obj.str(); return Value(py_strip(s, arg_or(a, 0, "chars", Value::none()), left, right)); });
   }
   if (name == "split" || name == "rsplit") {
     const bool rev = name == "rsplit";
-    return make([s, rev](CallArgs& a) {
+    return make([obj, rev](CallArgs& a) {
+      const std::string& s = obj.str();
       const Value sep = arg_or(a, 0, "sep", Value::none());
       const Value max = arg_or(a, 1, "maxsplit", Value(-1));
       if (!rev || max.as_int() < 0) return string_list(py_split(s, sep, max.as_int()));
@@ -215,24 +247,32 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
       return string_list(out);
     });
   }
-  if (name == "splitlines") return make([s](CallArgs&) { return string_list(py_splitlines(s)); });
+  if (name == "splitlines") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return string_list(py_splitlines(s)); });
   if (name == "replace") {
-    return make([s](CallArgs& a) {
+    return make([obj](CallArgs& a) {
+      const std::string& s = obj.str();
       return Value(py_replace(s, need_str(arg_or(a, 0, "old", Value()), "replace() argument 1"),
                               need_str(arg_or(a, 1, "new", Value()), "replace() argument 2"),
                               arg_or(a, 2, "count", Value(-1)).as_int()));
     });
   }
-  if (name == "upper") return make([s](CallArgs&) { return Value(py_upper(s)); });
-  if (name == "lower") return make([s](CallArgs&) { return Value(py_lower(s)); });
-  if (name == "title") return make([s](CallArgs&) { return Value(py_title(s)); });
-  if (name == "capitalize") return make([s](CallArgs&) { return Value(py_capitalize(s)); });
+  if (name == "upper") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(py_upper(s)); });
+  if (name == "lower") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(py_lower(s)); });
+  if (name == "title") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(py_title(s)); });
+  if (name == "capitalize") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(py_capitalize(s)); });
   if (name == "find" || name == "rfind") {
     const bool rev = name == "rfind";
-    return make([s, rev](CallArgs& a) { return Value(index_of(s, need_str(arg_or(a, 0, "sub", Value()), "find() argument"), rev)); });
+    return make([obj, rev](CallArgs& a) {
+      const std::string& s = obj.str(); return Value(index_of(s, need_str(arg_or(a, 0, "sub", Value()), "find() argument"), rev)); });
   }
   if (name == "count") {
-    return make([s](CallArgs& a) {
+    return make([obj](CallArgs& a) {
+      const std::string& s = obj.str();
       const std::string& sub = need_str(arg_or(a, 0, "sub", Value()), "count() argument");
       if (sub.empty()) return Value(static_cast<int64_t>(utf8_length(s)) + 1);
       int64_t n = 0;
@@ -241,7 +281,8 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
     });
   }
   if (name == "join") {
-    return make([s](CallArgs& a) {
+    return make([obj](CallArgs& a) {
+      const std::string& s = obj.str();
       std::string out;
       size_t i = 0;
       for (const Value& item : iterate(arg_or(a, 0, "iterable", Value()))) {
@@ -254,12 +295,16 @@ std::optional<Value> string_method(const std::string& s, const std::string& name
       return Value(out);
     });
   }
-  if (name == "isdigit") return make([s](CallArgs&) { return Value(all_chars(s, py_isdigit)); });
-  if (name == "isalpha") return make([s](CallArgs&) { return Value(all_chars(s, py_isalpha)); });
-  if (name == "isspace") return make([s](CallArgs&) { return Value(all_chars(s, py_isspace)); });
+  if (name == "isdigit") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(all_chars(s, py_isdigit)); });
+  if (name == "isalpha") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(all_chars(s, py_isalpha)); });
+  if (name == "isspace") return make([obj](CallArgs&) {
+      const std::string& s = obj.str(); return Value(all_chars(s, py_isspace)); });
   if (name == "isupper" || name == "islower") {
     const bool upper = name == "isupper";
-    return make([s, upper](CallArgs&) {
+    return make([obj, upper](CallArgs&) {
+      const std::string& s = obj.str();
       bool cased = false;
       for (char32_t cp : utf8_decode(s)) {
         if (upper ? py_islower(cp) : py_isupper(cp)) return Value(false);
@@ -279,14 +324,14 @@ Value unsafe_method(const Value& obj, const std::string& name) {
 }  // namespace
 
 std::optional<Value> bound_method(const Value& obj, const std::string& name) {
-  if (obj.is_string()) return string_method(obj.str(), name);
+  if (obj.is_string()) return string_method(obj, name);
   if (obj.is_dict()) {
     if (name == "items" || name == "keys" || name == "values") {
       return Value::function(name, [obj, name](CallArgs&) {
         std::vector<Value> out;
         for (const auto& [k, v] : obj.dict_data().items) {
-          if (name == "items") out.push_back(Value::tuple({Value(k), v}));
-          else out.push_back(name == "keys" ? Value(k) : v);
+          if (name == "items") out.push_back(Value::tuple({k, v}));
+          else out.push_back(name == "keys" ? k : v);
         }
         return Value::list(std::move(out));
       });
@@ -294,11 +339,17 @@ std::optional<Value> bound_method(const Value& obj, const std::string& name) {
     if (name == "get") {
       return Value::function(name, [obj](CallArgs& a) {
         const Value key = arg_or(a, 0, "key", Value());
-        const Value* v = key.is_string() ? obj.dict_data().find(key.str()) : nullptr;
+        const Value* v = obj.dict_data().find(key);
         return v ? *v : arg_or(a, 1, "default", Value::none());
       });
     }
-    if (name == "copy") return Value::function(name, [obj](CallArgs&) { return Value::dict(obj.dict_data().items); });
+    if (name == "copy") {
+      return Value::function(name, [obj](CallArgs&) {
+        Value copy = Value::dict();
+        copy.mutable_dict_data().items = obj.dict_data().items;
+        return copy;
+      });
+    }
     static const char* kMutating[] = {"pop", "popitem", "update", "setdefault", "clear"};
     for (const char* m : kMutating) {
       if (name == m) return unsafe_method(obj, name);

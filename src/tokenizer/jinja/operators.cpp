@@ -22,7 +22,7 @@ Value repeat(const Value& seq, int64_t n) {
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
-    return Value(out);
+    return seq.is_markup() ? Value::markup(out) : Value(out);
   }
   std::vector<Value> out;
   for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
@@ -32,6 +32,21 @@ Value repeat(const Value& seq, int64_t n) {
 bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
 
 }  // namespace
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
 
 Value binary_op(const std::string& op, const Value& a, const Value& b) {
   require_defined(a);
@@ -67,6 +82,13 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     }
   }
   if (op == "+") {
+    if (a.is_markup() || b.is_markup()) {
+      if (a.is_string() && b.is_string()) {
+        return Value::markup((a.is_markup() ? a.str() : html_escape(a.str())) +
+                             (b.is_markup() ? b.str() : html_escape(b.str())));
+      }
+      unsupported(op, a, b);
+    }
     if (a.is_string() && b.is_string()) return Value(a.str() + b.str());
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
       std::vector<Value> out = a.items();
@@ -81,6 +103,9 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (op == "*") {
     if ((a.is_string() || a.is_list()) && is_intlike(b)) return repeat(a, b.as_int());
     if ((b.is_string() || b.is_list()) && is_intlike(a)) return repeat(b, a.as_int());
+  }
+  if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
+    throw_type_error("can't multiply sequence by non-int of type '" + type_name(a.is_string() || a.is_list() ? b : a) + "'");
   }
   if (op == "%" && a.is_string()) throw_type_error("printf-style string formatting is not supported");
   unsupported(op, a, b);
@@ -107,7 +132,10 @@ bool contains(const Value& container, const Value& item) {
     }
     return false;
   }
-  if (container.is_dict()) return item.is_string() && container.dict_data().find(item.str()) != nullptr;
+  if (container.is_dict()) {
+    if (item.is_list() && !item.is_tuple()) throw_type_error("unhashable type: 'list'");
+    return container.dict_data().find(item) != nullptr;
+  }
   if (container.is_undefined()) return false;
   throw_type_error("argument of type '" + type_name(container) + "' is not iterable");
 }
@@ -116,6 +144,7 @@ namespace {
 
 std::string object_desc(const Value& obj) {
   if (obj.is_none()) return "None";
+  if (obj.is_namespace()) return std::string(obj.dict_data().py_class) + " object";
   return type_name(obj) + " object";
 }
 
@@ -152,11 +181,8 @@ Value get_attr(const Value& obj, const std::string& name) {
 Value get_item(const Value& obj, const Value& key) {
   require_defined(obj);
   if (obj.is_dict() || obj.is_namespace()) {
-    if (key.is_string()) {
-      const Value* v = obj.dict_data().find(key.str());
-      if (v) return *v;
-      return get_attr(obj, key.str());
-    }
+    if (const Value* v = obj.dict_data().find(key)) return *v;
+    if (key.is_string()) return get_attr(obj, key.str());
     return missing_element(obj, key);
   }
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {

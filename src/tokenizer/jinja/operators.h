@@ -10,6 +10,9 @@
 
 namespace rlm::jinja {
 
+// markupsafe.escape() of a plain string.
+std::string html_escape(const std::string& s);
+
 // op is one of + - * / // % **
 Value binary_op(const std::string& op, const Value& a, const Value& b);
 Value negate(const Value& v);

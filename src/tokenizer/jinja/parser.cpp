@@ -1,6 +1,7 @@
 #include "tokenizer/jinja/parser.h"
 
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "tokenizer/jinja/filters.h"
@@ -28,6 +29,7 @@ std::string describe(const Token& t) {
     case TokenType::kFloat: return "float";
     case TokenType::kOperator: return "'" + t.value + "'";
     case TokenType::kEof: return "end of template";
+    case TokenType::kError: return "invalid token";
   }
   return "token";
 }
@@ -39,11 +41,17 @@ class Parser {
   NodeList parse_root() {
     std::string end;
     NodeList body = parse_body({}, &end, "");
+    // jinja2 reports unknown filters/tests when compiling, i.e. after every syntax error.
+    if (unknown_name_) throw *unknown_name_;
     return body;
   }
 
  private:
-  const Token& cur() const { return toks_[pos_]; }
+  const Token& cur() const {
+    const Token& t = toks_[pos_];
+    if (t.type == TokenType::kError) throw ParseError{t.line, t.column, t.value};
+    return t;
+  }
   const Token& peek(size_t k = 1) const { return toks_[std::min(pos_ + k, toks_.size() - 1)]; }
   void advance() {
     if (pos_ + 1 < toks_.size()) ++pos_;
@@ -72,6 +80,14 @@ class Parser {
     advance();
   }
   void expect_block_end() { expect(TokenType::kBlockEnd, "end of statement block"); }
+  // The `%}` before a block body; jinja2 accepts a Python-style colon first (`{% if x: %}`).
+  void expect_body_start() {
+    skip_op(":");
+    expect_block_end();
+  }
+  void note_unknown(const Token& at, const std::string& message) {
+    if (!unknown_name_) unknown_name_ = ParseError{at.line, at.column, message};
+  }
   std::string expect_name() {
     if (cur().type != TokenType::kName) fail(cur(), "expected a name, got " + describe(cur()));
     std::string name = cur().value;
@@ -138,6 +154,7 @@ class Parser {
   }
 
   NodePtr parse_statement() {
+    DepthGuard guard(this);
     const Token& t = cur();
     const std::string& tag = t.value;
     if (tag == "for") return parse_for();
@@ -149,7 +166,7 @@ class Parser {
     if (tag == "generation") {
       auto n = make_node(NodeKind::kScope, t);
       advance();
-      expect_block_end();
+      expect_body_start();
       std::string end;
       n->body = parse_body({"endgeneration"}, &end, "generation");
       expect_block_end();
@@ -162,7 +179,8 @@ class Parser {
       expect_block_end();
       return n;
     }
-    static const std::set<std::string> kUnsupported = {"extends", "block", "include", "import", "from", "with",
+    if (tag == "with") return parse_with();
+    static const std::set<std::string> kUnsupported = {"extends", "block", "include", "import", "from",
                                                       "autoescape", "do", "trans", "pluralize"};
     if (kUnsupported.count(tag)) fail(t, "the '" + tag + "' tag is not supported in chat templates");
     fail(t, "Encountered unknown tag '" + tag + "'.");
@@ -188,16 +206,16 @@ class Parser {
     n->expr = parse_tuple(false, false, "recursive");
     if (skip_name("if")) n->cond = parse_expression(true);
     if (is_name("recursive")) fail(cur(), "recursive for loops are not supported");
-    expect_block_end();
+    expect_body_start();
     ++loop_depth_;
     std::string end;
     n->body = parse_body({"endfor", "else"}, &end, "for");
     --loop_depth_;
-    expect_block_end();
     if (end == "else") {
+      expect_body_start();
       n->else_body = parse_body({"endfor"}, &end, "for");
-      expect_block_end();
     }
+    expect_block_end();
     return n;
   }
 
@@ -206,16 +224,16 @@ class Parser {
     advance();
     while (true) {
       ExprPtr cond = parse_tuple(false, false);
-      expect_block_end();
+      expect_body_start();
       std::string end;
       NodeList body = parse_body({"elif", "else", "endif"}, &end, "if");
       n->branches.emplace_back(std::move(cond), std::move(body));
       if (end == "elif") continue;
-      expect_block_end();
       if (end == "else") {
+        expect_body_start();
         n->else_body = parse_body({"endif"}, &end, "if");
-        expect_block_end();
       }
+      expect_block_end();
       return n;
     }
   }
@@ -223,29 +241,31 @@ class Parser {
   NodePtr parse_set() {
     const Token& at = cur();
     advance();
+    std::string ns_name, ns_attr;
+    std::vector<std::string> targets;
     if (cur().type == TokenType::kName && peek().type == TokenType::kOperator && peek().value == ".") {
-      auto n = make_node(NodeKind::kSet, at);
-      n->attr_target = expect_name();
+      ns_name = expect_name();
       advance();
-      n->text = expect_name();
-      expect_op("=");
-      n->expr = parse_tuple(true, false);
-      expect_block_end();
-      return n;
+      ns_attr = expect_name();
+    } else {
+      targets = parse_targets(true);
     }
-    std::vector<std::string> targets = parse_targets(true);
     if (skip_op("=")) {
       auto n = make_node(NodeKind::kSet, at);
       n->targets = std::move(targets);
+      n->attr_target = ns_name;
+      n->text = ns_attr;
       n->expr = parse_tuple(true, false);
       expect_block_end();
       return n;
     }
     auto n = make_node(NodeKind::kSetBlock, at);
-    if (targets.size() != 1) fail(at, "a block assignment needs a single target");
+    if (ns_name.empty() && targets.size() != 1) fail(at, "a block assignment needs a single target");
     n->targets = std::move(targets);
+    n->attr_target = ns_name;
+    n->text = ns_attr;
     if (is_op("|")) n->expr = parse_filter(nullptr, false);
-    expect_block_end();
+    expect_body_start();
     std::string end;
     n->body = parse_body({"endset"}, &end, "set");
     expect_block_end();
@@ -268,7 +288,7 @@ class Parser {
     advance();
     n->text = expect_name();
     parse_signature(n.get());
-    expect_block_end();
+    expect_body_start();
     const int saved = loop_depth_;
     loop_depth_ = 0;
     std::string end;
@@ -284,9 +304,25 @@ class Parser {
     if (is_op("(")) parse_signature(n.get());
     n->expr = parse_expression(true);
     if (n->expr->kind != ExprKind::kCall) fail(cur(), "expected a call after 'call'");
-    expect_block_end();
+    expect_body_start();
     std::string end;
     n->body = parse_body({"endcall"}, &end, "call");
+    expect_block_end();
+    return n;
+  }
+
+  NodePtr parse_with() {
+    auto n = make_node(NodeKind::kWith, cur());
+    advance();
+    while (cur().type != TokenType::kBlockEnd) {
+      if (!n->params.empty()) expect_op(",");
+      n->params.push_back(expect_name());
+      expect_op("=");
+      n->defaults.push_back(parse_expression(true));
+    }
+    expect_body_start();
+    std::string end;
+    n->body = parse_body({"endwith"}, &end, "with");
     expect_block_end();
     return n;
   }
@@ -295,7 +331,7 @@ class Parser {
     auto n = make_node(NodeKind::kFilterBlock, cur());
     advance();
     n->expr = parse_filter(nullptr, true);
-    expect_block_end();
+    expect_body_start();
     std::string end;
     n->body = parse_body({"endfilter"}, &end, "filter");
     expect_block_end();
@@ -475,7 +511,18 @@ class Parser {
     return node;
   }
 
+  // Bounds recursion so hostile templates fail cleanly instead of overflowing the stack.
+  struct DepthGuard {
+    explicit DepthGuard(Parser* p) : p_(p) {
+      if (++p_->depth_ > kMaxDepth) p_->fail(p_->cur(), "template nested too deeply");
+    }
+    ~DepthGuard() { --p_->depth_; }
+    Parser* p_;
+  };
+  static constexpr int kMaxDepth = 200;
+
   ExprPtr parse_primary() {
+    DepthGuard guard(this);
     const Token& t = cur();
     if (t.type == TokenType::kName) {
       advance();
@@ -586,13 +633,24 @@ class Parser {
     advance();  // [
     ExprPtr parts[3];
     bool is_slice = false;
+    if (is_op("]") || is_op(",")) {  // x[] / x[, ...]: jinja2 indexes with a tuple
+      parts[0] = parse_subscript_tuple(at, nullptr);
+      expect_op("]");
+      auto e = make_expr(ExprKind::kGetItem, at);
+      e->args.push_back(std::move(node));
+      e->args.push_back(std::move(parts[0]));
+      return e;
+    }
     if (!is_op(":")) parts[0] = parse_expression(true);
     if (skip_op(":")) {
       is_slice = true;
-      if (!is_op("]") && !is_op(":")) parts[1] = parse_expression(true);
-      if (skip_op(":") && !is_op("]")) parts[2] = parse_expression(true);
+      if (!is_op("]") && !is_op(":") && !is_op(",")) parts[1] = parse_expression(true);
+      if (skip_op(":") && !is_op("]") && !is_op(",")) parts[2] = parse_expression(true);
     }
-    if (is_op(",")) fail(cur(), "tuple subscripts are not supported");
+    if (is_op(",")) {
+      if (is_slice) fail(cur(), "slices inside tuple subscripts are not supported");
+      parts[0] = parse_subscript_tuple(at, std::move(parts[0]));
+    }
     expect_op("]");
     auto e = make_expr(is_slice ? ExprKind::kSlice : ExprKind::kGetItem, at);
     e->args.push_back(std::move(node));
@@ -602,6 +660,17 @@ class Parser {
       e->args.push_back(std::move(parts[2]));
     }
     return e;
+  }
+
+  // The rest of `[a, b, ...]` (first already parsed, or null for `[]`).
+  ExprPtr parse_subscript_tuple(const Token& at, ExprPtr first) {
+    auto t = make_expr(ExprKind::kTuple, at);
+    if (first) t->args.push_back(std::move(first));
+    while (skip_op(",")) {
+      if (is_op("]")) break;
+      t->args.push_back(parse_expression(true));
+    }
+    return t;
   }
 
   void parse_call_args(Expr* e) {
@@ -648,7 +717,7 @@ class Parser {
       const Token& at = cur();
       auto e = make_expr(ExprKind::kFilter, at);
       e->name = parse_dotted_name();
-      if (!has_filter(e->name)) fail(at, "No filter named '" + e->name + "'.");
+      if (!has_filter(e->name)) note_unknown(at, "No filter named '" + e->name + "'.");
       e->args.push_back(std::move(node));
       if (is_op("(")) parse_call_args(e.get());
       node = std::move(e);
@@ -663,7 +732,7 @@ class Parser {
     auto e = make_expr(ExprKind::kTest, at);
     e->name = parse_dotted_name();
     e->negated = negated;
-    if (!has_test(e->name)) fail(at, "No test named '" + e->name + "'.");
+    if (!has_test(e->name)) note_unknown(at, "No test named '" + e->name + "'.");
     e->args.push_back(std::move(node));
     const Token& t = cur();
     if (is_op("(")) {
@@ -689,15 +758,15 @@ class Parser {
   std::vector<Token> toks_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
+  std::optional<ParseError> unknown_name_;
 };
 
 }  // namespace
 
 StatusOr<NodeList> parse_template(std::string_view source, const LexerOptions& options) {
-  StatusOr<std::vector<Token>> tokens = tokenize(source, options);
-  if (!tokens.is_ok()) return tokens.status();
   try {
-    Parser parser(std::move(tokens).value());
+    Parser parser(tokenize(source, options));
     return parser.parse_root();
   } catch (const ParseError& e) {
     return invalid_argument("template syntax error at line " + std::to_string(e.line) + ", column " +

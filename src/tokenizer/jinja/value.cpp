@@ -33,14 +33,27 @@ void throw_type_error(const std::string& message) { throw RenderError(RenderErro
 
 const Value* Value::DictData::find(const std::string& key) const {
   for (const auto& [k, v] : items) {
-    if (k == key) return &v;
+    if (k.is_string() && k.str() == key) return &v;
   }
   return nullptr;
 }
 
-void Value::DictData::set(const std::string& key, Value value) {
+const Value* Value::DictData::find(const Value& key) const {
+  if (key.is_string()) return find(key.str());
+  for (const auto& [k, v] : items) {
+    if (!k.is_string() && equals(k, key)) return &v;
+  }
+  return nullptr;
+}
+
+void Value::DictData::set(const std::string& key, Value value) { set(Value(key), std::move(value)); }
+
+void Value::DictData::set(const Value& key, Value value) {
+  if (!key.is_string() && !key.is_number() && !key.is_none() && !key.is_tuple()) {
+    throw_type_error("unhashable type: '" + type_name(key) + "'");
+  }
   for (auto& [k, v] : items) {
-    if (k == key) {
+    if (k.is_string() == key.is_string() && equals(k, key)) {
       v = std::move(value);
       return;
     }
@@ -50,7 +63,18 @@ void Value::DictData::set(const std::string& key, Value value) {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.str_ = std::move(hint);
+  v.str_ = std::make_shared<const std::string>(std::move(hint));
+  return v;
+}
+
+const std::string& Value::empty_string() {
+  static const std::string* empty = new std::string();
+  return *empty;
+}
+
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
   return v;
 }
 
@@ -78,13 +102,15 @@ Value Value::dict(std::vector<std::pair<std::string, Value>> items) {
   Value v;
   v.kind_ = Kind::kDict;
   v.dict_ = std::make_shared<DictData>();
-  v.dict_->items = std::move(items);
+  v.dict_->items.reserve(items.size());
+  for (auto& [k, item] : items) v.dict_->items.emplace_back(Value(std::move(k)), std::move(item));
   return v;
 }
 
-Value Value::namespace_object(std::vector<std::pair<std::string, Value>> items) {
+Value Value::namespace_object(std::vector<std::pair<std::string, Value>> items, const char* py_class) {
   Value v = dict(std::move(items));
   v.dict_->is_namespace = true;
+  v.dict_->py_class = py_class;
   return v;
 }
 
@@ -207,7 +233,7 @@ std::string repr(const Value& v) {
         for (const auto& [k, item] : v.dict_data().items) {
           if (!first) out += ", ";
           first = false;
-          out += repr_string(k) + ": " + repr(item);
+          out += repr(k) + ": " + repr(item);
         }
         return out + "}>";
       }
@@ -216,7 +242,7 @@ std::string repr(const Value& v) {
       for (const auto& [k, item] : v.dict_data().items) {
         if (!first) out += ", ";
         first = false;
-        out += repr_string(k) + ": " + repr(item);
+        out += repr(k) + ": " + repr(item);
       }
       return out + "}";
     }
@@ -249,7 +275,10 @@ std::string type_name(const Value& v) {
     case Value::Kind::kFloat: return "float";
     case Value::Kind::kString: return "str";
     case Value::Kind::kList: return v.is_tuple() ? "tuple" : "list";
-    case Value::Kind::kDict: return v.is_namespace() ? "Namespace" : "dict";
+    case Value::Kind::kDict: {
+      const std::string cls = v.dict_data().py_class;
+      return cls.substr(cls.rfind('.') + 1);
+    }
     case Value::Kind::kFunction: return "function";
   }
   return "object";

@@ -52,10 +52,19 @@ class Value {
     bool is_tuple = false;
   };
   struct DictData {
-    std::vector<std::pair<std::string, Value>> items;  // insertion order, like a Python dict
+    // Insertion order, like a Python dict. Keys are str in JSON data; template literals may use
+    // any hashable value (int, float, bool, None, tuple).
+    std::vector<std::pair<Value, Value>> items;
+    // Attribute bags (namespace(), the for-loop `loop`) instead of a dict; py_class is the Python
+    // class jinja2 error messages name.
     bool is_namespace = false;
+    const char* py_class = "dict";
     const Value* find(const std::string& key) const;
+    const Value* find(const char* key) const { return find(std::string(key)); }
+    const Value* find(const Value& key) const;  // Python key equality (1 == 1.0 == True)
     void set(const std::string& key, Value value);
+    void set(const char* key, Value value) { set(std::string(key), std::move(value)); }
+    void set(const Value& key, Value value);
   };
   struct FunctionData {
     std::string name;
@@ -67,8 +76,8 @@ class Value {
   Value(int v) : kind_(Kind::kInt), int_(v) {}                     // NOLINT
   Value(int64_t v) : kind_(Kind::kInt), int_(v) {}                 // NOLINT
   Value(double v) : kind_(Kind::kFloat), float_(v) {}              // NOLINT
-  Value(std::string s) : kind_(Kind::kString), str_(std::move(s)) {}  // NOLINT
-  Value(const char* s) : kind_(Kind::kString), str_(s) {}          // NOLINT
+  Value(std::string s) : kind_(Kind::kString), str_(std::make_shared<const std::string>(std::move(s))) {}  // NOLINT
+  Value(const char* s) : Value(std::string(s)) {}  // NOLINT
 
   // `hint` is the UndefinedError message raised when the value is used in a way that needs it.
   static Value undefined(std::string hint);
@@ -76,8 +85,13 @@ class Value {
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
   static Value dict(std::vector<std::pair<std::string, Value>> items = {});
-  static Value namespace_object(std::vector<std::pair<std::string, Value>> items);
+  static Value namespace_object(std::vector<std::pair<std::string, Value>> items,
+                                const char* py_class = kNamespaceClass);
+  static constexpr const char* kNamespaceClass = "transformers.utils.chat_template_utils.TemplateNamespace";
   static Value function(std::string name, Function fn);
+  // markupsafe.Markup: a string marked safe (`|safe`, `|escape`). Concatenating it with a plain
+  // string HTML-escapes the plain side, as Python does even with autoescape off.
+  static Value markup(std::string s);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -88,6 +102,7 @@ class Value {
   // Python's numbers.Number: bool, int and float.
   bool is_number() const { return is_bool() || is_int() || is_float(); }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return is_string() && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }  // list or tuple
   bool is_tuple() const { return is_list() && list_->is_tuple; }
   bool is_dict() const { return kind_ == Kind::kDict && !dict_->is_namespace; }
@@ -97,7 +112,8 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }  // int or bool
   double as_double() const { return is_float() ? float_ : static_cast<double>(int_); }
-  const std::string& str() const { return str_; }  // string contents, or an Undefined's hint
+  // String contents, or an Undefined's hint. Shared, so copying a Value never copies the text.
+  const std::string& str() const { return str_ ? *str_ : empty_string(); }
   const std::vector<Value>& items() const { return list_->items; }
   const DictData& dict_data() const { return *dict_; }
   DictData& mutable_dict_data() const { return *dict_; }
@@ -106,9 +122,11 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  bool markup_ = false;
   int64_t int_ = 0;
   double float_ = 0;
-  std::string str_;
+  static const std::string& empty_string();
+  std::shared_ptr<const std::string> str_;
   std::shared_ptr<ListData> list_;
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<FunctionData> function_;
