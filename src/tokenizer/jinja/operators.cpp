@@ -57,13 +57,16 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     if (op == "-") return fl ? Value(a.as_double() - b.as_double()) : Value(a.as_int() - b.as_int());
     if (op == "*") return fl ? Value(a.as_double() * b.as_double()) : Value(a.as_int() * b.as_int());
     if (op == "/") {
-      if (b.as_double() == 0) throw RenderError(RenderError::Kind::kZeroDivision, "division by zero");
+      if (b.as_double() == 0) {
+        throw RenderError(RenderError::Kind::kZeroDivision, fl ? "float division by zero" : "division by zero");
+      }
       return Value(a.as_double() / b.as_double());
     }
     if (op == "//" || op == "%") {
-      if (b.as_double() == 0) {
-        throw RenderError(RenderError::Kind::kZeroDivision,
-                          fl ? "float modulo" : "integer division or modulo by zero");
+      if (b.as_double() == 0) {  // CPython 3.11 wording
+        const char* msg = op == "%" ? (fl ? "float modulo" : "integer modulo by zero")
+                                    : (fl ? "float floor division by zero" : "integer division or modulo by zero");
+        throw RenderError(RenderError::Kind::kZeroDivision, msg);
       }
       if (!fl) {
         const int64_t q = floor_div(a.as_int(), b.as_int());
