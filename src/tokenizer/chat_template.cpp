@@ -72,15 +72,23 @@ StatusOr<ChatTemplate> ChatTemplate::from_tokenizer_config(const nlohmann::json&
 
 StatusOr<std::string> ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt,
                                            const nlohmann::json& tools, const nlohmann::json& extra_context) const {
-  return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
-                       jinja::from_json(extra_context));
+  try {
+    return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
+                         jinja::from_json(extra_context));
+  } catch (const jinja::RenderError& e) {
+    return invalid_argument(std::string("chat template input: ") + e.what());
+  }
 }
 
 StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                            const nlohmann::ordered_json& tools,
                                            const nlohmann::ordered_json& extra_context) const {
-  return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
-                       jinja::from_json(extra_context));
+  try {
+    return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
+                         jinja::from_json(extra_context));
+  } catch (const jinja::RenderError& e) {
+    return invalid_argument(std::string("chat template input: ") + e.what());
+  }
 }
 
 StatusOr<std::string> ChatTemplate::render_values(const Value& messages, bool add_generation_prompt,

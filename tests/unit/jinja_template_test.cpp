@@ -94,6 +94,21 @@ TEST(JinjaTemplate, RunawayTemplatesFailCleanly) {
   EXPECT_NE(st.message().find("SecurityError: Range too big"), std::string::npos) << st.message();
 }
 
+TEST(JinjaTemplate, IntegerOverflowIsAnErrorNotAWrap) {
+  Status st = render_error("{{ 9223372036854775807 + 1 }}");
+  EXPECT_NE(st.message().find("integer overflow"), std::string::npos) << st.message();
+  st = render_error("{{ 3 ** 100 }}");
+  EXPECT_NE(st.message().find("integer overflow"), std::string::npos) << st.message();
+  const ChatTemplate ct = [] {
+    StatusOr<ChatTemplate> t = ChatTemplate::parse("{{ messages[0].n }}", "", "");
+    RLM_CHECK(t.is_ok());
+    return std::move(t).value();
+  }();
+  StatusOr<std::string> out = ct.render(nlohmann::json::parse(R"([{"n": 18446744073709551615}])"), false);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("does not fit in 64 bits"), std::string::npos) << out.status().message();
+}
+
 TEST(JinjaTemplate, ContextMustBeADict) {
   StatusOr<Template> t = Template::parse("x");
   ASSERT_TRUE(t.is_ok());
