@@ -32,17 +32,63 @@ StatusOr<ChatTemplate> ChatTemplate::parse(std::string source, std::string bos_t
   return ChatTemplate(std::move(source), std::move(t).value(), std::move(bos_token), std::move(eos_token));
 }
 
+StatusOr<ChatTemplate> ChatTemplate::from_tokenizer_config(const nlohmann::json& config, const std::string& name) {
+  if (!config.is_object()) return invalid_argument("tokenizer_config must be a JSON object");
+  auto token = [&](const char* key) -> StatusOr<std::string> {
+    if (!config.contains(key) || config[key].is_null()) return std::string();
+    const auto& t = config[key];
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+    return invalid_argument(std::string("tokenizer_config: ") + key + " must be a string or {\"content\": ...}");
+  };
+  if (!config.contains("chat_template") || config["chat_template"].is_null()) {
+    return not_found("tokenizer_config has no chat_template");
+  }
+  const auto& ct = config["chat_template"];
+  std::string source;
+  const std::string wanted = name.empty() ? "default" : name;
+  if (ct.is_string()) {
+    if (!name.empty() && name != "default") return not_found("tokenizer_config has no chat template named '" + name + "'");
+    source = ct.get<std::string>();
+  } else if (ct.is_array()) {
+    bool found = false;
+    for (const auto& entry : ct) {
+      if (entry.is_object() && entry.value("name", "") == wanted && entry.contains("template") && entry["template"].is_string()) {
+        source = entry["template"].get<std::string>();
+        found = true;
+        break;
+      }
+    }
+    if (!found) return not_found("tokenizer_config has no chat template named '" + wanted + "'");
+  } else {
+    return invalid_argument("tokenizer_config: chat_template must be a string or a list of {name, template}");
+  }
+  StatusOr<std::string> bos = token("bos_token");
+  if (!bos.is_ok()) return bos.status();
+  StatusOr<std::string> eos = token("eos_token");
+  if (!eos.is_ok()) return eos.status();
+  return parse(std::move(source), std::move(bos).value(), std::move(eos).value());
+}
+
 StatusOr<std::string> ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt,
                                            const nlohmann::json& tools, const nlohmann::json& extra_context) const {
-  return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
-                       jinja::from_json(extra_context));
+  try {
+    return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
+                         jinja::from_json(extra_context));
+  } catch (const jinja::RenderError& e) {
+    return invalid_argument(std::string("chat template input: ") + e.what());
+  }
 }
 
 StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                            const nlohmann::ordered_json& tools,
                                            const nlohmann::ordered_json& extra_context) const {
-  return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
-                       jinja::from_json(extra_context));
+  try {
+    return render_values(jinja::from_json(messages), add_generation_prompt, jinja::from_json(tools),
+                         jinja::from_json(extra_context));
+  } catch (const jinja::RenderError& e) {
+    return invalid_argument(std::string("chat template input: ") + e.what());
+  }
 }
 
 StatusOr<std::string> ChatTemplate::render_values(const Value& messages, bool add_generation_prompt,

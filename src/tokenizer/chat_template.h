@@ -27,6 +27,11 @@ class ChatTemplate {
   // tokenizer without that special token (e.g. Qwen has no bos_token).
   static StatusOr<ChatTemplate> parse(std::string source, std::string bos_token, std::string eos_token);
 
+  // From a Hugging Face tokenizer_config.json: `chat_template` is a string or a list of
+  // {"name", "template"} (pick `name`, "default" when empty); bos_token / eos_token are strings or
+  // AddedToken objects {"content": ...} or null. kNotFound when there is no such template.
+  static StatusOr<ChatTemplate> from_tokenizer_config(const nlohmann::json& config, const std::string& name = "");
+
   // messages: array of message objects; tools: null or an array of tool schemas; extra_context:
   // null or an object of additional template variables (may override bos_token/eos_token, must not
   // name messages/tools/documents/add_generation_prompt). A template's raise_exception(msg) comes

@@ -50,7 +50,10 @@ TEST(JinjaMutants, AgreeWithJinja2) {
     const std::string error = m.value("error", "");
     StatusOr<jinja::Template> t = jinja::Template::parse(src);
     // jinja2 defers unknown tests/filters inside `if` to render time; we reject them at load.
-    const bool unknown_name = error.rfind("No test named", 0) == 0 || error.rfind("No filter named", 0) == 0;
+    // (A test/filter named by a string, as in select('eqlto'), is only known at render time on
+    // both sides.)
+    const bool unknown_name = (error.rfind("No test named", 0) == 0 || error.rfind("No filter named", 0) == 0) &&
+                              error.find("found.") != std::string::npos;
     if (m.value("phase", "") == "parse" || unknown_name) {
       if (t.is_ok()) {
         ADD_FAILURE() << "jinja2 rejects this template: " << error;

@@ -94,6 +94,21 @@ TEST(JinjaTemplate, RunawayTemplatesFailCleanly) {
   EXPECT_NE(st.message().find("SecurityError: Range too big"), std::string::npos) << st.message();
 }
 
+TEST(JinjaTemplate, IntegerOverflowIsAnErrorNotAWrap) {
+  Status st = render_error("{{ 9223372036854775807 + 1 }}");
+  EXPECT_NE(st.message().find("integer overflow"), std::string::npos) << st.message();
+  st = render_error("{{ 3 ** 100 }}");
+  EXPECT_NE(st.message().find("integer overflow"), std::string::npos) << st.message();
+  const ChatTemplate ct = [] {
+    StatusOr<ChatTemplate> t = ChatTemplate::parse("{{ messages[0].n }}", "", "");
+    RLM_CHECK(t.is_ok());
+    return std::move(t).value();
+  }();
+  StatusOr<std::string> out = ct.render(nlohmann::json::parse(R"([{"n": 18446744073709551615}])"), false);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("does not fit in 64 bits"), std::string::npos) << out.status().message();
+}
+
 TEST(JinjaTemplate, ContextMustBeADict) {
   StatusOr<Template> t = Template::parse("x");
   ASSERT_TRUE(t.is_ok());
@@ -132,6 +147,30 @@ TEST(ChatTemplate, PlainAndOrderedJsonAgreeWhenKeyOrderIsInvisible) {
   StatusOr<std::string> b = ct.render(nlohmann::ordered_json::parse(text), true);
   ASSERT_TRUE(a.is_ok() && b.is_ok());
   EXPECT_EQ(a.value(), b.value());
+}
+
+TEST(ChatTemplate, FromTokenizerConfig) {
+  const std::string qwen3 = jinja_test::read_file(jinja_test::data_path("qwen3.jinja"));
+  nlohmann::json config = {{"chat_template", qwen3}, {"bos_token", nullptr}, {"eos_token", "<|im_end|>"}};
+  StatusOr<ChatTemplate> ct = ChatTemplate::from_tokenizer_config(config);
+  ASSERT_TRUE(ct.is_ok()) << ct.status().to_string();
+  EXPECT_EQ(ct->source(), qwen3);
+
+  // Named templates (e.g. Hermes' "default" / "tool_use") and AddedToken-style special tokens.
+  nlohmann::json named = {
+      {"chat_template", nlohmann::json::array({{{"name", "default"}, {"template", "D{{ bos_token }}{{ eos_token }}"}},
+                                               {{"name", "tool_use"}, {"template", "T{{ bos_token }}"}}})},
+      {"bos_token", {{"content", "<s>"}, {"lstrip", false}}},
+      {"eos_token", "</s>"}};
+  const nlohmann::json no_messages = nlohmann::json::array();
+  StatusOr<ChatTemplate> d = ChatTemplate::from_tokenizer_config(named);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->render(no_messages, false).value(), "D<s></s>");
+  StatusOr<ChatTemplate> t = ChatTemplate::from_tokenizer_config(named, "tool_use");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->render(no_messages, false).value(), "T<s>");
+  EXPECT_EQ(ChatTemplate::from_tokenizer_config(named, "rag").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ChatTemplate::from_tokenizer_config(nlohmann::json::object()).status().code(), StatusCode::kNotFound);
 }
 
 TEST(ChatTemplate, EmptySpecialTokenIsUndefined) {

@@ -78,7 +78,7 @@ Value map_impl(const Value& v, const CallArgs& a) {
   }
   if (a.args.empty() || !a.args[0].is_string()) throw_type_error("map requires a filter name or attribute=");
   const std::string name = a.args[0].str();
-  if (!has_filter(name)) throw RenderError(RenderError::Kind::kType, "No filter named '" + name + "'.");
+  if (!has_filter(name)) throw RenderError(RenderError::Kind::kRuntime, "No filter named '" + name + "'.");
   const CallArgs rest = rest_args(a, 1);
   for (const Value& item : iterate(v)) out.push_back(call_filter(name, item, rest));
   return Value::list(std::move(out));
@@ -204,6 +204,7 @@ const std::unordered_map<std::string, FilterFn>& registry() {
          return v;
        }},
       {"dictsort", [](const Value& v, const CallArgs& a) {
+         require_defined(v);
          if (!v.is_dict()) throw_type_error("You can only sort by either \"key\" or \"value\" of a mapping");
          const bool cs = truthy(arg_or(a, 0, "case_sensitive", Value(false)));
          const std::string by = to_str(arg_or(a, 1, "by", Value("key")));
@@ -358,7 +359,7 @@ bool has_filter(std::string_view name) { return registry().count(canonical(std::
 
 Value call_filter(const std::string& name, const Value& v, const CallArgs& args) {
   auto it = registry().find(canonical(name));
-  if (it == registry().end()) throw RenderError(RenderError::Kind::kType, "No filter named '" + name + "'.");
+  if (it == registry().end()) throw RenderError(RenderError::Kind::kRuntime, "No filter named '" + name + "'.");
   return it->second(v, args);
 }
 

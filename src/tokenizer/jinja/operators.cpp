@@ -31,6 +31,18 @@ Value repeat(const Value& seq, int64_t n) {
 
 bool is_intlike(const Value& v) { return v.is_int() || v.is_bool(); }
 
+// Python ints are unbounded; ours are 64-bit, so overflow is an error rather than a wrapped value.
+[[noreturn]] void overflow() {
+  throw RenderError(RenderError::Kind::kValue, "integer overflow: the result does not fit in 64 bits");
+}
+
+template <typename Op>
+Value checked_int(Op op, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (op(a, b, &r)) overflow();
+  return Value(r);
+}
+
 }  // namespace
 
 std::string html_escape(const std::string& s) {
@@ -53,17 +65,24 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   require_defined(b);
   if (a.is_number() && b.is_number()) {
     const bool fl = a.is_float() || b.is_float();
-    if (op == "+") return fl ? Value(a.as_double() + b.as_double()) : Value(a.as_int() + b.as_int());
-    if (op == "-") return fl ? Value(a.as_double() - b.as_double()) : Value(a.as_int() - b.as_int());
-    if (op == "*") return fl ? Value(a.as_double() * b.as_double()) : Value(a.as_int() * b.as_int());
+    const int64_t x = a.as_int(), y = b.as_int();
+    auto add = [](int64_t p, int64_t q, int64_t* r) { return __builtin_add_overflow(p, q, r); };
+    auto sub = [](int64_t p, int64_t q, int64_t* r) { return __builtin_sub_overflow(p, q, r); };
+    auto mul = [](int64_t p, int64_t q, int64_t* r) { return __builtin_mul_overflow(p, q, r); };
+    if (op == "+") return fl ? Value(a.as_double() + b.as_double()) : checked_int(add, x, y);
+    if (op == "-") return fl ? Value(a.as_double() - b.as_double()) : checked_int(sub, x, y);
+    if (op == "*") return fl ? Value(a.as_double() * b.as_double()) : checked_int(mul, x, y);
     if (op == "/") {
-      if (b.as_double() == 0) throw RenderError(RenderError::Kind::kZeroDivision, "division by zero");
+      if (b.as_double() == 0) {
+        throw RenderError(RenderError::Kind::kZeroDivision, fl ? "float division by zero" : "division by zero");
+      }
       return Value(a.as_double() / b.as_double());
     }
     if (op == "//" || op == "%") {
-      if (b.as_double() == 0) {
-        throw RenderError(RenderError::Kind::kZeroDivision,
-                          fl ? "float modulo" : "integer division or modulo by zero");
+      if (b.as_double() == 0) {  // CPython 3.11 wording
+        const char* msg = op == "%" ? (fl ? "float modulo" : "integer modulo by zero")
+                                    : (fl ? "float floor division by zero" : "integer division or modulo by zero");
+        throw RenderError(RenderError::Kind::kZeroDivision, msg);
       }
       if (!fl) {
         const int64_t q = floor_div(a.as_int(), b.as_int());
@@ -74,9 +93,12 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
     }
     if (op == "**") {
       if (!fl && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
-        return Value(r);
+        int64_t p = 1;
+        for (int64_t i = 0; i < b.as_int(); ++i) {
+          if (__builtin_mul_overflow(p, a.as_int(), &p)) overflow();
+          if (p == 0 || p == 1) break;  // 0**n and 1**n settle immediately
+        }
+        return Value(p);
       }
       return Value(std::pow(a.as_double(), b.as_double()));
     }
@@ -114,7 +136,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 Value negate(const Value& v) {
   require_defined(v);
   if (v.is_float()) return Value(-v.as_double());
-  if (v.is_int() || v.is_bool()) return Value(-v.as_int());
+  if (v.is_int() || v.is_bool()) {
+    if (v.as_int() == INT64_MIN) overflow();
+    return Value(-v.as_int());
+  }
   throw_type_error("bad operand type for unary -: '" + type_name(v) + "'");
 }
 

@@ -85,9 +85,12 @@ class Parser {
     skip_op(":");
     expect_block_end();
   }
+  // Problems jinja2 would only find when compiling (unknown filters/tests) and constructs we do
+  // not run: reported once the whole template has parsed, so real syntax errors come first.
   void note_unknown(const Token& at, const std::string& message) {
     if (!unknown_name_) unknown_name_ = ParseError{at.line, at.column, message};
   }
+  void note_unsupported(const Token& at, const std::string& message) { note_unknown(at, message); }
   std::string expect_name() {
     if (cur().type != TokenType::kName) fail(cur(), "expected a name, got " + describe(cur()));
     std::string name = cur().value;
@@ -205,7 +208,10 @@ class Parser {
     if (!skip_name("in")) fail(cur(), "expected 'in', got " + describe(cur()));
     n->expr = parse_tuple(false, false, "recursive");
     if (skip_name("if")) n->cond = parse_expression(true);
-    if (is_name("recursive")) fail(cur(), "recursive for loops are not supported");
+    if (is_name("recursive")) {
+      note_unsupported(cur(), "recursive for loops are not supported");
+      advance();
+    }
     expect_body_start();
     ++loop_depth_;
     std::string end;
@@ -648,7 +654,7 @@ class Parser {
       if (skip_op(":") && !is_op("]") && !is_op(",")) parts[2] = parse_expression(true);
     }
     if (is_op(",")) {
-      if (is_slice) fail(cur(), "slices inside tuple subscripts are not supported");
+      if (is_slice) note_unsupported(cur(), "slices inside tuple subscripts are not supported");
       parts[0] = parse_subscript_tuple(at, std::move(parts[0]));
     }
     expect_op("]");
@@ -680,7 +686,12 @@ class Parser {
       if (!first) expect_op(",");
       first = false;
       if (is_op(")")) break;
-      if (is_op("*") || is_op("**")) fail(cur(), "*args / **kwargs in calls are not supported");
+      if (is_op("*") || is_op("**")) {
+        note_unsupported(cur(), "*args / **kwargs in calls are not supported");
+        advance();
+        parse_expression(true);
+        continue;
+      }
       if (cur().type == TokenType::kName && peek().type == TokenType::kOperator && peek().value == "=") {
         std::string key = cur().value;
         advance();

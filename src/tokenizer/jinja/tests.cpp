@@ -104,7 +104,7 @@ bool has_test(std::string_view name) {
 
 bool call_test(const std::string& name, const Value& v, const CallArgs& args) {
   auto it = registry().find(canonical(name));
-  if (it == registry().end()) throw RenderError(RenderError::Kind::kType, "No test named '" + name + "'.");
+  if (it == registry().end()) throw RenderError(RenderError::Kind::kRuntime, "No test named '" + name + "'.");
   return it->second(v, args);
 }
 

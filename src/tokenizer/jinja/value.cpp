@@ -353,7 +353,13 @@ Value from_json_impl(const Json& j) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value(j.template get<bool>());
     case nlohmann::json::value_t::number_integer: return Value(j.template get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return Value(static_cast<int64_t>(j.template get<uint64_t>()));
+    case nlohmann::json::value_t::number_unsigned: {
+      const uint64_t u = j.template get<uint64_t>();
+      if (u > static_cast<uint64_t>(INT64_MAX)) {
+        throw RenderError(RenderError::Kind::kValue, "integer " + std::to_string(u) + " does not fit in 64 bits");
+      }
+      return Value(static_cast<int64_t>(u));
+    }
     case nlohmann::json::value_t::number_float: return Value(j.template get<double>());
     case nlohmann::json::value_t::string: return Value(j.template get<std::string>());
     case nlohmann::json::value_t::array: {

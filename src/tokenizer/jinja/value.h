@@ -150,7 +150,8 @@ int compare(const Value& a, const Value& b, const char* op = "<");
 void require_defined(const Value& v);
 
 // Converts parsed JSON (either flavour) into template values; object key order is kept for
-// ordered_json and is alphabetical for nlohmann::json.
+// ordered_json and is alphabetical for nlohmann::json. Throws RenderError for integers beyond
+// int64 (Python would keep them exact; we refuse rather than wrap).
 Value from_json(const nlohmann::ordered_json& j);
 Value from_json(const nlohmann::json& j);
 
