@@ -27,6 +27,14 @@ def server():
     assert s.stop() == 0
 
 
+@pytest.fixture(autouse=True)
+def kv_pool_is_free_after_each_test(request):
+    """After every test that used the shared server, no request holds KV and every page returns."""
+    yield
+    if "server" in request.fixturenames:
+        request.getfixturevalue("server").assert_kv_free()
+
+
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
