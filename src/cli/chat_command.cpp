@@ -24,6 +24,7 @@ struct ChatArgs {
   uint64_t seed = 0;
   bool seeded = false;
   int64_t context_length = 0;
+  std::string device = "auto";
 };
 
 int run_chat(const ChatArgs& a) {
@@ -45,7 +46,14 @@ int run_chat(const ChatArgs& a) {
     return 1;
   }
   const int64_t context = a.context_length > 0 ? a.context_length : loaded->config.max_position_embeddings;
+  auto device = resolve_device(a.device);
+  if (!device.is_ok()) {
+    std::fprintf(stderr, "radixlm chat: %s\n", device.status().message().c_str());
+    return 2;
+  }
   ModelRunnerConfig rc;
+  rc.device = *device;
+  rc.attention_backend = default_attention_backend(*device);
   rc.page_size = 16;
   rc.max_requests = 2;
   rc.max_context_len = context;
@@ -135,6 +143,7 @@ void add_chat_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
   s->add_option("--top-k", a->top_k, "Top-k sampling (-1: off)");
   auto* seed = s->add_option("--seed", a->seed, "Seed (answers become reproducible)");
   s->add_option("--context-length", a->context_length, "Context length (default: the model's)");
+  s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
   out.emplace_back(s, [a, seed] {
     a->seeded = seed->count() > 0;
     return run_chat(*a);

@@ -32,7 +32,8 @@ struct GenerateArgs {
   uint64_t seed = 0;
   bool ignore_eos = false;
   std::string load_format = "auto";
-  std::string attention_backend = "cpu";
+  std::string attention_backend;  // "" = default for the device
+  std::string device = "auto";
   int64_t page_size = 16;
   int64_t max_batch_size = 0;
   int64_t max_context_len = 0;
@@ -152,8 +153,11 @@ int run_generate(const GenerateArgs& a) {
   }
   auto reqs = collect_requests(a, tok.get(), tmpl);
   if (!reqs.is_ok()) return fail("", reqs.status(), 2);
+  auto device = resolve_device(a.device);
+  if (!device.is_ok()) return fail("", device.status(), 2);
   ModelRunnerConfig rc;
-  rc.attention_backend = a.attention_backend;
+  rc.device = *device;
+  rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
   rc.page_size = a.page_size;
   rc.max_requests = std::max<int64_t>(1, std::min<int64_t>(64, static_cast<int64_t>(reqs->size())));
   int64_t longest = 0;
@@ -199,7 +203,8 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   sub->add_option("--seed", args->seed, "Random seed (sampling; dummy weights)");
   sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
   sub->add_option("--load-format", args->load_format, "auto | safetensors | gguf | dummy");
-  sub->add_option("--attention-backend", args->attention_backend, "Attention backend");
+  sub->add_option("--device", args->device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
+  sub->add_option("--attention-backend", args->attention_backend, "Attention backend (default: native on CUDA, cpu)");
   sub->add_option("--page-size", args->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   sub->add_option("--max-batch-size", args->max_batch_size, "Prompts per batch (0: all)");
   sub->add_option("--max-context-len", args->max_context_len, "Context length (0: from the prompts)");

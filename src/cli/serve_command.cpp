@@ -27,7 +27,8 @@ struct ServeArgs {
   std::string api_key;
   std::string load_format = "auto";
   uint64_t seed = 0;
-  std::string attention_backend = "cpu";
+  std::string attention_backend;
+  std::string device = "auto";
   int64_t page_size = 1;
   int64_t max_total_tokens = 32768;
   int64_t max_running_requests = 64;
@@ -63,8 +64,14 @@ int run_serve(const ServeArgs& a) {
     return 1;
   }
   const int64_t context = a.context_length > 0 ? a.context_length : loaded->config.max_position_embeddings;
+  auto device = resolve_device(a.device);
+  if (!device.is_ok()) {
+    std::fprintf(stderr, "radixlm serve: %s\n", device.status().message().c_str());
+    return 2;
+  }
   ModelRunnerConfig rc;
-  rc.attention_backend = a.attention_backend;
+  rc.device = *device;
+  rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
   rc.page_size = a.page_size;
   rc.max_requests = a.max_running_requests;
   rc.max_context_len = context;
@@ -101,8 +108,9 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::thread http([&] { server.listen_after_bind(); });
-  std::printf("radixlm: serving '%s' on http://%s:%d (%s, %s cache, page size %lld, %lld KV tokens)\n",
-              name.c_str(), a.host.c_str(), port, engine.has_chat_template() ? "chat template" : "no chat template",
+  std::printf("radixlm: serving '%s' on http://%s:%d (%s, %s, %s cache, page size %lld, %lld KV tokens)\n",
+              name.c_str(), a.host.c_str(), port, device->to_string().c_str(),
+              engine.has_chat_template() ? "chat template" : "no chat template",
               a.cache.c_str(), static_cast<long long>(a.page_size), static_cast<long long>(a.max_total_tokens));
   std::fflush(stdout);
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -131,7 +139,8 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY'");
   s->add_option("--load-format", a->load_format, "auto | safetensors | gguf | dummy");
   s->add_option("--seed", a->seed, "Seed for dummy weights");
-  s->add_option("--attention-backend", a->attention_backend, "Attention backend");
+  s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
+  s->add_option("--attention-backend", a->attention_backend, "Attention backend (default: native on CUDA, cpu)");
   s->add_option("--page-size", a->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   s->add_option("--max-total-tokens", a->max_total_tokens, "KV cache capacity in tokens")->check(CLI::PositiveNumber);
   s->add_option("--max-running-requests", a->max_running_requests, "Most requests decoding at once")

@@ -2,6 +2,20 @@
 
 namespace rlm {
 
+StatusOr<Device> resolve_device(const std::string& text) {
+  if (text == "auto") return cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+  Device d;
+  if (!parse_device(text, &d)) return invalid_argument(str("unknown device '", text, "' (auto, cpu, cuda, cuda:N)"));
+  if (d.is_cuda() && !cuda_compiled()) return invalid_argument("radixlm was built without CUDA; use --device cpu");
+  if (d.is_cuda() && d.index >= cuda_device_count()) {
+    return invalid_argument(str("device ", d.to_string(), " is not available (", cuda_device_count(),
+                                " CUDA devices visible)"));
+  }
+  return d;
+}
+
+std::string default_attention_backend(Device device) { return device.is_cuda() ? "native" : "cpu"; }
+
 StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<CausalLM> model,
                                                            const ModelRunnerConfig& config) {
   std::unique_ptr<ModelRunner> r(new ModelRunner());
@@ -22,6 +36,12 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   pc.num_pages = r->config_.num_pages;
   pc.page_size = r->config_.page_size;
   pc.dtype = config.kv_dtype;
+  pc.device = config.device;
+  if (config.device.is_cuda() && config.device.index >= cuda_device_count()) {
+    return invalid_argument(str("device ", config.device.to_string(), " is not available (",
+                                cuda_device_count(), " CUDA devices visible)"));
+  }
+  model->to(config.device);
   r->kv_pool_ = std::make_unique<KVPool>(pc);
   r->req_to_token_ = std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len);
   r->model_ = std::move(model);
@@ -53,13 +73,14 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
     b.prefix_lens_cpu.push_back(e.prefix_len);
   }
   b.num_tokens = static_cast<int64_t>(ids.size());
-  b.input_ids = Tensor::from_vector(ids);
-  b.positions = Tensor::from_vector(positions);
-  b.out_cache_loc = Tensor::from_vector(slots);
-  b.req_pool_indices = Tensor::from_vector(req_idx);
-  b.seq_lens = Tensor::from_vector(seq_lens);
-  b.qo_indptr = Tensor::from_vector(qo_indptr);
-  b.logits_indices = Tensor::from_vector(logits_rows);
+  const Device dev = config_.device;
+  b.input_ids = Tensor::from_vector(ids).to(dev);
+  b.positions = Tensor::from_vector(positions).to(dev);
+  b.out_cache_loc = Tensor::from_vector(slots).to(dev);
+  b.req_pool_indices = Tensor::from_vector(req_idx).to(dev);
+  b.seq_lens = Tensor::from_vector(seq_lens).to(dev);
+  b.qo_indptr = Tensor::from_vector(qo_indptr).to(dev);
+  b.logits_indices = Tensor::from_vector(logits_rows).to(dev);
   b.seq_lens_cpu = std::move(seq_lens);
   b.req_pool_indices_cpu = std::move(req_idx);
   return b;

@@ -21,6 +21,7 @@ struct ModelRunnerConfig {
   int64_t max_requests = 64;    // rows of req_to_token
   int64_t max_context_len = 0;  // 0: the model's max_position_embeddings
   DType kv_dtype = DType::kF32;
+  Device device = Device::cpu();  // where weights, KV cache and activations live
 };
 
 // One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and
@@ -32,6 +33,11 @@ struct BatchEntry {
   std::vector<int32_t> new_slots;
   bool all_logits = false;  // logits for every new token (else only the last one)
 };
+
+// "auto" (CUDA when a GPU is visible, else the CPU), "cpu", "cuda", "cuda:N".
+StatusOr<Device> resolve_device(const std::string& text);
+// The attention backend for a device when none is named: "native" on CUDA, "cpu" on the CPU.
+std::string default_attention_backend(Device device);
 
 class ModelRunner {
  public:

@@ -27,6 +27,9 @@ class CausalLM {
   // Runs one step over batch.input_ids and returns f32 logits [num_outputs, vocab_size] for the
   // token rows listed in batch.logits_indices.
   virtual Tensor forward(const ForwardBatch& batch) = 0;
+  // Moves every weight (and constant table) to `device`; the batch's tensors must live there too.
+  virtual void to(Device device) = 0;
+  virtual Device device() const = 0;
 };
 
 // Builds the model named by config.architecture, loading weights from `weights`.

@@ -95,12 +95,44 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
   return Status::ok();
 }
 
+void LlamaForCausalLM::to(Device device) {
+  if (device == device_) return;
+  const bool tied = lm_head_.storage() == embed_tokens_.storage();
+  auto move = [&](Tensor& t) {
+    if (t.defined()) t = t.contiguous().to(device);
+  };
+  auto move_linear = [&](Linear& l) {
+    move(l.weight);
+    if (l.bias) move(*l.bias);
+  };
+  move(embed_tokens_);
+  for (DecoderLayer& layer : layers_) {
+    move(layer.input_layernorm);
+    move(layer.post_attention_layernorm);
+    move_linear(layer.qkv_proj);
+    move_linear(layer.o_proj);
+    move(layer.q_norm);
+    move(layer.k_norm);
+    move_linear(layer.gate_up_proj);
+    move_linear(layer.down_proj);
+  }
+  move(norm_);
+  if (tied) {
+    lm_head_ = embed_tokens_;
+  } else {
+    move(lm_head_);
+  }
+  move(rope_cos_sin_);
+  device_ = device;
+}
+
 Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens, hidden = c.hidden_size, d = c.head_dim;
   const int64_t hq = c.num_attention_heads, hk = c.num_key_value_heads;
   RLM_CHECK(batch.attn_backend != nullptr) << "ForwardBatch without an attention backend";
   const Device dev = batch.input_ids.device();
+  RLM_CHECK(dev == device_) << "batch on " << dev.to_string() << " but the model is on " << device_.to_string();
 
   Tensor hidden_states = Tensor::empty({n, hidden}, DType::kF32, dev);  // [num_tokens, hidden]
   Tensor residual = Tensor::empty({n, hidden}, DType::kF32, dev);       // [num_tokens, hidden]

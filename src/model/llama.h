@@ -26,6 +26,8 @@ class LlamaForCausalLM : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   KVShape kv_shape() const override;
   Tensor forward(const ForwardBatch& batch) override;
+  void to(Device device) override;
+  Device device() const override { return device_; }
 
  private:
   struct DecoderLayer {
@@ -49,6 +51,7 @@ class LlamaForCausalLM : public CausalLM {
   Tensor norm_;     // [hidden]
   Tensor lm_head_;  // [vocab, hidden] (the embedding when tied)
   Tensor rope_cos_sin_;  // f32 [max_positions, rotary_dim]
+  Device device_ = Device::cpu();
 };
 
 }  // namespace rlm

@@ -1,11 +1,14 @@
-#include "attention/cpu_backend.h"
+#include "attention/paged_backend.h"
 
 #include "cache/kv_pool.h"
 
 namespace rlm {
 
-void CpuAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
+void PagedAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
   RLM_CHECK(batch.kv_pool != nullptr && batch.req_to_token != nullptr) << "ForwardBatch without KV pool";
+  const Device device = batch.kv_pool->config().device;
+  RLM_CHECK(device.type == device_type_) << "attention backend '" << name_ << "' cannot use a KV pool on "
+                                         << device.to_string();
   const int64_t page_size = batch.kv_pool->page_size();
   const int64_t bs = batch.batch_size;
   std::vector<int32_t> indptr(bs + 1, 0);
@@ -24,11 +27,11 @@ void CpuAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
     }
     indptr[r + 1] = static_cast<int32_t>(indices.size());
   }
-  kv_indptr_ = Tensor::from_vector(indptr);
-  kv_indices_ = Tensor::from_vector(indices);
+  kv_indptr_ = Tensor::from_vector(indptr).to(device);
+  kv_indices_ = Tensor::from_vector(indices).to(device);
 }
 
-Tensor CpuAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
+Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                                     const ForwardBatch& batch) {
   const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
