@@ -220,6 +220,8 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   RLM_CHECK(plan.all_decode) << "cuda::paged_attention_decode: every request must have exactly one query";
   RLM_CHECK(plan.max_seq_len >= 1) << "cuda::paged_attention_decode: empty sequences";
   if (device_batch.batch_size == 0) return;
+  RLM_CHECK(device_batch.batch_size <= 65535) << "cuda::paged_attention_decode: batch of "
+                                              << device_batch.batch_size << " requests is over 65535";
   const DeviceArgs a =
       make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
   const int group = static_cast<int>(cfg.num_qo_heads / cfg.num_kv_heads);
