@@ -3,6 +3,7 @@
 // of one kv head, with an online softmax over tiles of kTile keys, and writes the split's
 // normalised partial output and log-sum-exp to a workspace; merge_kernel then combines the splits.
 #include <algorithm>
+#include <limits>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/paged_attention.h"
@@ -227,18 +228,21 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   const int group = static_cast<int>(cfg.num_qo_heads / cfg.num_kv_heads);
   int heads_per_block = std::min(group, kMaxHeads);
   while (group % heads_per_block != 0) --heads_per_block;
-  const int num_splits = num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits) : decode_num_kv_splits(plan.max_seq_len);
+  const int num_splits =
+      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits) : decode_num_kv_splits(plan.max_seq_len);
   const int64_t split_size = (plan.max_seq_len + num_splits - 1) / num_splits;
-  RLM_CHECK(split_size < (int64_t{1} << 30)) << "cuda::paged_attention_decode: sequence too long";
+  RLM_CHECK(split_size * num_splits <= std::numeric_limits<int32_t>::max())
+      << "cuda::paged_attention_decode: sequence of " << plan.max_seq_len << " keys is too long";
   const int64_t rows = device_batch.batch_size * cfg.num_qo_heads * num_splits;
   const AsyncBuffer buf(static_cast<size_t>(rows * (cfg.head_dim + 1)) * sizeof(float));
   float* ws = static_cast<float*>(buf.data());
   float* partial = ws;
+  const int split = static_cast<int>(split_size);
   float* lse = ws + rows * cfg.head_dim;
   switch (cfg.head_dim) {
-    case 64: launch_dtype<64>(k_cache.dtype, a, heads_per_block, num_splits, static_cast<int>(split_size), partial, lse); break;
-    case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, static_cast<int>(split_size), partial, lse); break;
-    case 256: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, static_cast<int>(split_size), partial, lse); break;
+    case 64: launch_dtype<64>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
+    case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
+    case 256: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
     default:
       fail(str("cuda::paged_attention_decode: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
   }
