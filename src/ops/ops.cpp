@@ -15,6 +15,9 @@
 #include "kernels/cpu/rotary.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/cpu/softmax.h"
+#ifdef RADIXLM_WITH_CUDA
+#include "kernels/cuda/paged_attention.h"
+#endif
 
 namespace rlm::ops {
 namespace {
@@ -376,6 +379,45 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
     cfg.logit_soft_cap = params.logit_soft_cap;
     cpu::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, out.data<float>(),
                          out.stride(0), out.stride(1));
+  } else if (q.device().is_cuda()) {
+#ifdef RADIXLM_WITH_CUDA
+    // Index tensors live on the device; a host copy (a synchronising transfer) is validated with the
+    // CPU rules and gives the plan (decode or prefill, split counts). The graph-safe plan/run split
+    // that avoids this copy comes later.
+    for (auto [name, t] : {std::pair{"qo_indptr", &qo_indptr}, {"kv_indptr", &kv_indptr},
+                           {"kv_indices", &kv_indices}, {"seq_lens", &seq_lens}}) {
+      if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous on CUDA"));
+    }
+    const Tensor qo_h = qo_indptr.to(Device::cpu()), kv_h = kv_indptr.to(Device::cpu());
+    const Tensor idx_h = kv_indices.to(Device::cpu()), sl_h = seq_lens.to(Device::cpu());
+    cpu::PagedBatch batch;
+    batch.batch_size = bs;
+    batch.qo_indptr = qo_h.data<int32_t>();
+    batch.kv_indptr = kv_h.data<int32_t>();
+    batch.kv_indices = idx_h.data<int32_t>();
+    batch.seq_lens = sl_h.data<int32_t>();
+    batch.num_pages_indexed = kv_indices.size(0);
+    batch.page_size = page_size;
+    batch.num_slots = k_cache.size(0);
+    batch.num_tokens = q.size(0);
+    cpu::validate_paged_batch(batch);
+    const cuda::AttentionPlan plan = cuda::make_attention_plan(batch);
+    batch.qo_indptr = qo_indptr.data<int32_t>();
+    batch.kv_indptr = kv_indptr.data<int32_t>();
+    batch.kv_indices = kv_indices.data<int32_t>();
+    batch.seq_lens = seq_lens.data<int32_t>();
+    cpu::AttnConfig cfg;
+    cfg.num_qo_heads = num_qo_heads;
+    cfg.num_kv_heads = num_kv_heads;
+    cfg.head_dim = q.size(2);
+    cfg.scale = params.scale;
+    cfg.sliding_window = params.sliding_window;
+    cfg.logit_soft_cap = params.logit_soft_cap;
+    cuda::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan, out.data<float>(),
+                          out.stride(0), out.stride(1));
+#else
+    c.not_built(q.device());
+#endif
   } else {
     c.not_built(q.device());
   }

@@ -21,7 +21,9 @@ struct WorkItem {
   int64_t q_begin, q_end;  // query indices within the request
 };
 
-void validate(const PagedBatch& b) {
+}  // namespace
+
+void validate_paged_batch(const PagedBatch& b) {
   RLM_CHECK(b.page_size > 0) << "paged_attention: page_size must be positive, got " << b.page_size;
   auto req = [](int64_t r) { return str("paged_attention: request ", r, ": "); };
   for (int64_t r = 0; r <= b.batch_size; ++r) {
@@ -53,6 +55,8 @@ void validate(const PagedBatch& b) {
     }
   }
 }
+
+namespace {
 
 inline float dot(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -211,7 +215,7 @@ void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows&
   RLM_CHECK(cfg.num_kv_heads > 0 && cfg.num_qo_heads % cfg.num_kv_heads == 0)
       << "paged_attention: num_qo_heads " << cfg.num_qo_heads << " is not a multiple of num_kv_heads "
       << cfg.num_kv_heads;
-  validate(batch);
+  validate_paged_batch(batch);
   std::vector<WorkItem> items;
   for (int64_t r = 0; r < batch.batch_size; ++r) {
     const int64_t qo_len = batch.qo_indptr[r + 1] - batch.qo_indptr[r];

@@ -39,6 +39,10 @@ struct AttnConfig {
   float logit_soft_cap = 0.0f;  // > 0: s = cap * tanh(s / cap)
 };
 
+// Validates host index data (throws rlm::Error naming the request and the bad value); also used by
+// the CUDA path on a host copy of the index tensors.
+void validate_paged_batch(const PagedBatch& batch);
+
 // Validates the index data (throws rlm::Error naming the request and the bad value) and then
 // computes out. q, out: f32 [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
 // [num_slots, num_kv_heads, head_dim]. Scores, softmax and the weighted sum are all in f32.

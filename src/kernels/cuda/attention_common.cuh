@@ -1,0 +1,98 @@
+// Shared device helpers of the CUDA attention kernels: an error-check macro, element loads that
+// widen f32/bf16/f16 to f32, warp reductions, and the score transforms (soft-cap on/off) that the
+// kernels take as template parameters so the inner loops carry no runtime branches for them.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "kernels/cpu/paged_attention.h"
+
+// Throws rlm::Error naming the call and the CUDA error (local to the attention kernels).
+#define RLM_CUDA_ATTN_CHECK(expr)                                                        \
+  do {                                                                                   \
+    const cudaError_t rlm_attn_err_ = (expr);                                            \
+    RLM_CHECK(rlm_attn_err_ == cudaSuccess) << #expr << ": " << cudaGetErrorString(rlm_attn_err_); \
+  } while (0)
+
+namespace rlm::cuda::attn {
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+__device__ __forceinline__ float load_f32(const float* p) { return *p; }
+__device__ __forceinline__ float load_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load_f32(const __half* p) { return __half2float(*p); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Score transforms: s = scale * q.k, then (optionally) cap * tanh(s / cap).
+struct NoSoftCap {
+  float cap;
+  __device__ __forceinline__ float operator()(float s) const { return s; }
+};
+struct SoftCap {
+  float cap;
+  __device__ __forceinline__ float operator()(float s) const { return cap * tanhf(s / cap); }
+};
+
+// Device pointers and sizes of one call (strides in elements; last strides are 1).
+struct DeviceArgs {
+  const float* q = nullptr;  // [num_tokens, num_qo_heads, head_dim]
+  int64_t q_ts = 0, q_hs = 0;
+  const void* k = nullptr;  // [num_slots, num_kv_heads, head_dim]
+  const void* v = nullptr;
+  int64_t k_ts = 0, k_hs = 0;
+  int64_t v_ts = 0, v_hs = 0;
+  float* out = nullptr;  // [num_tokens, num_qo_heads, head_dim]
+  int64_t out_ts = 0, out_hs = 0;
+  const int32_t* qo_indptr = nullptr;   // [bs + 1]
+  const int32_t* kv_indptr = nullptr;   // [bs + 1]
+  const int32_t* kv_indices = nullptr;  // [nnz_pages]
+  const int32_t* seq_lens = nullptr;    // [bs]
+  int32_t batch_size = 0;
+  int32_t page_size = 1;
+  int32_t num_qo_heads = 0;
+  int32_t num_kv_heads = 0;
+  float scale = 1.0f;
+  int32_t sliding_window = -1;
+  float soft_cap = 0.0f;
+};
+
+// Slot of key position `pos` of a request whose pages start at `pages`.
+__device__ __forceinline__ int64_t slot_of(const int32_t* pages, int32_t page_size, int32_t pos) {
+  return static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
+}
+
+// Packs the host-side descriptions (all pointers on the device) into kernel arguments.
+DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                            const cpu::PagedBatch& b, const cpu::AttnConfig& cfg, float* out, int64_t out_ts,
+                            int64_t out_hs);
+
+// A stream-ordered scratch allocation on the default stream, freed (stream-ordered) on scope exit.
+class AsyncBuffer {
+ public:
+  explicit AsyncBuffer(size_t nbytes) { RLM_CUDA_ATTN_CHECK(cudaMallocAsync(&data_, nbytes == 0 ? 1 : nbytes, 0)); }
+  ~AsyncBuffer() { (void)cudaFreeAsync(data_, 0); }
+  AsyncBuffer(const AsyncBuffer&) = delete;
+  AsyncBuffer& operator=(const AsyncBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+}  // namespace rlm::cuda::attn

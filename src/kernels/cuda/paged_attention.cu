@@ -1,0 +1,79 @@
+// The CUDA paged-attention dispatcher: argument packing, the host-side plan and the choice between
+// the split-KV decode kernel and the prefill kernel.
+#include "kernels/cuda/paged_attention.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/cuda/attention_common.cuh"
+
+namespace rlm::cuda {
+
+namespace attn {
+
+DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                            const cpu::PagedBatch& b, const cpu::AttnConfig& cfg, float* out, int64_t out_ts,
+                            int64_t out_hs) {
+  constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
+  RLM_CHECK(q.dtype == DType::kF32) << "cuda::paged_attention: q must be f32, got " << dtype_name(q.dtype);
+  RLM_CHECK(k_cache.dtype == v_cache.dtype) << "cuda::paged_attention: k/v cache dtypes differ";
+  RLM_CHECK(cfg.num_kv_heads > 0 && cfg.num_qo_heads % cfg.num_kv_heads == 0)
+      << "cuda::paged_attention: num_qo_heads " << cfg.num_qo_heads << " is not a multiple of num_kv_heads "
+      << cfg.num_kv_heads;
+  RLM_CHECK(cfg.num_qo_heads <= 65535) << "cuda::paged_attention: too many heads " << cfg.num_qo_heads;
+  RLM_CHECK(b.page_size > 0 && b.page_size <= kMaxI32) << "cuda::paged_attention: bad page_size " << b.page_size;
+  RLM_CHECK(b.num_tokens <= kMaxI32 && b.num_slots <= kMaxI32 * b.page_size)
+      << "cuda::paged_attention: sizes beyond 32-bit indices";
+  DeviceArgs a;
+  a.q = static_cast<const float*>(q.data);
+  a.q_ts = q.token_stride;
+  a.q_hs = q.head_stride;
+  a.k = k_cache.data;
+  a.k_ts = k_cache.token_stride;
+  a.k_hs = k_cache.head_stride;
+  a.v = v_cache.data;
+  a.v_ts = v_cache.token_stride;
+  a.v_hs = v_cache.head_stride;
+  a.out = out;
+  a.out_ts = out_ts;
+  a.out_hs = out_hs;
+  a.qo_indptr = b.qo_indptr;
+  a.kv_indptr = b.kv_indptr;
+  a.kv_indices = b.kv_indices;
+  a.seq_lens = b.seq_lens;
+  a.batch_size = static_cast<int32_t>(b.batch_size);
+  a.page_size = static_cast<int32_t>(b.page_size);
+  a.num_qo_heads = static_cast<int32_t>(cfg.num_qo_heads);
+  a.num_kv_heads = static_cast<int32_t>(cfg.num_kv_heads);
+  a.scale = cfg.scale;
+  a.sliding_window = static_cast<int32_t>(std::min<int64_t>(cfg.sliding_window, kMaxI32));
+  a.soft_cap = cfg.logit_soft_cap;
+  return a;
+}
+
+}  // namespace attn
+
+AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch) {
+  AttentionPlan plan;
+  plan.all_decode = true;
+  for (int64_t r = 0; r < host_batch.batch_size; ++r) {
+    const int64_t qo_len = host_batch.qo_indptr[r + 1] - host_batch.qo_indptr[r];
+    plan.max_qo_len = std::max(plan.max_qo_len, qo_len);
+    plan.max_seq_len = std::max<int64_t>(plan.max_seq_len, host_batch.seq_lens[r]);
+    plan.all_decode = plan.all_decode && qo_len == 1;
+  }
+  return plan;
+}
+
+void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                     const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
+                     float* out, int64_t out_token_stride, int64_t out_head_stride) {
+  if (device_batch.batch_size == 0) return;
+  if (plan.all_decode) {
+    paged_attention_decode(q, k_cache, v_cache, device_batch, cfg, plan, out, out_token_stride, out_head_stride);
+  } else {
+    paged_attention_prefill(q, k_cache, v_cache, device_batch, cfg, plan, out, out_token_stride, out_head_stride);
+  }
+}
+
+}  // namespace rlm::cuda

@@ -1,0 +1,61 @@
+// CUDA paged attention (backend "native"): the dispatcher between the split-KV decode kernel and
+// the flash-style extend/prefill kernel, plus the GPU builder of kv_indptr/kv_indices. Host-only
+// header (no CUDA types), included by ops.cpp under RADIXLM_WITH_CUDA; semantics are those of
+// ops::paged_attention.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/paged_attention.h"
+
+namespace rlm::cuda {
+
+// Host-side facts about one batch, computed from host copies of qo_indptr/seq_lens (the caller's
+// job; a CUDA-graph-safe plan/run split comes later).
+struct AttentionPlan {
+  int64_t max_qo_len = 0;
+  int64_t max_seq_len = 0;
+  bool all_decode = false;  // every request has qo_len == 1
+};
+
+// Computes the plan from host index arrays (see cpu::PagedBatch).
+AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch);
+
+// Picks the decode kernel (plan.all_decode) or the prefill kernel and runs it on the current
+// device's default stream (asynchronous). Every pointer in q, k_cache, v_cache, device_batch and
+// out is a device pointer; device_batch's index arrays must have been validated (values are not
+// re-checked on the device). q, out: f32; caches f32/bf16/f16. head_dim must be 64, 128 or 256
+// (rlm::Error otherwise). Throws rlm::Error on any CUDA error.
+void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                     const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
+                     float* out, int64_t out_token_stride, int64_t out_head_stride);
+
+// The two kernels directly (tests and benchmarks). The decode one needs every qo_len == 1.
+// num_kv_splits <= 0 picks the split rule (see docs/design/attention_cuda.md).
+void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                            const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
+                            float* out, int64_t out_token_stride, int64_t out_head_stride, int num_kv_splits = 0);
+void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                             const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg,
+                             const AttentionPlan& plan, float* out, int64_t out_token_stride,
+                             int64_t out_head_stride);
+
+// Number of KV splits the decode kernel uses for a longest sequence of max_seq_len keys.
+int decode_num_kv_splits(int64_t max_seq_len);
+
+// Builds the page table of a batch on the GPU (all device pointers, default stream, graph-safe:
+// fixed-size outputs, no host synchronisation):
+//   kv_indptr[0] = 0, kv_indptr[r+1] = kv_indptr[r] + ceil(seq_lens[r] / page_size);
+//   kv_indices[kv_indptr[r] + i] = req_to_token[req_pool_indices[r], i * page_size] / page_size.
+// req_to_token: i32 [max_reqs, max_ctx] (row stride req_to_token_stride, slot ids);
+// req_pool_indices, seq_lens: i32 [bs]; kv_indptr: i32 [bs + 1]; kv_indices: i32 [capacity].
+// Bad device data (a pool index outside [0, max_reqs), a seq_len outside [0, max_ctx], or pages
+// past `capacity`) leaves that request's kv_indices unwritten (its pages count as 0 in kv_indptr,
+// or kv_indptr is clamped to capacity) and sets *error (i32 [1], device) to 1 + the first bad
+// request; *error is 0 when all is well. The caller checks *error whenever it syncs.
+void build_kv_indices(const int32_t* req_to_token, int64_t max_reqs, int64_t max_ctx, int64_t req_to_token_stride,
+                      const int32_t* req_pool_indices, const int32_t* seq_lens, int64_t batch_size,
+                      int64_t page_size, int32_t* kv_indptr, int32_t* kv_indices, int64_t capacity,
+                      int32_t* error);
+
+}  // namespace rlm::cuda

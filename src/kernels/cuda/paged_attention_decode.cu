@@ -1,0 +1,251 @@
+// Split-KV paged decode (one query token per request), GQA-aware. Grid (num_splits, num_kv_heads *
+// head_blocks, bs): one block scores one KV split of one request against up to kMaxHeads qo heads
+// of one kv head, with an online softmax over tiles of kTile keys, and writes the split's
+// normalised partial output and log-sum-exp to a workspace; merge_kernel then combines the splits.
+#include <algorithm>
+#include <limits>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/paged_attention.h"
+
+namespace rlm::cuda {
+namespace {
+
+using namespace attn;
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 64;         // keys per tile (2 per lane in the softmax phase)
+constexpr int kMaxHeads = 8;      // qo heads per block
+constexpr int kMinSplitKeys = 256;
+constexpr int kMaxSplits = 64;
+
+// Workspace: partial[((r * num_qo_heads + h) * num_splits + s) * D + c], lse[(r * num_qo_heads + h) *
+// num_splits + s]. A split without visible keys writes lse = -inf and zeros.
+template <int D, typename T, bool kWindow, typename Cap>
+__global__ void __launch_bounds__(kThreads)
+    decode_split_kernel(DeviceArgs a, Cap cap, int heads_per_block, int num_splits, int split_size, float* partial,
+                        float* lse) {
+  static_assert(D % 32 == 0, "head_dim must be a multiple of 32");
+  constexpr int kPerLane = D / 32;
+  constexpr int kCols = D >= kThreads ? D / kThreads : 1;  // output columns per thread
+  __shared__ float s_q[kMaxHeads][D];
+  __shared__ float s_p[kMaxHeads][kTile];
+  __shared__ float s_m[kMaxHeads], s_l[kMaxHeads], s_alpha[kMaxHeads];
+
+  const int split = blockIdx.x;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const int head_blocks = group / heads_per_block;
+  const int kv_head = blockIdx.y / head_blocks;
+  const int h0 = kv_head * group + (blockIdx.y % head_blocks) * heads_per_block;
+  const int hb = heads_per_block;
+  const int r = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  const int seq_len = a.seq_lens[r];
+  const int pos = seq_len - 1;
+  const int lo = kWindow ? max(0, pos - a.sliding_window + 1) : 0;
+  const int k_begin = max(lo, split * split_size);
+  const int k_end = min(seq_len, (split + 1) * split_size);
+  const int row = a.qo_indptr[r];
+  const int32_t* pages = a.kv_indices + a.kv_indptr[r];
+  const T* kc = static_cast<const T*>(a.k);
+  const T* vc = static_cast<const T*>(a.v);
+
+  for (int i = tid; i < hb * D; i += kThreads) {
+    const int h = i / D, c = i % D;
+    s_q[h][c] = a.q[static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + h) * a.q_hs + c];
+  }
+  if (tid < kMaxHeads) {
+    s_m[tid] = kNegInf;
+    s_l[tid] = 0.0f;
+    s_alpha[tid] = 1.0f;
+  }
+  float acc[kCols][kMaxHeads];
+#pragma unroll
+  for (int n = 0; n < kCols; ++n) {
+#pragma unroll
+    for (int h = 0; h < kMaxHeads; ++h) acc[n][h] = 0.0f;
+  }
+
+  for (int t0 = k_begin; t0 < k_end; t0 += kTile) {
+    __syncthreads();  // s_q ready (first pass); s_p/s_alpha of the previous tile consumed
+    // Scores: one warp per key, lanes over head_dim.
+    for (int j = warp; j < kTile; j += kWarps) {
+      const int key = t0 + j;
+      if (key < k_end) {
+        const T* kr = kc + slot_of(pages, a.page_size, key) * a.k_ts + static_cast<int64_t>(kv_head) * a.k_hs;
+        float kv[kPerLane];
+#pragma unroll
+        for (int e = 0; e < kPerLane; ++e) kv[e] = load_f32(kr + lane + 32 * e);
+        for (int h = 0; h < hb; ++h) {
+          float part = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kPerLane; ++e) part += s_q[h][lane + 32 * e] * kv[e];
+          part = warp_sum(part);
+          if (lane == 0) s_p[h][j] = cap(part * a.scale);
+        }
+      } else if (lane == 0) {
+        for (int h = 0; h < hb; ++h) s_p[h][j] = kNegInf;
+      }
+    }
+    __syncthreads();
+    // Online softmax: one warp per head; key t0 is visible, so every tile max is finite.
+    for (int h = warp; h < hb; h += kWarps) {
+      const float m_old = s_m[h];
+      const float x0 = s_p[h][lane], x1 = s_p[h][lane + 32];
+      const float m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
+      const float p0 = expf(x0 - m_new), p1 = expf(x1 - m_new);
+      const float sum = warp_sum(p0 + p1);
+      s_p[h][lane] = p0;
+      s_p[h][lane + 32] = p1;
+      __syncwarp();
+      if (lane == 0) {
+        const float alpha = expf(m_old - m_new);
+        s_alpha[h] = alpha;
+        s_l[h] = s_l[h] * alpha + sum;
+        s_m[h] = m_new;
+      }
+    }
+    __syncthreads();
+    // Weighted sum of V: each thread owns output columns for all heads of the block.
+    const int n_keys = min(kTile, k_end - t0);
+#pragma unroll
+    for (int n = 0; n < kCols; ++n) {
+      const int c = tid + n * kThreads;
+      if (c < D) {
+#pragma unroll
+        for (int h = 0; h < kMaxHeads; ++h) {
+          if (h < hb) acc[n][h] *= s_alpha[h];
+        }
+        for (int j = 0; j < n_keys; ++j) {
+          const T* vr = vc + slot_of(pages, a.page_size, t0 + j) * a.v_ts + static_cast<int64_t>(kv_head) * a.v_hs;
+          const float v = load_f32(vr + c);
+#pragma unroll
+          for (int h = 0; h < kMaxHeads; ++h) {
+            if (h < hb) acc[n][h] += s_p[h][j] * v;
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();  // final s_m/s_l visible (also when the split had no keys)
+  const bool empty = k_begin >= k_end;
+#pragma unroll
+  for (int n = 0; n < kCols; ++n) {
+    const int c = tid + n * kThreads;
+    if (c < D) {
+#pragma unroll
+      for (int h = 0; h < kMaxHeads; ++h) {
+        if (h < hb) {
+          const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
+          partial[w * D + c] = empty ? 0.0f : acc[n][h] / s_l[h];
+        }
+      }
+    }
+  }
+  if (tid < hb) {
+    const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split;
+    lse[w] = empty ? kNegInf : s_m[tid] + logf(s_l[tid]);
+  }
+}
+
+// Grid (num_qo_heads, bs), D threads: out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M).
+template <int D>
+__global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, const float* partial,
+                                                  const float* lse) {
+  const int h = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
+  const int64_t base = (static_cast<int64_t>(r) * a.num_qo_heads + h) * num_splits;
+  float m = kNegInf;
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[base + s]);
+  float num = 0.0f, den = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float x = lse[base + s];
+    if (x == kNegInf) continue;
+    const float w = expf(x - m);
+    den += w;
+    num += w * partial[(base + s) * D + c];
+  }
+  const int row = a.qo_indptr[r];
+  a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs + c] = num / den;
+}
+
+template <int D, typename T, bool kWindow, typename Cap>
+void launch(const DeviceArgs& a, Cap cap, int heads_per_block, int num_splits, int split_size, float* partial,
+            float* lse) {
+  const dim3 grid(num_splits, a.num_kv_heads * (a.num_qo_heads / a.num_kv_heads / heads_per_block), a.batch_size);
+  decode_split_kernel<D, T, kWindow, Cap><<<grid, kThreads>>>(a, cap, heads_per_block, num_splits, split_size,
+                                                              partial, lse);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D>>>(a, num_splits, partial, lse);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+}
+
+template <int D, typename T>
+void launch_variant(const DeviceArgs& a, int heads_per_block, int num_splits, int split_size, float* partial,
+                    float* lse) {
+  const bool window = a.sliding_window > 0;
+  if (a.soft_cap > 0.0f) {
+    const SoftCap cap{a.soft_cap};
+    if (window) launch<D, T, true>(a, cap, heads_per_block, num_splits, split_size, partial, lse);
+    else launch<D, T, false>(a, cap, heads_per_block, num_splits, split_size, partial, lse);
+  } else {
+    const NoSoftCap cap{0.0f};
+    if (window) launch<D, T, true>(a, cap, heads_per_block, num_splits, split_size, partial, lse);
+    else launch<D, T, false>(a, cap, heads_per_block, num_splits, split_size, partial, lse);
+  }
+}
+
+template <int D>
+void launch_dtype(DType dtype, const DeviceArgs& a, int heads_per_block, int num_splits, int split_size,
+                  float* partial, float* lse) {
+  switch (dtype) {
+    case DType::kF32: return launch_variant<D, float>(a, heads_per_block, num_splits, split_size, partial, lse);
+    case DType::kBF16:
+      return launch_variant<D, __nv_bfloat16>(a, heads_per_block, num_splits, split_size, partial, lse);
+    case DType::kF16: return launch_variant<D, __half>(a, heads_per_block, num_splits, split_size, partial, lse);
+    default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));
+  }
+}
+
+}  // namespace
+
+int decode_num_kv_splits(int64_t max_seq_len) {
+  const int64_t n = (max_seq_len + kMinSplitKeys - 1) / kMinSplitKeys;
+  return static_cast<int>(std::clamp<int64_t>(n, 1, kMaxSplits));
+}
+
+void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
+                            const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
+                            float* out, int64_t out_token_stride, int64_t out_head_stride, int num_kv_splits) {
+  RLM_CHECK(plan.all_decode) << "cuda::paged_attention_decode: every request must have exactly one query";
+  RLM_CHECK(plan.max_seq_len >= 1) << "cuda::paged_attention_decode: empty sequences";
+  if (device_batch.batch_size == 0) return;
+  RLM_CHECK(device_batch.batch_size <= 65535) << "cuda::paged_attention_decode: batch of "
+                                              << device_batch.batch_size << " requests is over 65535";
+  const DeviceArgs a =
+      make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
+  const int group = static_cast<int>(cfg.num_qo_heads / cfg.num_kv_heads);
+  int heads_per_block = std::min(group, kMaxHeads);
+  while (group % heads_per_block != 0) --heads_per_block;
+  const int num_splits =
+      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits) : decode_num_kv_splits(plan.max_seq_len);
+  const int64_t split_size = (plan.max_seq_len + num_splits - 1) / num_splits;
+  RLM_CHECK(split_size * num_splits <= std::numeric_limits<int32_t>::max())
+      << "cuda::paged_attention_decode: sequence of " << plan.max_seq_len << " keys is too long";
+  const int64_t rows = device_batch.batch_size * cfg.num_qo_heads * num_splits;
+  const AsyncBuffer buf(static_cast<size_t>(rows * (cfg.head_dim + 1)) * sizeof(float));
+  float* ws = static_cast<float*>(buf.data());
+  float* partial = ws;
+  const int split = static_cast<int>(split_size);
+  float* lse = ws + rows * cfg.head_dim;
+  switch (cfg.head_dim) {
+    case 64: launch_dtype<64>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
+    case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
+    case 256: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
+    default:
+      fail(str("cuda::paged_attention_decode: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
+  }
+}
+
+}  // namespace rlm::cuda
