@@ -6,16 +6,6 @@
 #include <initializer_list>
 #include <string>
 
-#include "kernels/cpu/activation.h"
-#include "kernels/cpu/embedding.h"
-#include "kernels/cpu/kv_store.h"
-#include "kernels/cpu/linear.h"
-#include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/rms_norm.h"
-#include "kernels/cpu/rotary.h"
-#include "kernels/cpu/sampling.h"
-#include "kernels/cpu/softmax.h"
-
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/embedding.h"
@@ -26,6 +16,15 @@
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/softmax.h"
 #endif
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/kv_store.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rotary.h"
+#include "kernels/cpu/sampling.h"
+#include "kernels/cpu/softmax.h"
 
 namespace rlm::ops {
 namespace {

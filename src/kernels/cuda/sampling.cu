@@ -69,7 +69,7 @@ __global__ void sample_simple_kernel(const float* logits, int64_t v, int64_t ld,
     token = block_argmax(x, v);
   } else if (p.mode == kPlain) {
     const float m = scaled_max(x, v, p.inv_t);
-    auto prob = [&](int64_t j) { return static_cast<double>(expf(x[j] * p.inv_t - m)); };
+    auto prob = [&](int64_t j) { return static_cast<double>(expf(__fsub_rn(__fmul_rn(x[j], p.inv_t), m))); };
     double total = 0.0;
     for (int64_t j = threadIdx.x; j < v; j += blockDim.x) total += prob(j);
     total = block_sum(total);
@@ -90,7 +90,7 @@ __global__ void sample_probs_kernel(const float* logits, int64_t v, int64_t ld, 
   const float* x = logits + row * ld;
   const float m = scaled_max(x, v, inv_t);
   for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-    keys[r * v + j] = expf(x[j] * inv_t - m);
+    keys[r * v + j] = expf(__fsub_rn(__fmul_rn(x[j], inv_t), m));
     ids[r * v + j] = static_cast<int32_t>(j);
   }
   if (threadIdx.x == 0) {
