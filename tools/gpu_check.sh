@@ -7,6 +7,7 @@
 # Usage (from anywhere; the repo root is found from this script's path):
 #   OUT=/some/dir bash tools/gpu_check.sh            # build dir: <repo>/build-gpu
 #   OUT=/some/dir JOBS=16 ARCHS=90a BUILD=/tmp/b bash tools/gpu_check.sh
+#   SKIP_BUILD=1 ... reruns the tests on an existing build dir.
 # Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
@@ -32,6 +33,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 command -v nvcc >/dev/null && nvcc --version > "$OUT/nvcc.txt" 2>&1
 [ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version >> "$OUT/nvcc.txt" 2>&1
 
+if [ "${SKIP_BUILD:-0}" = 1 ]; then
+  row build skipped "SKIP_BUILD=1"
+else
 echo "== configure ($(elapsed))"
 if cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRADIXLM_CUDA=ON \
      -DRADIXLM_CUDA_ARCHS="$ARCHS" > "$OUT/configure.log" 2>&1; then
@@ -46,12 +50,13 @@ echo "== build -j$JOBS ($(elapsed))"
 # -k 0: keep building the other targets after a failure, so one broken test does not hide the rest.
 timeout 330 cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
 BUILD_RC=$?
-grep -E 'error|FAILED:' "$OUT/build.log" | head -40
+grep -E 'error:|error :|FAILED:|Error' "$OUT/build.log" | head -40
 if [ $BUILD_RC -eq 0 ]; then
   row build ok "$(elapsed)"
 else
   row build FAIL "rc $BUILD_RC ($( [ $BUILD_RC -eq 124 ] && echo timeout || echo errors), see build.log)"
   FAILED=1
+fi
 fi
 
 # gtest's final lines: "[  PASSED  ] N tests.", "[  FAILED  ] N tests, listed below:", "[  SKIPPED ] N ..."
@@ -77,7 +82,10 @@ for src in "$ROOT"/tests/cuda/*_test.cpp "$ROOT"/tests/cuda/*_test.cu; do
   tail -3 "$log"
   pass=$(gtest_count "$log" PASSED); fail=$(gtest_count "$log" FAILED); skip=$(gtest_count "$log" SKIPPED)
   detail="passed ${pass:-0}, failed ${fail:-0}, skipped ${skip:-0}"
-  if [ $rc -eq 0 ] && [ -n "$pass" ]; then
+  if [ $rc -eq 0 ] && [ "${pass:-0}" = 0 ] && [ "${skip:-0}" != 0 ]; then
+    row "$name" SKIPPED "$detail (no CUDA device visible?)"
+    FAILED=1
+  elif [ $rc -eq 0 ] && [ -n "$pass" ]; then
     row "$name" ok "$detail"
   else
     row "$name" FAIL "$detail, rc $rc$( [ $rc -eq 124 ] && echo ' (timeout)')"
