@@ -209,7 +209,8 @@ TEST(OpsCuda, StoreKvCacheMatchesCpuAcrossPageBoundaries) {
           }
           // k, v: views into a fused [n, 3*heads, head_dim] buffer; caches poisoned.
           const Tensor kv = random_dtype(rng, {n, 3 * heads, head_dim}, src_dt);
-          const Tensor kc = poisoned({slots, heads, head_dim}, cache_dt), vc = poisoned({slots, heads, head_dim}, cache_dt);
+          const Tensor kc = poisoned({slots, heads, head_dim}, cache_dt);
+          const Tensor vc = poisoned({slots, heads, head_dim}, cache_dt);
           const Tensor gkv = to_gpu(kv), gkc = to_gpu(kc), gvc = to_gpu(vc);
           ops::store_kv_cache(kv.slice(1, heads, 2 * heads), kv.slice(1, 2 * heads, 3 * heads), kc, vc, loc);
           ops::store_kv_cache(gkv.slice(1, heads, 2 * heads), gkv.slice(1, 2 * heads, 3 * heads), gkc, gvc,

@@ -30,7 +30,8 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 
 // Index tensors are i32 or i64 with any stride.
 __device__ __forceinline__ int64_t load_index(const void* p, bool is_i64, int64_t i, int64_t stride) {
-  return is_i64 ? static_cast<const int64_t*>(p)[i * stride] : static_cast<int64_t>(static_cast<const int32_t*>(p)[i * stride]);
+  return is_i64 ? static_cast<const int64_t*>(p)[i * stride]
+                : static_cast<int64_t>(static_cast<const int32_t*>(p)[i * stride]);
 }
 
 // Sum over the block (all threads must call; blockDim.x a multiple of 32, <= 1024). The result is
