@@ -1,11 +1,21 @@
 // ops:: — boundary checks (shapes, dtypes, devices; messages name the tensors) and dispatch to the
-// kernels of the tensors' device. Only the CPU kernels are built here; other devices fail clearly.
+// kernels of the tensors' device: kernels/cpu/ always, kernels/cuda/ when built with CUDA (RADIXLM_WITH_CUDA).
 #include "ops/ops.h"
 
 #include <cmath>
 #include <initializer_list>
 #include <string>
 
+#ifdef RADIXLM_WITH_CUDA
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/kv_store.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rotary.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/softmax.h"
+#endif
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/kv_store.h"
@@ -21,6 +31,14 @@
 
 namespace rlm::ops {
 namespace {
+
+// CUDA branches: `RLM_IF_CUDA(c, device, call;)` runs `call` when built with CUDA, else fails with
+// "not built for cuda:N".
+#ifdef RADIXLM_WITH_CUDA
+#define RLM_IF_CUDA(c, device, ...) __VA_ARGS__
+#else
+#define RLM_IF_CUDA(c, device, ...) (c).not_built(device)
+#endif
 
 // Collects the checks of one op so every message starts with "ops::<op>: <name> <tensor>".
 class OpCheck {
@@ -95,6 +113,13 @@ cpu::RowSet row_set(const Tensor& t) {
   return r;
 }
 
+#ifdef RADIXLM_WITH_CUDA
+cuda::Rows cuda_rows(const Tensor& t) {
+  const cpu::RowSet r = row_set(t);
+  return {r.data, r.n0, r.n1, r.stride0, r.stride1};
+}
+#endif
+
 void check_rows(const OpCheck& c, const char* name, const Tensor& t) {
   c.dtype(name, t, {DType::kF32});
   if (t.dim() != 2 && t.dim() != 3) {
@@ -130,6 +155,11 @@ void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
     const Tensor ids_c = ids.contiguous();
     cpu::embedding(ids_c.data<int32_t>(), ids.size(0), weight.data_ptr(), weight.dtype(), row_stride(weight),
                    weight.size(0), weight.size(1), out.data_ptr(), out.dtype(), row_stride(out));
+  } else if (ids.device().is_cuda()) {
+    RLM_IF_CUDA(c, ids.device(),
+                cuda::embedding(ids.device().index, ids.data<int32_t>(), ids.size(0), ids.stride(0), weight.data_ptr(),
+                                weight.dtype(), row_stride(weight), weight.size(0), weight.size(1), out.data_ptr(),
+                                out.dtype(), row_stride(out)));
   } else {
     c.not_built(ids.device());
   }
@@ -145,6 +175,10 @@ void rms_norm(const Tensor& x, const Tensor& weight, float eps, const Tensor& ou
   c.same_device(x, "out", out);
   if (x.device().is_cpu()) {
     cpu::rms_norm(row_set(x), row_set(out), x.size(-1), weight.data_ptr(), weight.dtype(), eps);
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::rms_norm(x.device().index, cuda_rows(x), cuda_rows(out), x.size(-1), weight.data_ptr(),
+                               weight.dtype(), eps));
   } else {
     c.not_built(x.device());
   }
@@ -162,6 +196,10 @@ void fused_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& w
   c.same_device(x, "weight", weight);
   if (x.device().is_cpu()) {
     cpu::fused_add_rms_norm(row_set(x), row_set(residual), x.size(-1), weight.data_ptr(), weight.dtype(), eps);
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::fused_add_rms_norm(x.device().index, cuda_rows(x), cuda_rows(residual), x.size(-1),
+                                         weight.data_ptr(), weight.dtype(), eps));
   } else {
     c.not_built(x.device());
   }
@@ -213,6 +251,12 @@ void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions,
     const cpu::HeadSet ks{k.data<float>(), k.size(1), k.stride(0), k.stride(1)};
     cpu::rotary_embedding(qs, ks, q.size(0), pos.data(), cos_sin.data<float>(), cos_sin.size(0), rotary_dim,
                           is_neox);
+  } else if (q.device().is_cuda()) {
+    RLM_IF_CUDA(c, q.device(),
+                cuda::rotary_embedding(q.device().index, {q.data<float>(), q.size(1), q.stride(0), q.stride(1)},
+                                       {k.data<float>(), k.size(1), k.stride(0), k.stride(1)}, q.size(0),
+                                       positions.data_ptr(), positions.dtype(), positions.stride(0),
+                                       cos_sin.data<float>(), cos_sin.size(0), rotary_dim, is_neox));
   } else {
     c.not_built(q.device());
   }
@@ -246,6 +290,11 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
     cpu::linear(x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(), weight.dtype(),
                 weight.size(0), row_stride(weight), b ? b->data_ptr() : nullptr, b ? b->dtype() : DType::kF32,
                 out.data<float>(), row_stride(out));
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::linear(x.device().index, x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(),
+                             weight.dtype(), weight.size(0), row_stride(weight), b ? b->data_ptr() : nullptr,
+                             b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out)));
   } else {
     c.not_built(x.device());
   }
@@ -265,6 +314,10 @@ void silu_and_mul(const Tensor& x, const Tensor& out) {
   c.same_device(x, "out", out);
   if (x.device().is_cpu()) {
     cpu::silu_and_mul(x.data<float>(), x.size(0), out.size(1), row_stride(x), out.data<float>(), row_stride(out));
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::silu_and_mul(x.device().index, x.data<float>(), x.size(0), out.size(1), row_stride(x),
+                                   out.data<float>(), row_stride(out)));
   } else {
     c.not_built(x.device());
   }
@@ -315,6 +368,15 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
     const std::vector<int64_t> loc = index_values(out_cache_loc);
     cpu::store_kv_cache(kv_rows(k), kv_rows(v), kv_rows(k_cache), kv_rows(v_cache), loc.data(), k.size(0),
                         k.size(1), k.size(2), k_cache.size(0));
+  } else if (k.device().is_cuda()) {
+#ifdef RADIXLM_WITH_CUDA
+    auto rows = [](const Tensor& t) { return cuda::KvRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; };
+    cuda::store_kv_cache(k.device().index, rows(k), rows(v), rows(k_cache), rows(v_cache), out_cache_loc.data_ptr(),
+                         out_cache_loc.dtype(), out_cache_loc.stride(0), k.size(0), k.size(1), k.size(2),
+                         k_cache.size(0));
+#else
+    c.not_built(k.device());
+#endif
   } else {
     c.not_built(k.device());
   }
@@ -438,6 +500,8 @@ void softmax(const Tensor& x) {
   check_logits(c, "x", x);
   if (x.device().is_cpu()) {
     cpu::softmax(x.data<float>(), x.size(0), x.size(1), row_stride(x));
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(), cuda::softmax(x.device().index, x.data<float>(), x.size(0), x.size(1), row_stride(x)));
   } else {
     c.not_built(x.device());
   }
@@ -448,6 +512,9 @@ void log_softmax(const Tensor& x) {
   check_logits(c, "x", x);
   if (x.device().is_cpu()) {
     cpu::log_softmax(x.data<float>(), x.size(0), x.size(1), row_stride(x));
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::log_softmax(x.device().index, x.data<float>(), x.size(0), x.size(1), row_stride(x)));
   } else {
     c.not_built(x.device());
   }
@@ -465,6 +532,10 @@ void argmax(const Tensor& x, const Tensor& out) {
     for (int64_t i = 0; i < x.size(0); ++i) {
       out.at<int32_t>({i}) = static_cast<int32_t>(cpu::argmax_row(x.data<float>() + i * x.stride(0), x.size(1)));
     }
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::argmax(x.device().index, x.data<float>(), x.size(0), x.size(1), row_stride(x),
+                             out.data<int32_t>(), out.stride(0)));
   } else {
     c.not_built(x.device());
   }
@@ -495,6 +566,18 @@ void sample(const Tensor& logits, const std::vector<SamplingRow>& rows, const Te
       const cpu::SamplingParams p{r.temperature, r.top_k, r.top_p, r.min_p, r.seed, r.step};
       out.at<int32_t>({i}) = cpu::sample_row(logits.data<float>() + i * logits.stride(0), logits.size(1), p);
     }
+  } else if (logits.device().is_cuda()) {
+#ifdef RADIXLM_WITH_CUDA
+    std::vector<cuda::SampleRow> params(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SamplingRow& r = rows[i];
+      params[i] = {r.temperature, r.top_k, r.top_p, r.min_p, cpu::sampling_uniform(r.seed, r.step)};
+    }
+    cuda::sample(logits.device().index, logits.data<float>(), logits.size(0), logits.size(1), row_stride(logits),
+                 params.data(), out.data<int32_t>(), out.stride(0));
+#else
+    c.not_built(logits.device());
+#endif
   } else {
     c.not_built(logits.device());
   }

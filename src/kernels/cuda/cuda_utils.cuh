@@ -1,0 +1,84 @@
+// Device helpers shared by the CUDA kernels: f32 <-> storage-type conversion, block reductions,
+// the dtype -> C++ type dispatch and grid sizing. Included only by .cu files.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+#include "core/dtype.h"
+
+namespace rlm::cuda {
+
+inline constexpr int kBlock = 256;  // threads per block for the row kernels
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+// Index tensors are i32 or i64 with any stride.
+__device__ __forceinline__ int64_t load_index(const void* p, bool is_i64, int64_t i, int64_t stride) {
+  return is_i64 ? static_cast<const int64_t*>(p)[i * stride]
+                : static_cast<int64_t>(static_cast<const int32_t*>(p)[i * stride]);
+}
+
+// Sum over the block (all threads must call; blockDim.x a multiple of 32, <= 1024). The result is
+// returned to every thread. Deterministic: fixed shuffle tree, then a fixed order over warps.
+template <typename T>
+__device__ T block_sum(T v) {
+  __shared__ T warp_sums[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  T total = 0;
+  const int num_warps = blockDim.x / 32;
+  for (int w = 0; w < num_warps; ++w) total += warp_sums[w];
+  return total;
+}
+
+// Max over the block (NaNs ignored by fmaxf), returned to every thread.
+__device__ inline float block_max(float v) {
+  __shared__ float warp_max[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  float m = warp_max[0];
+  const int num_warps = blockDim.x / 32;
+  for (int w = 1; w < num_warps; ++w) m = fmaxf(m, warp_max[w]);
+  return m;
+}
+
+// Blocks for a grid-stride loop over n items.
+inline unsigned grid_for(int64_t n, int block = kBlock) {
+  const int64_t blocks = (n + block - 1) / block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 16 ? 65535 * 16 : blocks));
+}
+
+// Calls f(T{}) with T the CUDA storage type of a float dtype.
+template <typename F>
+void dispatch_float(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: f(float{}); return;
+    case DType::kBF16: f(__nv_bfloat16{}); return;
+    case DType::kF16: f(__half{}); return;
+    default: fail(str("CUDA kernel: unsupported float dtype ", dtype_name(dtype)));
+  }
+}
+
+}  // namespace rlm::cuda

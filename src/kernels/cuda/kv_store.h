@@ -1,0 +1,25 @@
+// CUDA write of new keys/values into the paged KV pool (twin of kernels/cpu/kv_store.h).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace rlm::cuda {
+
+// Rows of [*, num_kv_heads, head_dim] with a unit last stride (device memory).
+struct KvRows {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t token_stride = 0;  // elements
+  int64_t head_stride = 0;   // elements
+};
+
+// For every token t: cache[loc[t], h, :] = src[t, h, :] (converted to the cache dtype).
+// out_cache_loc: i32/i64 [num_tokens] (element stride loc_stride), validated on the device first:
+// a slot outside [0, num_slots) throws rlm::Error naming it, and nothing is written.
+void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
+                    const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
+                    int64_t num_kv_heads, int64_t head_dim, int64_t num_slots);
+
+}  // namespace rlm::cuda

@@ -1,0 +1,102 @@
+#include "kernels/cuda/linear.h"
+
+#include <cublas_v2.h>
+
+#include "core/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_utils.cuh"
+
+namespace rlm::cuda {
+namespace {
+
+// x (f32, row stride ldx) -> dst (T, contiguous [m, k]); one thread per element, grid-stride.
+template <typename T>
+__global__ void convert_rows_kernel(const float* x, int64_t m, int64_t k, int64_t ldx, T* dst) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < m * k;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / k, c = idx % k;
+    dst[idx] = from_float<T>(x[i * ldx + c]);
+  }
+}
+
+// out[i, j] += bias[j] (or out[i, j] = 0 when kZero: the k == 0 case); grid-stride over m * n.
+template <bool kZero, typename B>
+__global__ void bias_kernel(float* out, int64_t m, int64_t n, int64_t ldo, const B* bias) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < m * n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx % n;
+    if constexpr (kZero) {
+      out[i * ldo + j] = 0.0f;
+    } else {
+      out[i * ldo + j] += to_float(bias[j]);
+    }
+  }
+}
+
+template <typename T>
+void launch_convert_rows(const float* x, int64_t m, int64_t k, int64_t ldx, T* dst, cudaStream_t stream) {
+  convert_rows_kernel<T><<<grid_for(m * k), kBlock, 0, stream>>>(x, m, k, ldx, dst);
+  RLM_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kZero, typename B>
+void launch_bias(float* out, int64_t m, int64_t n, int64_t ldo, const B* bias, cudaStream_t stream) {
+  bias_kernel<kZero, B><<<grid_for(m * n), kBlock, 0, stream>>>(out, m, n, ldo, bias);
+  RLM_CUDA_CHECK_LAUNCH();
+}
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kF16: return CUDA_R_16F;
+    default: fail(str("linear: unsupported weight dtype ", dtype_name(dtype)));
+  }
+}
+
+int as_int(int64_t v, const char* what) {
+  RLM_CHECK(v >= 0 && v <= 0x7fffffff) << "linear: " << what << " = " << v << " does not fit cuBLAS's int";
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
+            int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo) {
+  if (m == 0 || n == 0) return;
+  CudaContext& ctx = CudaContext::get(device);
+  auto lock = ctx.lock();  // guards the scratch and the handle
+  const auto stream = static_cast<cudaStream_t>(ctx.stream());
+  if (k == 0) {
+    launch_bias<true, float>(out, m, n, ldo, nullptr, stream);
+  } else {
+    // Row-major out[m, n] = x[m, k] @ W[n, k]^T is column-major out^T[n, m] = W^T-as-stored... i.e.
+    // C(n x m, ldc = ldo) = op(A) * B with A = W stored column-major as (k x n, lda = ldw), op = T,
+    // and B = x stored column-major as (k x m, ldb = ldx).
+    const void* b = x;
+    int64_t ldb = ldx;
+    const cudaDataType_t type = cuda_type(weight_dtype);
+    if (weight_dtype != DType::kF32) {
+      void* xs = ctx.scratch(static_cast<size_t>(m * k) * dtype_size(weight_dtype));
+      dispatch_float(weight_dtype, [&](auto t) {
+        using T = decltype(t);
+        launch_convert_rows(x, m, k, ldx, static_cast<T*>(xs), stream);
+      });
+      b = xs;
+      ldb = k;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    auto handle = static_cast<cublasHandle_t>(ctx.cublas());
+    RLM_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, as_int(n, "n"), as_int(m, "m"), as_int(k, "k"),
+                                  &alpha, weight, type, as_int(ldw, "ldw"), b, type, as_int(ldb, "ldx"), &beta, out,
+                                  CUDA_R_32F, as_int(ldo, "ldo"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  if (bias != nullptr) {
+    dispatch_float(bias_dtype, [&](auto bt) {
+      using B = decltype(bt);
+      launch_bias<false, B>(out, m, n, ldo, static_cast<const B*>(bias), stream);
+    });
+  }
+}
+
+}  // namespace rlm::cuda

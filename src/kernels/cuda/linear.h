@@ -1,0 +1,22 @@
+// CUDA linear layer through cuBLAS (twin of kernels/cpu/linear.h; pointers on `device`).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace rlm::cuda {
+
+// out[i, j] = sum_k x[i, k] * weight[j, k] (+ bias[j]).
+//   x: f32 [m, k] (row stride ldx >= k); weight: [n, k] of weight_dtype (row stride ldw >= k);
+//   bias: [n] of bias_dtype or nullptr; out: f32 [m, n] (row stride ldo >= n); out must not
+//   overlap x or weight.
+// f32 weights: cublasGemmEx in f32 with CUBLAS_COMPUTE_32F (no TF32): matches the CPU sgemm to
+// ~1e-6 relative L2. bf16/f16 weights: x is rounded to the weight dtype (into the context scratch)
+// and the GEMM runs on 16-bit inputs with f32 accumulation and f32 output, so the result differs
+// from the CPU (which widens the weight and keeps x in f32) by the rounding of x: ~3e-3 relative
+// L2 for bf16, ~4e-4 for f16 (tests allow 1e-2).
+void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
+            int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo);
+
+}  // namespace rlm::cuda

@@ -1,0 +1,182 @@
+// CUDA linear (cuBLAS) and sampling against their CPU twins on fresh random inputs.
+// Tolerances: f32 weights rel. L2 <= 1e-5 (f32 GEMM, no TF32); bf16/f16 weights rel. L2 <= 1e-2
+// (the GPU rounds x to the weight dtype, the CPU keeps x in f32); argmax / greedy sampling:
+// identical ids; seeded sampling: identical ids to the CPU on logits built on a coarse grid so that
+// no probability sits within rounding of a top-p / min-p / draw threshold.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "ops/ops.h"
+#include "cuda/cuda_test_util.h"
+
+namespace rlm {
+namespace {
+
+using testing::compare_poisoned;
+using testing::poisoned;
+using testing::random_dtype;
+using testing::random_normal;
+using testing::TestRng;
+using testing::to_cpu;
+using testing::to_gpu;
+
+void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::optional<DType> bias_dt) {
+  SCOPED_TRACE(str("m ", m, " k ", k, " n ", n, " weight ", dtype_name(wd), " bias ",
+                   bias_dt ? dtype_name(*bias_dt) : "none"));
+  const double tol = wd == DType::kF32 ? 1e-5 : 1e-2;
+  const Tensor xb = random_normal(rng, {m, k + 3});  // x: row stride k + 3
+  const Tensor x = xb.slice(1, 2, 2 + k);
+  const Tensor wb = random_dtype(rng, {n, k + 1}, wd, 0.5f);  // weight: row stride k + 1
+  const Tensor w = wb.slice(1, 0, k);
+  std::optional<Tensor> bias, gbias;
+  if (bias_dt) {
+    bias = random_dtype(rng, {n}, *bias_dt);
+    gbias = to_gpu(*bias);
+  }
+  const Tensor ob = poisoned({m, n + 2}, DType::kF32);  // out: poisoned, row stride n + 2
+  const Tensor gob = to_gpu(ob), gxb = to_gpu(xb), gwb = to_gpu(wb);
+  ops::linear(x, w, bias, ob.slice(1, 1, 1 + n));
+  ops::linear(gxb.slice(1, 2, 2 + k), gwb.slice(1, 0, k), gbias, gob.slice(1, 1, 1 + n));
+  EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, tol), "");
+}
+
+TEST(OpsCudaLinear, MatchesCpuForEveryWeightDtype) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (DType wd : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t m : {1, 3, 17, 129}) {
+      for (int64_t k : {1, 17, 129, 4097}) {
+        for (int64_t n : {1, 3, 129, 257}) {
+          check_linear(rng, m, k, n, wd, std::nullopt);
+        }
+      }
+    }
+    for (DType bd : {DType::kF32, DType::kBF16, DType::kF16}) check_linear(rng, 5, 64, 33, wd, bd);
+  }
+}
+
+TEST(OpsCudaLinear, LargerShapeWithBias) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  check_linear(rng, 300, 1024, 2048, DType::kF32, DType::kF32);
+  check_linear(rng, 300, 1024, 2048, DType::kBF16, DType::kBF16);
+}
+
+// Logits on a coarse grid: with p a random permutation of 0..v-1, value = shift - 0.37 * (p % 64)
+// - 0.0813 * (p / 64): no two tokens within 1e-4 of each other near the top, and the mass sits in
+// ~40 tokens, so thresholds never fall within f32 rounding of a cumulative sum in practice.
+Tensor grid_logits(TestRng& rng, int64_t n, int64_t v, int64_t ld) {
+  Tensor t = Tensor::empty({n, ld}, DType::kF32);
+  t.fill_(std::numeric_limits<double>::quiet_NaN());  // outside the view: must never be read as a token
+  std::vector<int64_t> perm(static_cast<size_t>(v));
+  for (int64_t i = 0; i < n; ++i) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng.gen());
+    const float shift = static_cast<float>(rng.uniform(-3, 3));
+    for (int64_t j = 0; j < v; ++j) t.at<float>({i, j}) = shift - 0.37f * static_cast<float>(perm[j] % 64) -
+                                                        0.0813f * static_cast<float>(perm[j] / 64);
+  }
+  return t;
+}
+
+std::vector<ops::SamplingRow> random_rows(TestRng& rng, int64_t n, int64_t v) {
+  std::vector<ops::SamplingRow> rows(static_cast<size_t>(n));
+  const float temps[] = {0.0f, 0.6f, 1.0f, 1.7f};
+  const int32_t top_ks[] = {-1, 1, 2, 5, 40, 1000000};
+  const float top_ps[] = {1.0f, 0.9f, 0.5f, 0.2f};
+  const float min_ps[] = {0.0f, 0.0f, 0.05f, 0.3f};
+  for (int64_t i = 0; i < n; ++i) {
+    ops::SamplingRow& r = rows[i];
+    r.temperature = temps[rng.randint(0, 3)];
+    r.top_k = top_ks[rng.randint(0, 5)];
+    r.top_p = top_ps[rng.randint(0, 3)];
+    r.min_p = min_ps[rng.randint(0, 3)];
+    r.seed = rng.gen()();
+    r.step = static_cast<uint64_t>(rng.randint(0, 1000));
+    (void)v;
+  }
+  return rows;
+}
+
+TEST(OpsCudaSample, SameTokensAsCpuForGreedyAndSeededRows) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t v : {1, 3, 17, 129, 4097, 50000, 256000}) {
+    const int64_t n = v >= 50000 ? 24 : 64;
+    SCOPED_TRACE(str("v ", v));
+    const Tensor logits_base = grid_logits(rng, n, v, v + 3);
+    const Tensor logits = logits_base.slice(1, 0, v);
+    const std::vector<ops::SamplingRow> rows = random_rows(rng, n, v);
+    Tensor want = Tensor::empty({n}, DType::kI32);
+    ops::sample(logits, rows, want);
+    const Tensor got = to_gpu(poisoned({n}, DType::kI32));
+    ops::sample(to_gpu(logits_base).slice(1, 0, v), rows, got);
+    const std::vector<int32_t> g = testing::int_values(got), w = testing::int_values(want);
+    for (int64_t i = 0; i < n; ++i) {
+      const ops::SamplingRow& r = rows[i];
+      EXPECT_EQ(g[i], w[i]) << "row " << i << ": T " << r.temperature << " top_k " << r.top_k << " top_p "
+                            << r.top_p << " min_p " << r.min_p << " seed " << r.seed << " step " << r.step;
+    }
+  }
+}
+
+TEST(OpsCudaSample, GreedyEqualsArgmaxOnRandomLogits) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t v : {1, 17, 4097, 151936}) {
+    const int64_t n = 5;
+    const Tensor logits = to_gpu(random_normal(rng, {n, v}, 4.0f));
+    std::vector<ops::SamplingRow> rows(static_cast<size_t>(n));
+    rows[1].top_k = 1;
+    rows[2].temperature = 1e-7f;
+    for (auto& r : rows) {
+      if (r.top_k != 1 && r.temperature != 1e-7f) r.temperature = 0.0f;
+      r.seed = rng.gen()();
+    }
+    const Tensor got = to_gpu(poisoned({n}, DType::kI32)), am = to_gpu(poisoned({n}, DType::kI32));
+    ops::sample(logits, rows, got);
+    ops::argmax(logits, am);
+    EXPECT_EQ(testing::int_values(got), testing::int_values(am)) << "v " << v;
+  }
+}
+
+TEST(OpsCudaSample, SeededDrawsFollowTheDistribution) {
+  // Many steps of one row on the GPU: the empirical frequency of each token of a small vocabulary
+  // matches the CPU's frequencies on the same (seed, step) draws exactly (same tokens).
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t v = 6, steps = 512;
+  std::vector<float> vals = {0.0f, -0.5f, -1.1f, -1.9f, -3.0f, -4.4f};
+  std::vector<float> flat;
+  for (int64_t s = 0; s < steps; ++s) flat.insert(flat.end(), vals.begin(), vals.end());
+  const Tensor logits = Tensor::from_vector(flat, {steps, v});
+  std::vector<ops::SamplingRow> rows(static_cast<size_t>(steps));
+  const uint64_t seed = rng.gen()();
+  for (int64_t s = 0; s < steps; ++s) {
+    rows[s].seed = seed;
+    rows[s].step = static_cast<uint64_t>(s);
+    rows[s].top_p = s % 2 == 0 ? 1.0f : 0.95f;
+  }
+  Tensor want = Tensor::empty({steps}, DType::kI32);
+  ops::sample(logits, rows, want);
+  const Tensor got = to_gpu(poisoned({steps}, DType::kI32));
+  ops::sample(to_gpu(logits), rows, got);
+  EXPECT_EQ(testing::int_values(got), testing::int_values(want));
+  std::vector<int> counts(static_cast<size_t>(v), 0);
+  for (int32_t t : testing::int_values(got)) {
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, v);
+    ++counts[t];
+  }
+  EXPECT_GT(counts[0], counts[3]);  // the most likely token is drawn more often than a tail one
+}
+
+}  // namespace
+}  // namespace rlm

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# One-shot GPU check: configure + build radixlm with CUDA (Release), record nvidia-smi, run every
+# tests/cuda test binary (each source tests/cuda/<name>_test.{cpp,cu} gives a binary <name>_test in
+# the build dir) and the CPU unit tests through ctest, tee all logs into $OUT, and print a summary
+# table LAST. Keeps going after a failing build target or test binary; exits 1 if anything failed.
+#
+# Usage (from anywhere; the repo root is found from this script's path):
+#   OUT=/some/dir bash tools/gpu_check.sh            # build dir: <repo>/build-gpu
+#   OUT=/some/dir JOBS=16 ARCHS=90a BUILD=/tmp/b bash tools/gpu_check.sh
+#   SKIP_BUILD=1 ... reruns the tests on an existing build dir.
+# Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$ROOT/out/gpu_check}
+BUILD=${BUILD:-$ROOT/build-gpu}
+JOBS=${JOBS:-16}
+ARCHS=${ARCHS:-90a}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+FAILED=0
+T0=$(date +%s)
+
+row() {  # name status detail
+  printf '%-42s %-8s %s\n' "$1" "$2" "$3" >> "$SUMMARY"
+}
+elapsed() { echo $(( $(date +%s) - T0 ))s; }
+
+echo "== nvidia-smi"
+nvidia-smi 2>&1 | tee "$OUT/nvidia-smi.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$OUT/gpu.txt" 2>&1 || true
+command -v nvcc >/dev/null && nvcc --version > "$OUT/nvcc.txt" 2>&1
+[ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version >> "$OUT/nvcc.txt" 2>&1
+
+if [ "${SKIP_BUILD:-0}" = 1 ]; then
+  row build skipped "SKIP_BUILD=1"
+else
+echo "== configure ($(elapsed))"
+if cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRADIXLM_CUDA=ON \
+     -DRADIXLM_CUDA_ARCHS="$ARCHS" > "$OUT/configure.log" 2>&1; then
+  row configure ok "$(grep -m1 'CUDA backend' "$OUT/configure.log" | sed 's/^-- //')"
+else
+  tail -30 "$OUT/configure.log"
+  row configure FAIL "see configure.log"
+  FAILED=1
+fi
+
+echo "== build -j$JOBS ($(elapsed))"
+# -k 0: keep building the other targets after a failure, so one broken test does not hide the rest.
+timeout 330 cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
+BUILD_RC=$?
+grep -E 'error:|error :|FAILED:|Error' "$OUT/build.log" | head -40
+if [ $BUILD_RC -eq 0 ]; then
+  row build ok "$(elapsed)"
+else
+  row build FAIL "rc $BUILD_RC ($( [ $BUILD_RC -eq 124 ] && echo timeout || echo errors), see build.log)"
+  FAILED=1
+fi
+fi
+
+# gtest's final lines: "[  PASSED  ] N tests.", "[  FAILED  ] N tests, listed below:", "[  SKIPPED ] N ..."
+gtest_count() {  # log tag
+  grep -E "^\[  $2 *\] [0-9]+ test" "$1" | tail -1 | sed -E 's/^\[[^]]*\] ([0-9]+) .*/\1/'
+}
+
+echo "== CUDA test binaries ($(elapsed))"
+shopt -s nullglob
+for src in "$ROOT"/tests/cuda/*_test.cpp "$ROOT"/tests/cuda/*_test.cu; do
+  name=$(basename "$src"); name=${name%.*}
+  bin="$BUILD/$name"
+  log="$OUT/$name.log"
+  if [ ! -x "$bin" ]; then
+    row "$name" MISSING "not built (see build.log)"
+    FAILED=1
+    continue
+  fi
+  echo "-- $name"
+  timeout 150 "$bin" --gtest_color=no > "$log" 2>&1
+  rc=$?
+  grep -E '^\[  FAILED  \]|Failure$|^unknown file|error:|Expected|Which is|random seed' "$log" | head -60
+  tail -3 "$log"
+  pass=$(gtest_count "$log" PASSED); fail=$(gtest_count "$log" FAILED); skip=$(gtest_count "$log" SKIPPED)
+  detail="passed ${pass:-0}, failed ${fail:-0}, skipped ${skip:-0}"
+  if [ $rc -eq 0 ] && [ "${pass:-0}" = 0 ] && [ "${skip:-0}" != 0 ]; then
+    row "$name" SKIPPED "$detail (no CUDA device visible?)"
+    FAILED=1
+  elif [ $rc -eq 0 ] && [ -n "$pass" ]; then
+    row "$name" ok "$detail"
+  else
+    row "$name" FAIL "$detail, rc $rc$( [ $rc -eq 124 ] && echo ' (timeout)')"
+    FAILED=1
+  fi
+done
+
+echo "== ctest: CPU unit tests ($(elapsed))"
+# CUDA suites are run above (their gtest suite names contain "Cuda"); py_ tests need the venv.
+(cd "$BUILD" && timeout 150 ctest -j "$JOBS" --output-on-failure --timeout 120 -E '^py_|Cuda') > "$OUT/ctest.log" 2>&1
+rc=$?
+grep -E 'tests passed|\*\*\*Failed|\*\*\*Timeout|Exception|Not Run' "$OUT/ctest.log" | head -40
+line=$(grep -E 'tests passed' "$OUT/ctest.log" | tail -1)
+if [ $rc -eq 0 ]; then
+  row ctest-cpu ok "${line:-no summary line}"
+else
+  row ctest-cpu FAIL "${line:-no summary line}, rc $rc$( [ $rc -eq 124 ] && echo ' (timeout)')"
+  FAILED=1
+fi
+
+row total "$( [ $FAILED -eq 0 ] && echo ok || echo FAIL )" "$(elapsed)"
+echo
+echo "== summary (logs in $OUT)"
+cat "$SUMMARY"
+exit $FAILED
