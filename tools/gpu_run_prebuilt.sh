@@ -9,11 +9,13 @@ OUT=${OUT:-$ROOT/out}
 mkdir -p "$OUT" /tmp/rlm /work
 [ -e /work/main ] || ln -s "$ROOT" /work/main
 tar -C /tmp/rlm -xJf "$ROOT/.gpu_carry.tar.xz"
+export RADIXLM_SOURCE_DIR="$ROOT"
 export LD_LIBRARY_PATH=/tmp/rlm/deps:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 { cat /etc/os-release | head -3; ldd --version | head -1; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; } > "$OUT/machine.txt" 2>&1
+echo "root $ROOT" >> "$OUT/machine.txt"; ls -la /work >> "$OUT/machine.txt" 2>&1; ls "$ROOT/tests/golden" | head -3 >> "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
-for bin in /tmp/rlm/bin/*_test; do
+for bin in /tmp/rlm/bin/${TESTS:-*_test}; do
   name=$(basename "$bin")
   timeout 200 "$bin" --gtest_color=no > "$OUT/$name.log" 2>&1
   rc=$?
@@ -22,8 +24,10 @@ for bin in /tmp/rlm/bin/*_test; do
   skip=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$OUT/$name.log" | grep -oE '[0-9]+' | head -1)
   printf '%-36s rc=%-3s passed=%-4s failed=%-4s skipped=%s\n' "$name" "$rc" "${pass:-0}" "${fail:-0}" "${skip:-0}" >> "$SUMMARY"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/$name.log" | head -20 >> "$SUMMARY"
+  # The first failure's details, so a run whose log files do not come back still shows them.
+  grep -B2 -A12 -m1 -E 'Failure$' "$OUT/$name.log" | head -30 >> "$SUMMARY"
 done
-if [ -x /tmp/rlm/bin/attention_cuda_test ]; then
+if [ -z "${TESTS:-}" ] && [ -x /tmp/rlm/bin/attention_cuda_test ]; then
   timeout 200 /tmp/rlm/bin/attention_cuda_test --gtest_also_run_disabled_tests --gtest_filter='*Timing*' \
     > "$OUT/attention_timing.log" 2>&1
   grep -iE 'GB/s|TFLOP|ratio' "$OUT/attention_timing.log" >> "$SUMMARY"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -12,17 +13,26 @@
 namespace rlm {
 namespace {
 
-const std::string kGoldenDir = std::string(RADIXLM_SOURCE_DIR) + "/tests/golden";
+// RADIXLM_SOURCE_DIR in the environment overrides the build-time path (prebuilt binaries run
+// from another checkout on the GPU machine).
+std::string source_dir() {
+  const char* env = std::getenv("RADIXLM_SOURCE_DIR");
+  return env != nullptr && *env != '\0' ? env : RADIXLM_SOURCE_DIR;
+}
+const std::string kGoldenDir = source_dir() + "/tests/golden";
 // f32 weights: cuBLAS SGEMM (no TF32) and f32 attention differ from the fp32 CPU reference only by
-// summation order. bf16/f16 weights may run GEMMs in 16-bit on the GPU: looser.
+// summation order: max abs diff <= 2e-3. bf16/f16 weights: the GPU rounds activations to the
+// weight dtype before each GEMM (f32 accumulate), so the error is that of 16-bit operands:
+// relative L2 over all logits <= 1e-2 (STYLE.md's bf16 band), and greedy tokens are not compared.
 constexpr float kAtolF32 = 2e-3f;
-constexpr float kAtol16 = 6e-2f;
+constexpr double kRelL2_16 = 1e-2;
 
 std::vector<std::string> golden_models() {
   std::ifstream in(kGoldenDir + "/index.json");
   if (!in) return {};
+  const nlohmann::json index = nlohmann::json::parse(in);  // named: a temporary would dangle in the loop
   std::vector<std::string> names;
-  for (const auto& n : nlohmann::json::parse(in)["models"]) names.push_back(n.get<std::string>());
+  for (const auto& n : index["models"]) names.push_back(n.get<std::string>());
   return names;
 }
 
@@ -67,11 +77,20 @@ TEST_P(ModelCuda, LogitsAndGreedyMatchTransformers) {
     ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
     Tensor host = logits->to(Device::cpu());
     float max_diff = 0.0f;
+    double err2 = 0.0, ref2 = 0.0;
     for (int64_t i = 0; i < rows * vocab; ++i) {
       ASSERT_FALSE(std::isnan(host.data<float>()[i]));
-      max_diff = std::max(max_diff, std::abs(host.data<float>()[i] - ref[i]));
+      const double d = host.data<float>()[i] - ref[i];
+      max_diff = std::max(max_diff, static_cast<float>(std::abs(d)));
+      err2 += d * d;
+      ref2 += static_cast<double>(ref[i]) * ref[i];
     }
-    EXPECT_LE(max_diff, f32_weights ? kAtolF32 : kAtol16) << GetParam() << " prompt of " << prompt.size();
+    if (f32_weights) {
+      EXPECT_LE(max_diff, kAtolF32) << GetParam() << " prompt of " << prompt.size();
+    } else {
+      EXPECT_LE(std::sqrt(err2 / ref2), kRelL2_16) << GetParam() << " prompt of " << prompt.size()
+                                                   << " (max abs diff " << max_diff << ")";
+    }
     GenerateRequest r;
     r.prompt_ids = prompt;
     r.max_tokens = 32;
@@ -89,6 +108,8 @@ TEST_P(ModelCuda, LogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, ModelCuda, ::testing::ValuesIn(golden_models()));
+
+TEST(ModelCudaIndex, ListsModels) { EXPECT_GE(golden_models().size(), 6u) << kGoldenDir << "/index.json missing"; }
 
 TEST(ModelCudaSmolLM2, SameGreedyTokensAsCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -1,6 +1,8 @@
 // CUDA linear (cuBLAS) and sampling against their CPU twins on fresh random inputs.
-// Tolerances: f32 weights rel. L2 <= 1e-5 (f32 GEMM, no TF32); bf16/f16 weights rel. L2 <= 1e-2
-// (the GPU rounds x to the weight dtype, the CPU keeps x in f32); argmax / greedy sampling:
+// Tolerances: f32 weights rel. L2 <= 1e-5 (f32 GEMM, no TF32); bf16/f16 weights: the GPU rounds x
+// to the weight dtype and accumulates in f32, so the CPU twin runs on x rounded the same way and
+// only the summation order differs: rel. L2 <= 1e-4 (a relative measure on single outputs with
+// cancellation would otherwise compare rounding noise, not the kernel); argmax / greedy sampling:
 // identical ids; seeded sampling: identical ids to the CPU on logits built on a coarse grid so that
 // no probability sits within rounding of a top-p / min-p / draw threshold.
 #include <gtest/gtest.h>
@@ -25,7 +27,7 @@ using testing::to_gpu;
 void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::optional<DType> bias_dt) {
   SCOPED_TRACE(str("m ", m, " k ", k, " n ", n, " weight ", dtype_name(wd), " bias ",
                    bias_dt ? dtype_name(*bias_dt) : "none"));
-  const double tol = wd == DType::kF32 ? 1e-5 : 1e-2;
+  const double tol = wd == DType::kF32 ? 1e-5 : 1e-4;
   const Tensor xb = random_normal(rng, {m, k + 3});  // x: row stride k + 3
   const Tensor x = xb.slice(1, 2, 2 + k);
   const Tensor wb = random_dtype(rng, {n, k + 1}, wd, 0.5f);  // weight: row stride k + 1
@@ -37,7 +39,9 @@ void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::
   }
   const Tensor ob = poisoned({m, n + 2}, DType::kF32);  // out: poisoned, row stride n + 2
   const Tensor gob = to_gpu(ob), gxb = to_gpu(xb), gwb = to_gpu(wb);
-  ops::linear(x, w, bias, ob.slice(1, 1, 1 + n));
+  // The CPU twin sees x as the GPU does: rounded to the weight dtype when that is 16-bit.
+  const Tensor x_ref = wd == DType::kF32 ? x : x.to(wd).to(DType::kF32);
+  ops::linear(x_ref, w, bias, ob.slice(1, 1, 1 + n));
   ops::linear(gxb.slice(1, 2, 2 + k), gwb.slice(1, 0, k), gbias, gob.slice(1, 1, 1 + n));
   EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, tol), "");
 }
