@@ -410,14 +410,11 @@ void Scheduler::release(Req& req, bool cache_kv) {
   if (req.req_slot >= 0) {
     if (cache_kv && req.kv_len > 0) {
       cache_prefix(req, /*finished=*/true);
+      exec_.req_to_token().free(req.req_slot);
+      req.req_slot = -1;
     } else {
-      if (!req.own_pages.empty()) allocator_.free(req.own_pages);
-      req.own_pages.clear();
-      cache_->unlock(req.cache_handle);
-      req.cache_handle = CacheHandle{};
+      drop_kv(req);
     }
-    exec_.req_to_token().free(req.req_slot);
-    req.req_slot = -1;
   }
   req.kv_len = 0;
   req.state = ReqState::kFinished;
@@ -463,7 +460,7 @@ void Scheduler::cache_prefix(Req& req, bool finished) {
   req.own_pages = std::move(rest);
 }
 
-void Scheduler::retract(Req& req) {
+void Scheduler::drop_kv(Req& req) {
   if (!req.own_pages.empty()) allocator_.free(req.own_pages);
   req.own_pages.clear();
   cache_->unlock(req.cache_handle);
@@ -471,6 +468,10 @@ void Scheduler::retract(Req& req) {
   exec_.req_to_token().free(req.req_slot);
   req.req_slot = -1;
   req.kv_len = 0;
+}
+
+void Scheduler::retract(Req& req) {
+  drop_kv(req);
   req.state = ReqState::kPending;
   ++req.retractions;
   metrics_->add_retraction();

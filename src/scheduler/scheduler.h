@@ -84,6 +84,8 @@ class Scheduler {
   void release(Req& req, bool cache_kv);
   void cache_prefix(Req& req, bool finished);
   void retract(Req& req);
+  // Frees the request's own pages, unlocks its cached prefix and returns its request slot.
+  void drop_kv(Req& req);
   bool alloc_pages(int64_t n, std::vector<int32_t>& out);  // evicts from the cache when needed
   // Slots for positions [from, to) of req, allocating pages as needed; false when KV is short.
   bool extend_slots(Req& req, int64_t from, int64_t to, std::vector<int32_t>& slots);
