@@ -50,7 +50,8 @@ class Scheduler {
   // Validates and enqueues; errors (400-style kInvalidArgument, queue full kUnavailable) leave
   // nothing behind. Events arrive on req->stream.
   Status submit(std::shared_ptr<Req> req);
-  // Aborts a queued or running request (no-op for unknown/finished ids); takes effect next step.
+  // Aborts a queued or running request, or every choice "<rid>-<i>" of a multi-choice request
+  // (no-op for unknown/finished ids); takes effect at the next step.
   void abort(const std::string& rid);
   void start();               // runs the loop on its own thread
   void stop(bool drain);      // drain: finish in-flight requests first; else abort them

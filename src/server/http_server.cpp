@@ -565,6 +565,16 @@ void HttpServer::install_routes() {
   s.Get("/metrics", [engine](const httplib::Request&, httplib::Response& r) {
     r.set_content(engine->metrics().render_prometheus(), "text/plain; version=0.0.4");
   });
+  s.Post("/abort_request", [engine](const httplib::Request& q, httplib::Response& r) {
+    ojson body;
+    ApiError err;
+    if (!parse_body(q, &body, &err)) return send_error(r, err);
+    if (!body.contains("rid") || !body["rid"].is_string() || body["rid"].get<std::string>().empty()) {
+      return send_error(r, ApiError::bad_request("'rid' (the request id to abort) must be a non-empty string", "rid"));
+    }
+    engine->abort(body["rid"].get<std::string>());
+    send_json(r, 200, {{"status", "abort requested"}});
+  });
   s.Get("/debug/kv", [routes](const httplib::Request&, httplib::Response& r) { routes->handle_debug_kv(r); });
   s.Post("/flush_cache", [engine](const httplib::Request&, httplib::Response& r) {
     engine->request_cache_flush();

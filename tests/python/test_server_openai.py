@@ -321,3 +321,26 @@ def test_penalties_reach_the_sampler(client):
     assert len(set(penalized)) > len(set(plain))
     rep = client.completions.create(**{**kw, "extra_body": {"ignore_eos": True, "repetition_penalty": 1.8}})
     assert len(set(rep.choices[0].logprobs.tokens)) > len(set(plain))
+
+
+def test_explicit_abort_by_request_id(server):
+    body = json.dumps({"text": "Once upon a time", "rid": "abort-me", "stream": True,
+                       "sampling_params": {"max_new_tokens": 500, "ignore_eos": True, "temperature": 0}}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+    conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    last, aborted = None, False
+    for line in resp:
+        line = line.decode().strip()
+        if line == "data: [DONE]":
+            break
+        if line.startswith("data: "):
+            last = json.loads(line[6:])
+            if not aborted:
+                assert server.post("/abort_request", {"rid": "abort-me"})[0] == 200
+                aborted = True
+    conn.close()
+    assert last["meta_info"]["finish_reason"]["type"] == "abort"
+    assert last["meta_info"]["completion_tokens"] < 500
+    assert server.post("/abort_request", {"rid": ""})[0] == 400
