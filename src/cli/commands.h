@@ -20,5 +20,6 @@ void add_chat_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 // `bench` with its modes; add_bench_command calls add_bench_serve_command (and later modes).
 void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_bench_serve_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
+void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
 
 }  // namespace rlm::cli

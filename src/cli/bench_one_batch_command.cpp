@@ -1,0 +1,160 @@
+// `radixlm bench one-batch`: a static batch of `--batch-size` requests of `--input-len` random
+// tokens — prefill latency, then `--output-len` decode steps — timed in-process (no HTTP, no
+// scheduler), with the decode step compared against its memory floor: (weight bytes + KV bytes
+// read) / copy bandwidth measured in the same run on the same device.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "cli/commands.h"
+#include "engine/model_loader.h"
+#include "engine/model_runner.h"
+
+namespace rlm::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct OneBatchArgs {
+  std::string model;
+  std::string load_format = "dummy";
+  std::string device = "auto";
+  int64_t batch_size = 1;
+  int64_t input_len = 512;
+  int64_t output_len = 32;
+  int64_t page_size = 16;
+  uint64_t seed = 0;
+};
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head).
+double weight_bytes(const ModelConfig& c, DType dtype) {
+  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+  const double qkv = h * d * static_cast<double>(c.num_attention_heads + 2 * c.num_key_value_heads);
+  const double o = d * static_cast<double>(c.num_attention_heads) * h;
+  const double mlp = 3.0 * h * static_cast<double>(c.intermediate_size);
+  const double layer = qkv + o + mlp + 2.0 * h;
+  const double embed = static_cast<double>(c.vocab_size) * h;
+  const double total = embed * (c.tie_word_embeddings ? 1.0 : 2.0) + layer * static_cast<double>(c.num_hidden_layers) + h;
+  return total * static_cast<double>(dtype_size(dtype));
+}
+
+// Copy bandwidth (bytes read + written per second) of a 1 GiB (256 MiB on the CPU) buffer.
+double copy_bandwidth(Device device) {
+  const int64_t n = device.is_cuda() ? (int64_t{1} << 30) : (int64_t{1} << 28);
+  Tensor a = Tensor::empty({n}, DType::kU8, device), b = Tensor::empty({n}, DType::kU8, device);
+  device_memset(a.data_ptr(), device, 1, n);
+  std::vector<double> times;
+  for (int i = 0; i < 6; ++i) {
+    auto t = Clock::now();
+    device_memcpy(b.data_ptr(), device, a.data_ptr(), device, n);
+    (void)b.slice(0, 0, 1).to(Device::cpu());  // synchronises with the device
+    times.push_back(ms_since(t));
+  }
+  std::sort(times.begin(), times.end());
+  return 2.0 * static_cast<double>(n) / (times[times.size() / 2] / 1e3);
+}
+
+int run_one_batch(const OneBatchArgs& a) {
+  auto device = resolve_device(a.device);
+  if (!device.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", device.status().message().c_str()), 2;
+  LoadOptions lo;
+  lo.load_format = a.load_format;
+  lo.dummy_seed = a.seed;
+  auto loaded = load_model(a.model.empty() ? default_model_path() : a.model, lo);
+  if (!loaded.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", loaded.status().to_string().c_str()), 1;
+  const ModelConfig cfg = loaded->config;
+  ModelRunnerConfig rc;
+  rc.device = *device;
+  rc.attention_backend = default_attention_backend(*device);
+  rc.page_size = a.page_size;
+  rc.max_requests = a.batch_size;
+  rc.max_context_len = a.input_len + a.output_len;
+  auto runner = ModelRunner::create(std::move(loaded->model), rc);
+  if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
+  ModelRunner& r = **runner;
+  const int64_t ctx = rc.max_context_len;
+  const int64_t pages_per_req = (ctx + a.page_size - 1) / a.page_size;
+  std::mt19937 rng(static_cast<uint32_t>(a.seed));
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
+  // Request b owns pages [b * pages_per_req, (b + 1) * pages_per_req).
+  auto slot = [&](int64_t b, int64_t pos) { return static_cast<int32_t>(b * pages_per_req * a.page_size + pos); };
+  std::vector<int32_t> req_slots;
+  for (int64_t b = 0; b < a.batch_size; ++b) req_slots.push_back(r.req_to_token().alloc());
+  std::vector<BatchEntry> prefill;
+  for (int64_t b = 0; b < a.batch_size; ++b) {
+    BatchEntry e;
+    e.req_slot = req_slots[b];
+    for (int64_t i = 0; i < a.input_len; ++i) {
+      e.new_ids.push_back(tok(rng));
+      e.new_slots.push_back(slot(b, i));
+    }
+    prefill.push_back(std::move(e));
+  }
+  std::vector<ops::SamplingRow> greedy(a.batch_size);
+  for (auto& g : greedy) g.temperature = 0.0f;
+  auto t0 = Clock::now();
+  ForwardBatch pb = r.build_batch(ForwardMode::kExtend, prefill);
+  std::vector<int32_t> next = r.sample(r.forward(pb), greedy);
+  const double prefill_ms = ms_since(t0);
+  std::vector<double> steps;
+  for (int64_t s = 0; s + 1 < a.output_len; ++s) {
+    std::vector<BatchEntry> dec;
+    for (int64_t b = 0; b < a.batch_size; ++b) {
+      BatchEntry e;
+      e.req_slot = req_slots[b];
+      e.prefix_len = static_cast<int32_t>(a.input_len + s);
+      e.new_ids = {next[b]};
+      e.new_slots = {slot(b, a.input_len + s)};
+      dec.push_back(std::move(e));
+    }
+    auto t = Clock::now();
+    ForwardBatch db = r.build_batch(ForwardMode::kDecode, dec);
+    next = r.sample(r.forward(db), greedy);
+    steps.push_back(ms_since(t));
+  }
+  std::sort(steps.begin(), steps.end());
+  const double step_ms = steps.empty() ? 0.0 : steps[steps.size() / 2];
+  const double bw = copy_bandwidth(*device);
+  const double kv_bytes_per_token = static_cast<double>(r.kv_pool().bytes_per_token());
+  const double mid_len = static_cast<double>(a.input_len) + static_cast<double>(a.output_len) / 2.0;
+  // Dummy weights are made in bf16 (f32 when the config says so); loaded weights in the config's dtype.
+  const DType wdt = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  const double decode_bytes =
+      weight_bytes(cfg, wdt) + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size);
+  // The copy's rate counts bytes read plus written; a decode step is a read stream, which runs at
+  // about that total rate, so the floor is bytes / copy rate.
+  const double floor_ms = decode_bytes / bw * 1e3;
+  std::printf("model %s (%s) on %s, batch %lld, input %lld, output %lld, page size %lld\n", cfg.architecture.c_str(),
+              dtype_name(cfg.dtype), device->to_string().c_str(), static_cast<long long>(a.batch_size),
+              static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
+              static_cast<long long>(a.page_size));
+  std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
+              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
+  std::printf("decode step (median of %zu): %.3f ms (%.0f tok/s)\n", steps.size(), step_ms,
+              static_cast<double>(a.batch_size) / (step_ms / 1e3));
+  std::printf("decode floor: %.2f GB read (weights + KV) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
+              decode_bytes / 1e9, bw / 1e9, floor_ms, step_ms / floor_ms);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out) {
+  auto a = std::make_shared<OneBatchArgs>();
+  CLI::App* s = bench.add_subcommand("one-batch", "Static-batch prefill latency and decode step time");
+  s->add_option("--model", a->model, "Model directory or .gguf (configs/llama-3.1-8b with --load-format dummy)");
+  s->add_option("--load-format", a->load_format, "dummy (default) | auto | safetensors | gguf");
+  s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
+  s->add_option("--batch-size", a->batch_size, "Requests in the batch")->check(CLI::PositiveNumber);
+  s->add_option("--input-len", a->input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
+  s->add_option("--output-len", a->output_len, "Tokens generated per request")->check(CLI::PositiveNumber);
+  s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
+  s->add_option("--seed", a->seed, "Seed for dummy weights and prompts");
+  out.emplace_back(s, [a] { return run_one_batch(*a); });
+}
+
+}  // namespace rlm::cli
