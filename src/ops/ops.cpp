@@ -419,26 +419,31 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                          {"out", &out}}) {
     c.same_device(q, name, *t);
   }
-  if (q.device().is_cpu()) {
-    const Tensor qo_c = qo_indptr.contiguous(), kv_c = kv_indptr.contiguous();
-    const Tensor idx_c = kv_indices.contiguous(), sl_c = seq_lens.contiguous();
+  // The index arrays (on the host, or host copies of device tensors) and the per-layer config.
+  auto make_batch = [&](const Tensor& qo, const Tensor& kv, const Tensor& idx, const Tensor& sl) {
     cpu::PagedBatch batch;
     batch.batch_size = bs;
-    batch.qo_indptr = qo_c.data<int32_t>();
-    batch.kv_indptr = kv_c.data<int32_t>();
-    batch.kv_indices = idx_c.data<int32_t>();
-    batch.seq_lens = sl_c.data<int32_t>();
+    batch.qo_indptr = qo.data<int32_t>();
+    batch.kv_indptr = kv.data<int32_t>();
+    batch.kv_indices = idx.data<int32_t>();
+    batch.seq_lens = sl.data<int32_t>();
     batch.num_pages_indexed = kv_indices.size(0);
     batch.page_size = page_size;
     batch.num_slots = k_cache.size(0);
     batch.num_tokens = q.size(0);
-    cpu::AttnConfig cfg;
-    cfg.num_qo_heads = num_qo_heads;
-    cfg.num_kv_heads = num_kv_heads;
-    cfg.head_dim = q.size(2);
-    cfg.scale = params.scale;
-    cfg.sliding_window = params.sliding_window;
-    cfg.logit_soft_cap = params.logit_soft_cap;
+    return batch;
+  };
+  cpu::AttnConfig cfg;
+  cfg.num_qo_heads = num_qo_heads;
+  cfg.num_kv_heads = num_kv_heads;
+  cfg.head_dim = q.size(2);
+  cfg.scale = params.scale;
+  cfg.sliding_window = params.sliding_window;
+  cfg.logit_soft_cap = params.logit_soft_cap;
+  if (q.device().is_cpu()) {
+    const Tensor qo_c = qo_indptr.contiguous(), kv_c = kv_indptr.contiguous();  // named: the batch points into them
+    const Tensor idx_c = kv_indices.contiguous(), sl_c = seq_lens.contiguous();
+    const cpu::PagedBatch batch = make_batch(qo_c, kv_c, idx_c, sl_c);
     cpu::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, out.data<float>(),
                          out.stride(0), out.stride(1));
   } else if (q.device().is_cuda()) {
@@ -452,29 +457,13 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
     }
     const Tensor qo_h = qo_indptr.to(Device::cpu()), kv_h = kv_indptr.to(Device::cpu());
     const Tensor idx_h = kv_indices.to(Device::cpu()), sl_h = seq_lens.to(Device::cpu());
-    cpu::PagedBatch batch;
-    batch.batch_size = bs;
-    batch.qo_indptr = qo_h.data<int32_t>();
-    batch.kv_indptr = kv_h.data<int32_t>();
-    batch.kv_indices = idx_h.data<int32_t>();
-    batch.seq_lens = sl_h.data<int32_t>();
-    batch.num_pages_indexed = kv_indices.size(0);
-    batch.page_size = page_size;
-    batch.num_slots = k_cache.size(0);
-    batch.num_tokens = q.size(0);
+    cpu::PagedBatch batch = make_batch(qo_h, kv_h, idx_h, sl_h);
     cpu::validate_paged_batch(batch);
     const cuda::AttentionPlan plan = cuda::make_attention_plan(batch);
     batch.qo_indptr = qo_indptr.data<int32_t>();
     batch.kv_indptr = kv_indptr.data<int32_t>();
     batch.kv_indices = kv_indices.data<int32_t>();
     batch.seq_lens = seq_lens.data<int32_t>();
-    cpu::AttnConfig cfg;
-    cfg.num_qo_heads = num_qo_heads;
-    cfg.num_kv_heads = num_kv_heads;
-    cfg.head_dim = q.size(2);
-    cfg.scale = params.scale;
-    cfg.sliding_window = params.sliding_window;
-    cfg.logit_soft_cap = params.logit_soft_cap;
     cuda::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan, out.data<float>(),
                           out.stride(0), out.stride(1));
 #else

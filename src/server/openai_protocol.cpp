@@ -94,7 +94,7 @@ class Fields {
 // Sampling fields shared by completions and chat (OpenAI names plus vLLM/SGLang extensions).
 bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
   SamplingParams& p = r->params;
-  int64_t top_k = -1, n = 1, seed = 0, min_tokens = 0;
+  int64_t top_k = -1, n = 1, min_tokens = 0;
   if (!f.number("temperature", &p.temperature, 0.0, 2.0) || !f.number("top_p", &p.top_p, 0.0, 1.0) ||
       !f.number("presence_penalty", &p.presence_penalty, -2.0, 2.0) ||
       !f.number("frequency_penalty", &p.frequency_penalty, -2.0, 2.0) ||
@@ -113,7 +113,6 @@ bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
     p.seed = body["seed"].is_number_unsigned() ? body["seed"].get<uint64_t>()
                                                : static_cast<uint64_t>(body["seed"].get<int64_t>());
   }
-  (void)seed;
   if (f.has("stop_token_ids")) {
     if (!body["stop_token_ids"].is_array()) return f.fail("stop_token_ids", "'stop_token_ids' must be an array");
     if (!f.token_ids(body["stop_token_ids"], "stop_token_ids", &p.stop_token_ids)) return false;
