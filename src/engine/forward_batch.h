@@ -12,6 +12,7 @@ namespace rlm {
 
 class AttentionBackend;
 class KVPool;
+class MambaPool;
 class ReqToTokenPool;
 
 enum class ForwardMode : uint8_t {
@@ -37,9 +38,21 @@ struct ForwardBatch {
   std::vector<int32_t> prefix_lens_cpu;  // [batch_size]  seq_len - extend_len
   std::vector<int32_t> req_pool_indices_cpu;  // [batch_size]
 
+  // Hybrid linear-attention models only (empty otherwise). Each request's working recurrent state
+  // lives in MambaPool slot mamba_slots[r]: it holds the state after prefix_len tokens when the step
+  // starts (ignored when prefix_len == 0, which starts from the zero state) and the state after
+  // seq_len tokens when it ends. When mamba_track_slots_cpu[r] >= 0 the model also copies the state
+  // after mamba_track_pos_cpu[r] tokens (prefix_len < pos <= seq_len) into that slot — the
+  // snapshot the hybrid prefix cache keeps at chunk-aligned positions.
+  Tensor mamba_slots;                          // i32 [batch_size]
+  std::vector<int32_t> mamba_slots_cpu;        // [batch_size]
+  std::vector<int32_t> mamba_track_slots_cpu;  // [batch_size]  -1: no snapshot
+  std::vector<int32_t> mamba_track_pos_cpu;    // [batch_size]
+
   AttentionBackend* attn_backend = nullptr;
   KVPool* kv_pool = nullptr;
   ReqToTokenPool* req_to_token = nullptr;
+  MambaPool* mamba_pool = nullptr;
 };
 
 }  // namespace rlm

@@ -44,6 +44,11 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   model->to(config.device);
   r->kv_pool_ = std::make_unique<KVPool>(pc);
   r->req_to_token_ = std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len);
+  if (const std::optional<MambaShape> ms = model->mamba_shape()) {
+    if (r->config_.mamba_slots < 0) return invalid_argument("mamba_slots must not be negative");
+    if (r->config_.mamba_slots == 0) r->config_.mamba_slots = 2 * r->config_.max_requests;
+    r->mamba_pool_ = std::make_unique<MambaPool>(*ms, r->config_.mamba_slots, config.device);
+  }
   r->model_ = std::move(model);
   return r;
 }
@@ -53,6 +58,7 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   b.mode = mode;
   b.batch_size = static_cast<int64_t>(entries.size());
   std::vector<int32_t> ids, positions, slots, qo_indptr{0}, logits_rows, seq_lens, req_idx;
+  const bool hybrid = mamba_pool_ != nullptr;
   for (const BatchEntry& e : entries) {
     RLM_CHECK_EQ(e.new_ids.size(), e.new_slots.size()) << " batch entry for request slot " << e.req_slot;
     RLM_CHECK(!e.new_ids.empty()) << "batch entry with no new tokens (request slot " << e.req_slot << ")";
@@ -71,6 +77,18 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
     req_idx.push_back(e.req_slot);
     b.extend_lens_cpu.push_back(n);
     b.prefix_lens_cpu.push_back(e.prefix_len);
+    if (hybrid) {
+      RLM_CHECK(mamba_pool_->in_use(e.mamba_slot))
+          << "batch entry for request slot " << e.req_slot << " has no mamba state slot (" << e.mamba_slot << ")";
+      RLM_CHECK(e.mamba_track_slot < 0 ||
+                (mamba_pool_->in_use(e.mamba_track_slot) && e.mamba_track_slot != e.mamba_slot &&
+                 e.mamba_track_pos > e.prefix_len && e.mamba_track_pos <= e.prefix_len + n))
+          << "bad mamba snapshot (slot " << e.mamba_track_slot << ", position " << e.mamba_track_pos
+          << ") for request slot " << e.req_slot << " extending [" << e.prefix_len << ", " << e.prefix_len + n << ")";
+      b.mamba_slots_cpu.push_back(e.mamba_slot);
+      b.mamba_track_slots_cpu.push_back(e.mamba_track_slot);
+      b.mamba_track_pos_cpu.push_back(e.mamba_track_pos);
+    }
   }
   b.num_tokens = static_cast<int64_t>(ids.size());
   const Device dev = config_.device;
@@ -81,6 +99,7 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   b.seq_lens = Tensor::from_vector(seq_lens).to(dev);
   b.qo_indptr = Tensor::from_vector(qo_indptr).to(dev);
   b.logits_indices = Tensor::from_vector(logits_rows).to(dev);
+  if (hybrid) b.mamba_slots = Tensor::from_vector(b.mamba_slots_cpu).to(dev);
   b.seq_lens_cpu = std::move(seq_lens);
   b.req_pool_indices_cpu = std::move(req_idx);
   return b;
@@ -90,6 +109,7 @@ Tensor ModelRunner::forward(ForwardBatch& batch) {
   batch.attn_backend = backend_.get();
   batch.kv_pool = kv_pool_.get();
   batch.req_to_token = req_to_token_.get();
+  batch.mamba_pool = mamba_pool_.get();
   backend_->init_forward_metadata(batch);
   return model_->forward(batch);
 }

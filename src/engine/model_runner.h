@@ -8,6 +8,7 @@
 
 #include "attention/attention_backend.h"
 #include "cache/kv_pool.h"
+#include "cache/mamba_pool.h"
 #include "engine/forward_batch.h"
 #include "model/causal_lm.h"
 #include "ops/ops.h"
@@ -22,6 +23,7 @@ struct ModelRunnerConfig {
   int64_t max_context_len = 0;  // 0: the model's max_position_embeddings
   DType kv_dtype = DType::kF32;
   Device device = Device::cpu();  // where weights, KV cache and activations live
+  int64_t mamba_slots = 0;  // hybrid models: MambaPool slots; 0: 2 * max_requests (working + snapshots)
 };
 
 // One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and
@@ -32,6 +34,10 @@ struct BatchEntry {
   std::vector<int32_t> new_ids;
   std::vector<int32_t> new_slots;
   bool all_logits = false;  // logits for every new token (else only the last one)
+  // Hybrid models (see ForwardBatch): the request's working state slot, and an optional snapshot.
+  int32_t mamba_slot = -1;
+  int32_t mamba_track_slot = -1;
+  int32_t mamba_track_pos = 0;
 };
 
 // "auto" (CUDA when a GPU is visible, else the CPU), "cpu", "cuda", "cuda:N".
@@ -48,6 +54,8 @@ class ModelRunner {
   const ModelRunnerConfig& config() const { return config_; }
   KVPool& kv_pool() { return *kv_pool_; }
   ReqToTokenPool& req_to_token() { return *req_to_token_; }
+  // nullptr for pure-attention models.
+  MambaPool* mamba_pool() { return mamba_pool_.get(); }
   AttentionBackend& attention_backend() { return *backend_; }
 
   // Builds the ForwardBatch for `entries` (writing their slots into req_to_token).
@@ -64,6 +72,7 @@ class ModelRunner {
   std::unique_ptr<CausalLM> model_;
   std::unique_ptr<KVPool> kv_pool_;
   std::unique_ptr<ReqToTokenPool> req_to_token_;
+  std::unique_ptr<MambaPool> mamba_pool_;
   std::unique_ptr<AttentionBackend> backend_;
 };
 

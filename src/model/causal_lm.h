@@ -4,6 +4,9 @@
 
 #include <memory>
 
+#include <optional>
+
+#include "cache/mamba_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/forward_batch.h"
@@ -24,6 +27,9 @@ class CausalLM {
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
   virtual KVShape kv_shape() const = 0;
+  // Hybrid linear-attention models: the recurrent state per request (a MambaPool slot); nullopt
+  // for pure-attention models.
+  virtual std::optional<MambaShape> mamba_shape() const { return std::nullopt; }
   // Runs one step over batch.input_ids and returns f32 logits [num_outputs, vocab_size] for the
   // token rows listed in batch.logits_indices.
   virtual Tensor forward(const ForwardBatch& batch) = 0;
