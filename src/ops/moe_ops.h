@@ -1,0 +1,30 @@
+// ops:: for sparse mixture-of-experts blocks (Qwen3-Next / Qwen2-MoE style): softmax top-k
+// routing and the SiLU-gated experts. Checks at the boundary, dispatch on the device
+// (kernels/cpu/moe.* now; a CUDA twin implements the same signatures).
+#pragma once
+
+#include "core/tensor.h"
+
+namespace rlm::ops {
+
+// Router: p = softmax(router_logits[t]) in f32 (max-subtracted), the top_k largest p (ties: the
+// lower expert id first), and — when `renormalize` (HF norm_topk_prob) — p_j / sum of the selected
+// p. Rows come out in descending order of p. top_k = topk_ids.size(1), 1 <= top_k <= num_experts.
+//   router_logits: f32 [num_tokens, num_experts] (unit last stride)
+//   topk_weights: f32 [num_tokens, top_k]; topk_ids: i32 [num_tokens, top_k] (both contiguous)
+void moe_topk_softmax(const Tensor& router_logits, bool renormalize, const Tensor& topk_weights,
+                      const Tensor& topk_ids);
+
+// Routed experts: out[t] = sum over j of topk_weights[t, j] * down_e(silu(gate_e(x[t])) * up_e(x[t]))
+// with e = topk_ids[t, j]; contributions are added in increasing expert id (HF's index_add order),
+// starting from zero. Experts are stacked like transformers 5.x Qwen3NextExperts:
+//   x: f32 [num_tokens, hidden] (unit last stride)
+//   w_gate_up: f32/bf16/f16 [num_experts, 2 * inter, hidden] (gate_proj rows, then up_proj rows), contiguous
+//   w_down: same dtype [num_experts, hidden, inter], contiguous
+//   topk_weights: f32 [num_tokens, top_k]; topk_ids: i32 [num_tokens, top_k], each in [0, num_experts)
+//     (an id out of range is an error; a token must not list one expert twice)
+//   out: f32 [num_tokens, hidden] (overwritten; must not overlap x)
+void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down, const Tensor& topk_weights,
+                 const Tensor& topk_ids, const Tensor& out);
+
+}  // namespace rlm::ops
