@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          LlamaConfig, LlamaForCausalLM)
+                          Qwen3NextConfig, Qwen3NextForCausalLM, LlamaConfig, LlamaForCausalLM)
 
 VOCAB = 512
 MAX_POS = 256
@@ -45,11 +45,17 @@ EMBED_STD = 0.3
 LINEAR_STD = 0.15
 NORM_NOISE_STD = 0.1
 BIAS_STD = 0.1
+# Qwen3-Next extras: the depthwise conv taps, log(A) and dt_bias of the Gated DeltaNet gates
+# (g = -exp(A_log) * softplus(a + dt_bias) then spans long and short memories).
+CONV_STD = 0.3
+A_LOG_MEAN, A_LOG_STD = -1.0, 0.5
+DT_BIAS_STD = 0.5
 
 ARCHS = {
     "LlamaForCausalLM": (LlamaConfig, LlamaForCausalLM),
     "Qwen2ForCausalLM": (Qwen2Config, Qwen2ForCausalLM),
     "Qwen3ForCausalLM": (Qwen3Config, Qwen3ForCausalLM),
+    "Qwen3NextForCausalLM": (Qwen3NextConfig, Qwen3NextForCausalLM),
 }
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -129,6 +135,54 @@ MODELS = [
                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
               disk_dtype="float16",
               covers="Qwen3 q/k RMSNorm, MHA (GQA 1), head_dim 64, f16 on disk, tied"),
+    ModelSpec("qwen3next_gqa2_int2_moe4top2", "Qwen3NextForCausalLM", 4001,
+              dict(hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                   linear_num_key_heads=2, linear_num_value_heads=2,
+                   linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                   full_attention_interval=2, num_experts=4, num_experts_per_tok=2,
+                   norm_topk_prob=True, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=48, tie_word_embeddings=False,
+                   rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                    "partial_rotary_factor": 0.25}),
+              prompt_lengths=PROMPT_LENGTHS + [100],
+              covers="Qwen3-Next: GDN + gated attention every 2nd layer (full_attention_interval "
+                     "2), GQA 2, partial rotary 0.25, GDN 2 key = 2 value heads, MoE 4 experts "
+                     "top-2 renormalised + shared expert, prompt up to 100 (2 GDN chunks)"),
+    ModelSpec("qwen3next_vgroup2_int4_moe8top3", "Qwen3NextForCausalLM", 4002,
+              dict(hidden_size=64, intermediate_size=80, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                   linear_num_key_heads=2, linear_num_value_heads=4,
+                   linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                   full_attention_interval=4, num_experts=8, num_experts_per_tok=3,
+                   norm_topk_prob=False, moe_intermediate_size=24,
+                   shared_expert_intermediate_size=40, mlp_only_layers=[1],
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                    "partial_rotary_factor": 0.5}),
+              prompt_lengths=PROMPT_LENGTHS + [130],
+              covers="Qwen3-Next: 3 GDN layers then full attention (interval 4), GQA 4, partial "
+                     "rotary 0.5, grouped value heads (4 value / 2 key heads, dk 16 != dv 8), MoE "
+                     "8 experts top-3 without renormalisation, layer 1 a dense MLP "
+                     "(mlp_only_layers), prompt up to 130 (3 GDN chunks)"),
+    ModelSpec("qwen3next_layertypes_sparse2_tied", "Qwen3NextForCausalLM", 4003,
+              dict(hidden_size=48, intermediate_size=64, num_hidden_layers=5,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=24,
+                   linear_num_key_heads=1, linear_num_value_heads=3,
+                   linear_key_head_dim=12, linear_value_head_dim=16, linear_conv_kernel_dim=3,
+                   layer_types=["full_attention", "linear_attention", "linear_attention",
+                                "full_attention", "linear_attention"],
+                   decoder_sparse_step=2, num_experts=4, num_experts_per_tok=1,
+                   norm_topk_prob=True, moe_intermediate_size=16,
+                   shared_expert_intermediate_size=32, attention_bias=True,
+                   tie_word_embeddings=True, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                    "partial_rotary_factor": 0.5}),
+              prompt_lengths=PROMPT_LENGTHS + [100],
+              covers="Qwen3-Next: explicit layer_types starting with full attention, MHA with "
+                     "q/k/v/o bias, 3 value heads per key head, conv kernel 3, MoE only on odd "
+                     "layers (decoder_sparse_step 2) with top-1, tied embeddings, eps 1e-5"),
 ]
 
 
@@ -151,16 +205,32 @@ def build_model(spec: ModelSpec, seed: int) -> torch.nn.Module:
 def init_weights(model: torch.nn.Module, seed: int) -> None:
     """Re-initialises every parameter with a scale that gives well-separated logits.
 
-    Embeddings: N(0, EMBED_STD); linear weights: N(0, LINEAR_STD); norm weights (RMSNorm,
-    incl. Qwen3 q/k norm): 1 + N(0, NORM_NOISE_STD); biases: N(0, BIAS_STD). Parameters are
+    Embeddings: N(0, EMBED_STD); linear weights (and stacked MoE experts): N(0, LINEAR_STD);
+    norm weights (RMSNorm, incl. Qwen3 q/k norm and Qwen3-Next's gated norm): 1 + N(0,
+    NORM_NOISE_STD), except Qwen3-Next's zero-centred RMSNorms ((1 + w) * norm): N(0,
+    NORM_NOISE_STD); biases: N(0, BIAS_STD); Qwen3-Next GDN conv taps N(0, CONV_STD), A_log
+    N(A_LOG_MEAN, A_LOG_STD), dt_bias N(0, DT_BIAS_STD). Parameters are
     visited in sorted name order with one seeded generator, so the result depends only on the
     seed and the architecture. Tied weights appear once in named_parameters().
     """
     gen = torch.Generator().manual_seed(seed)
+    # Qwen3-Next's RMSNorms scale by (1 + weight): their weights get the noise alone.
+    zero_centred = {f"{mname}.weight" for mname, m in model.named_modules()
+                    if type(m).__name__ == "Qwen3NextRMSNorm"}
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if name.endswith(".bias"):
+            if name in zero_centred:
+                p.copy_(noise * NORM_NOISE_STD)
+            elif name.endswith(".A_log"):
+                p.copy_(A_LOG_MEAN + noise * A_LOG_STD)
+            elif name.endswith(".dt_bias"):
+                p.copy_(noise * DT_BIAS_STD)
+            elif name.endswith(".conv1d.weight"):
+                p.copy_(noise * CONV_STD)
+            elif name.endswith((".experts.gate_up_proj", ".experts.down_proj")):
+                p.copy_(noise * LINEAR_STD)
+            elif name.endswith(".bias"):
                 p.copy_(noise * BIAS_STD)
             elif "norm" in name:
                 p.copy_(1.0 + noise * NORM_NOISE_STD)

@@ -7,6 +7,7 @@ namespace rlm {
 struct Generator::Active {
   size_t index = 0;  // into the request list
   int32_t req_slot = -1;
+  int32_t mamba_slot = -1;  // hybrid models: the request's recurrent state (MambaPool slot)
   std::vector<int32_t> pages;
   int64_t seq_len = 0;   // tokens whose K/V are in the cache
   int32_t last_token = 0;
@@ -52,11 +53,31 @@ bool Generator::grow(Active& a, int64_t to, std::vector<int32_t>& slots) {
   return true;
 }
 
+int64_t Generator::free_mamba_slots() const {
+  const MambaPool* pool = runner_.mamba_pool();
+  return pool != nullptr ? pool->num_free() : 0;
+}
+
+bool Generator::admit(Active& a) {
+  a.req_slot = runner_.req_to_token().alloc();
+  if (a.req_slot < 0) return false;
+  if (MambaPool* pool = runner_.mamba_pool()) {
+    a.mamba_slot = pool->alloc();
+    if (a.mamba_slot < 0) {
+      release(a);
+      return false;
+    }
+  }
+  return true;
+}
+
 void Generator::release(Active& a) {
   if (!a.pages.empty()) pages_.free(a.pages);
   a.pages.clear();
   if (a.req_slot >= 0) runner_.req_to_token().free(a.req_slot);
   a.req_slot = -1;
+  if (a.mamba_slot >= 0) runner_.mamba_pool()->free(a.mamba_slot);
+  a.mamba_slot = -1;
 }
 
 StatusOr<Tensor> Generator::prompt_logits(const std::vector<int32_t>& prompt_ids) {
@@ -65,10 +86,10 @@ StatusOr<Tensor> Generator::prompt_logits(const std::vector<int32_t>& prompt_ids
   r.max_tokens = 1;
   RLM_RETURN_IF_ERROR(validate(r));
   Active a;
-  a.req_slot = runner_.req_to_token().alloc();
-  if (a.req_slot < 0) return Status(StatusCode::kResourceExhausted, "no free request slot");
+  if (!admit(a)) return Status(StatusCode::kResourceExhausted, "no free request (or recurrent-state) slot");
   BatchEntry e;
   e.req_slot = a.req_slot;
+  e.mamba_slot = a.mamba_slot;
   e.new_ids = prompt_ids;
   e.all_logits = true;
   if (!grow(a, static_cast<int64_t>(prompt_ids.size()), e.new_slots)) {
@@ -93,13 +114,13 @@ Status Generator::run_group(const std::vector<GenerateRequest>& requests, size_t
   for (size_t i = begin; i < end; ++i) {
     Active& a = active[i - begin];
     a.index = i;
-    a.req_slot = runner_.req_to_token().alloc();
     BatchEntry e;
-    if (a.req_slot < 0 || !grow(a, static_cast<int64_t>(requests[i].prompt_ids.size()), e.new_slots)) {
+    if (!admit(a) || !grow(a, static_cast<int64_t>(requests[i].prompt_ids.size()), e.new_slots)) {
       release_all();
-      return Status(StatusCode::kResourceExhausted, "KV pool or request slots exhausted during prefill");
+      return Status(StatusCode::kResourceExhausted, "KV pool, request or recurrent-state slots exhausted during prefill");
     }
     e.req_slot = a.req_slot;
+    e.mamba_slot = a.mamba_slot;
     e.new_ids = requests[i].prompt_ids;
     entries.push_back(std::move(e));
   }
@@ -134,6 +155,7 @@ Status Generator::run_group(const std::vector<GenerateRequest>& requests, size_t
       } else {
         BatchEntry e;
         e.req_slot = a.req_slot;
+        e.mamba_slot = a.mamba_slot;
         e.prefix_len = static_cast<int32_t>(a.seq_len);
         e.new_ids = {next[k]};
         if (!grow(a, a.seq_len + 1, e.new_slots)) {

@@ -36,12 +36,17 @@ class Generator {
   StatusOr<Tensor> prompt_logits(const std::vector<int32_t>& prompt_ids);
 
   int64_t free_pages() const { return pages_.num_free(); }
+  // Hybrid models: free MambaPool slots (each running request holds one); 0 for other models.
+  int64_t free_mamba_slots() const;
 
  private:
   struct Active;
   Status validate(const GenerateRequest& r) const;
   Status run_group(const std::vector<GenerateRequest>& requests, size_t begin, size_t end,
                    std::vector<GenerateOutput>& outputs);
+  // A request slot (and, for hybrid models, a MambaPool slot for its recurrent state); false when
+  // either pool is exhausted (nothing is held then).
+  bool admit(Active& a);
   // Slots for positions [from, to) of `a`, allocating pages as needed; false when KV is exhausted.
   bool grow(Active& a, int64_t to, std::vector<int32_t>& slots);
   void release(Active& a);

@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include "attention/hybrid_linear_backend.h"
+
 namespace rlm {
 
 StatusOr<Device> resolve_device(const std::string& text) {
@@ -48,6 +50,9 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     if (r->config_.mamba_slots < 0) return invalid_argument("mamba_slots must not be negative");
     if (r->config_.mamba_slots == 0) r->config_.mamba_slots = 2 * r->config_.max_requests;
     r->mamba_pool_ = std::make_unique<MambaPool>(*ms, r->config_.mamba_slots, config.device);
+    // Full-attention layers keep the configured backend; the Gated DeltaNet layers get theirs.
+    r->backend_ = std::make_unique<HybridLinearAttnBackend>(std::move(r->backend_),
+                                                            std::make_unique<GatedDeltaNetBackend>());
   }
   r->model_ = std::move(model);
   return r;

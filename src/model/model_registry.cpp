@@ -6,6 +6,7 @@
 #include "model/llama.h"
 #include "model/qwen2.h"
 #include "model/qwen3.h"
+#include "model/qwen3_next.h"
 
 namespace rlm {
 
@@ -26,6 +27,7 @@ const std::map<std::string, Factory>& registry() {
       {"LlamaForCausalLM", create_llama},
       {"Qwen2ForCausalLM", create_qwen2},
       {"Qwen3ForCausalLM", create_qwen3},
+      {"Qwen3NextForCausalLM", create_qwen3_next},
   };
   return r;
 }

@@ -95,7 +95,8 @@ def test_golden_structure(name):
     cfg = load_config(name)
     assert g["name"] == name
     assert g["architecture"] == cfg["architectures"][0]
-    assert g["architecture"] in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+    assert g["architecture"] in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                "Qwen3NextForCausalLM")
     assert g["disk_dtype"] == cfg["dtype"]
     vocab = cfg["vocab_size"]
     assert g["cases"], "no cases"

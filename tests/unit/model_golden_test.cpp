@@ -66,7 +66,7 @@ class ModelGolden : public ::testing::TestWithParam<std::tuple<std::string, int6
     ModelRunnerConfig rc;
     rc.page_size = page_size;
     rc.max_requests = static_cast<int64_t>(cases_.size());
-    rc.max_context_len = 160;  // the longest golden prompt (100) + 32 greedy tokens fits
+    rc.max_context_len = 192;  // the longest golden prompt (130) + 32 greedy tokens fits
     auto runner = ModelRunner::create(std::move(loaded->model), rc);
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
     runner_ = std::move(runner).value();
@@ -92,6 +92,7 @@ TEST_P(ModelGolden, PromptLogitsMatchTransformers) {
     EXPECT_LE(max_diff, kLogitsAtol) << dir_ << " prompt of " << c.prompt.size() << " tokens";
   }
   EXPECT_EQ(gen.free_pages(), runner_->kv_pool().config().num_pages);
+  EXPECT_EQ(gen.free_mamba_slots(), runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
 }
 
 std::vector<GenerateRequest> greedy_requests(const std::vector<Case>& cases) {
@@ -118,6 +119,7 @@ TEST_P(ModelGolden, GreedyTokensMatchOneAtATime) {
     EXPECT_EQ((*out)[0].finish_reason, "length");
   }
   EXPECT_EQ(gen.free_pages(), runner_->kv_pool().config().num_pages);
+  EXPECT_EQ(gen.free_mamba_slots(), runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
 }
 
 TEST_P(ModelGolden, GreedyTokensMatchBatched) {
@@ -128,6 +130,96 @@ TEST_P(ModelGolden, GreedyTokensMatchBatched) {
     EXPECT_EQ((*out)[i].output_ids, cases_[i].greedy) << dir_ << " case " << i << " (batched)";
   }
   EXPECT_EQ(gen.free_pages(), runner_->kv_pool().config().num_pages);
+  EXPECT_EQ(gen.free_mamba_slots(), runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
+}
+
+// Max |got - want| over rows [row0, row0 + got.size(0)) of a case's golden logits.
+float max_logits_diff(const Tensor& got, const Case& c, int64_t row0) {
+  float diff = 0.0f;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i];
+    if (std::isnan(g)) return INFINITY;
+    diff = std::max(diff, std::abs(g - c.logits[row0 * c.vocab + i]));
+  }
+  return diff;
+}
+
+// Hybrid (linear-attention) models: the recurrent state carried across steps. Prefill a prompt in
+// pieces (each step continues from the MambaPool slot, has_initial_state), taking a snapshot at
+// position 64 (a GDN chunk boundary) on the way; then a second request shares the first 64 tokens'
+// KV (as a prefix cache hit would), starts from a copy of the snapshot and extends the rest. Both
+// must reproduce the golden logits of every position.
+TEST_P(ModelGolden, HybridStateAcrossStepsAndSnapshot) {
+  MambaPool* pool = runner_->mamba_pool();
+  if (pool == nullptr) GTEST_SKIP() << "not a hybrid linear-attention model";
+  const Case* c = nullptr;
+  for (const Case& k : cases_) if (k.prompt.size() > 64 && (c == nullptr || k.prompt.size() > c->prompt.size())) c = &k;
+  ASSERT_NE(c, nullptr) << "a hybrid golden needs a prompt longer than 64 tokens";
+  const int32_t len = static_cast<int32_t>(c->prompt.size());
+  const int64_t page = runner_->kv_pool().page_size();
+  auto kv_slots = [&](int32_t base_page, int32_t from, int32_t to) {
+    std::vector<int32_t> slots;
+    for (int32_t p = from; p < to; ++p) slots.push_back(static_cast<int32_t>(base_page * page + p));
+    return slots;
+  };
+  auto ids = [&](int32_t from, int32_t to) {
+    return std::vector<int32_t>(c->prompt.begin() + from, c->prompt.begin() + to);
+  };
+  const int32_t req_a = runner_->req_to_token().alloc(), req_b = runner_->req_to_token().alloc();
+  const int32_t state_a = pool->alloc(), snapshot = pool->alloc(), state_b = pool->alloc();
+  ASSERT_TRUE(req_a >= 0 && req_b >= 0 && state_a >= 0 && snapshot >= 0 && state_b >= 0);
+  const int32_t pages_per_req = static_cast<int32_t>((len + page - 1) / page);
+  // Request A in three steps: [0, 30), [30, 90) with the snapshot at 64, [90, len).
+  const std::vector<int32_t> cuts{0, 30, std::min(90, len - 1), len};
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    BatchEntry e;
+    e.req_slot = req_a;
+    e.prefix_len = cuts[s];
+    e.new_ids = ids(cuts[s], cuts[s + 1]);
+    e.new_slots = kv_slots(0, cuts[s], cuts[s + 1]);
+    e.all_logits = true;
+    e.mamba_slot = state_a;
+    if (cuts[s] < 64 && cuts[s + 1] >= 64) {
+      e.mamba_track_slot = snapshot;
+      e.mamba_track_pos = 64;
+    }
+    ForwardBatch batch = runner_->build_batch(ForwardMode::kExtend, {e});
+    Tensor logits = runner_->forward(batch);
+    EXPECT_LE(max_logits_diff(logits, *c, cuts[s]), kLogitsAtol) << dir_ << " request A step " << s;
+  }
+  // Request B: the first 64 tokens from A (KV shared, state from the snapshot), then the rest.
+  runner_->req_to_token().write(req_b, 0, kv_slots(0, 0, 64));
+  pool->copy_slot(snapshot, state_b);
+  BatchEntry e;
+  e.req_slot = req_b;
+  e.prefix_len = 64;
+  e.new_ids = ids(64, len);
+  e.new_slots = kv_slots(pages_per_req, 64, len);
+  e.all_logits = true;
+  e.mamba_slot = state_b;
+  ForwardBatch batch = runner_->build_batch(ForwardMode::kExtend, {e});
+  Tensor logits = runner_->forward(batch);
+  EXPECT_LE(max_logits_diff(logits, *c, 64), kLogitsAtol) << dir_ << " request B from the snapshot";
+  // Both requests end in the same state, up to rounding: the chunks start at other positions, and
+  // later layers see inputs that differ by that rounding.
+  auto rel_l2 = [](const Tensor& a, const Tensor& b) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = a.data<float>()[i], y = b.data<float>()[i];
+      num += (x - y) * (x - y);
+      den += x * x;
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  };
+  for (int64_t l = 0; l < pool->shape().num_layers; ++l) {
+    const Tensor& ssm = pool->ssm_state(l);
+    const Tensor& conv = pool->conv_state(l);
+    EXPECT_LE(rel_l2(ssm.select(0, state_a), ssm.select(0, state_b)), 1e-5) << "SSM state of layer " << l;
+    EXPECT_LE(rel_l2(conv.select(0, state_a), conv.select(0, state_b)), 1e-5) << "conv state of layer " << l;
+  }
+  runner_->req_to_token().free(req_a);
+  runner_->req_to_token().free(req_b);
+  for (int32_t slot : {state_a, snapshot, state_b}) pool->free(slot);
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, ModelGolden,

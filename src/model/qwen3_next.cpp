@@ -1,0 +1,467 @@
+#include "model/qwen3_next.h"
+
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "attention/hybrid_linear_backend.h"
+#include "ops/linear_attention_ops.h"
+#include "ops/moe_ops.h"
+
+namespace rlm {
+namespace {
+
+using nlohmann::json;
+
+bool present(const json& j, const char* key) { return j.is_object() && j.contains(key) && !j.at(key).is_null(); }
+
+Status get_positive(const json& j, const char* key, int64_t* out) {
+  if (!present(j, key)) return Status::ok();  // keep the default
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+    return invalid_argument(str("field '", key, "' must be a positive integer, got ", v.dump()));
+  }
+  *out = v.get<int64_t>();
+  return Status::ok();
+}
+
+// (1 + w) in f32, as Qwen3NextRMSNorm multiplies: bit-identical to HF's `norm(x) * (1.0 + w.float())`.
+Tensor zero_centred(const Tensor& w) {
+  Tensor f = w.to(DType::kF32).contiguous().clone();
+  float* p = f.data<float>();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] = 1.0f + p[i];
+  return f;
+}
+
+StatusOr<Tensor> load_zero_centred(WeightSource& ws, const std::string& name, int64_t n) {
+  RLM_ASSIGN_OR_RETURN(Tensor w, ws.get(name, {n}));
+  return zero_centred(w);
+}
+
+// Rows [begin, end) of a weight [out, in] (a view).
+Tensor rows(const Tensor& w, int64_t begin, int64_t end) { return w.slice(0, begin, end); }
+
+}  // namespace
+
+StatusOr<Qwen3NextSpec> parse_qwen3_next_spec(ModelConfig& c) {
+  const json& j = c.raw;
+  Qwen3NextSpec s;
+  // Qwen3NextConfig defaults that ModelConfig (Llama defaults) does not know.
+  if (!present(j, "head_dim")) c.head_dim = 256;
+  const bool has_partial = present(j, "partial_rotary_factor") ||
+                           (present(j, "rope_parameters") && present(j.at("rope_parameters"), "partial_rotary_factor")) ||
+                           (present(j, "rope_scaling") && present(j.at("rope_scaling"), "partial_rotary_factor"));
+  if (!has_partial) c.rope.partial_rotary_factor = 0.25;
+  if (c.rotary_dim() <= 0 || c.rotary_dim() % 2 != 0) {
+    return invalid_argument(str("head_dim ", c.head_dim, " * partial_rotary_factor ", c.rope.partial_rotary_factor,
+                                " must give a positive even number of rotary channels"));
+  }
+  RLM_RETURN_IF_ERROR(get_positive(j, "linear_num_key_heads", &s.linear_num_key_heads));
+  RLM_RETURN_IF_ERROR(get_positive(j, "linear_num_value_heads", &s.linear_num_value_heads));
+  RLM_RETURN_IF_ERROR(get_positive(j, "linear_key_head_dim", &s.linear_key_head_dim));
+  RLM_RETURN_IF_ERROR(get_positive(j, "linear_value_head_dim", &s.linear_value_head_dim));
+  RLM_RETURN_IF_ERROR(get_positive(j, "linear_conv_kernel_dim", &s.linear_conv_kernel_dim));
+  RLM_RETURN_IF_ERROR(get_positive(j, "num_experts_per_tok", &s.num_experts_per_tok));
+  RLM_RETURN_IF_ERROR(get_positive(j, "moe_intermediate_size", &s.moe_intermediate_size));
+  if (present(j, "num_experts")) {
+    if (!j.at("num_experts").is_number_integer() || j.at("num_experts").get<int64_t>() < 0) {
+      return invalid_argument(str("field 'num_experts' must be a non-negative integer, got ", j.at("num_experts").dump()));
+    }
+    s.num_experts = j.at("num_experts").get<int64_t>();
+  }
+  if (present(j, "shared_expert_intermediate_size")) {
+    const json& v = j.at("shared_expert_intermediate_size");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return invalid_argument(str("field 'shared_expert_intermediate_size' must be a non-negative integer, got ", v.dump()));
+    }
+    s.shared_expert_intermediate_size = v.get<int64_t>();
+  }
+  if (present(j, "norm_topk_prob")) {
+    if (!j.at("norm_topk_prob").is_boolean()) return invalid_argument("field 'norm_topk_prob' must be true or false");
+    s.norm_topk_prob = j.at("norm_topk_prob").get<bool>();
+  }
+  if (s.linear_num_value_heads % s.linear_num_key_heads != 0) {
+    return invalid_argument(str("linear_num_value_heads (", s.linear_num_value_heads,
+                                ") must be a multiple of linear_num_key_heads (", s.linear_num_key_heads, ")"));
+  }
+  if (s.num_experts > 0 && s.num_experts_per_tok > s.num_experts) {
+    return invalid_argument(str("num_experts_per_tok (", s.num_experts_per_tok, ") exceeds num_experts (",
+                                s.num_experts, ")"));
+  }
+  const int64_t n = c.num_hidden_layers;
+  // Layer pattern: layer_types, else every full_attention_interval-th layer is full attention.
+  if (present(j, "layer_types")) {
+    const json& lt = j.at("layer_types");
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != n) {
+      return invalid_argument(str("field 'layer_types' must list ", n, " layers"));
+    }
+    for (const json& t : lt) {
+      if (t == "linear_attention") {
+        s.is_linear.push_back(true);
+      } else if (t == "full_attention") {
+        s.is_linear.push_back(false);
+      } else {
+        return invalid_argument(str("field 'layer_types' has ", t.dump(), "; expected linear_attention or full_attention"));
+      }
+    }
+  } else {
+    int64_t interval = 4;
+    RLM_RETURN_IF_ERROR(get_positive(j, "full_attention_interval", &interval));
+    for (int64_t l = 0; l < n; ++l) s.is_linear.push_back((l + 1) % interval != 0);
+  }
+  int64_t sparse_step = 1;
+  RLM_RETURN_IF_ERROR(get_positive(j, "decoder_sparse_step", &sparse_step));
+  std::set<int64_t> mlp_only;
+  if (present(j, "mlp_only_layers")) {
+    const json& m = j.at("mlp_only_layers");
+    if (!m.is_array()) return invalid_argument("field 'mlp_only_layers' must be a list of layer indices");
+    for (const json& v : m) {
+      if (!v.is_number_integer()) return invalid_argument(str("field 'mlp_only_layers' has ", v.dump()));
+      mlp_only.insert(v.get<int64_t>());
+    }
+  }
+  for (int64_t l = 0; l < n; ++l) {
+    s.is_moe.push_back(!mlp_only.count(l) && s.num_experts > 0 && (l + 1) % sparse_step == 0);
+  }
+  return s;
+}
+
+StatusOr<std::unique_ptr<CausalLM>> Qwen3NextForCausalLM::create(const ModelConfig& config, WeightSource& weights) {
+  ModelConfig c = config;
+  RLM_ASSIGN_OR_RETURN(Qwen3NextSpec spec, parse_qwen3_next_spec(c));
+  std::unique_ptr<Qwen3NextForCausalLM> m(new Qwen3NextForCausalLM(std::move(c), std::move(spec)));
+  RLM_RETURN_IF_ERROR(m->load(weights));
+  return std::unique_ptr<CausalLM>(std::move(m));
+}
+
+StatusOr<std::unique_ptr<CausalLM>> create_qwen3_next(const ModelConfig& config, WeightSource& weights) {
+  return Qwen3NextForCausalLM::create(config, weights);
+}
+
+KVShape Qwen3NextForCausalLM::kv_shape() const {
+  return {num_full_layers_, config_.num_key_value_heads, config_.head_dim};
+}
+
+std::optional<MambaShape> Qwen3NextForCausalLM::mamba_shape() const {
+  if (num_linear_layers_ == 0) return std::nullopt;
+  const Qwen3NextSpec& s = spec_;
+  MambaShape m;
+  m.num_layers = num_linear_layers_;
+  m.conv_dim = 2 * s.linear_num_key_heads * s.linear_key_head_dim + s.linear_num_value_heads * s.linear_value_head_dim;
+  m.conv_width = s.linear_conv_kernel_dim - 1;
+  m.num_v_heads = s.linear_num_value_heads;
+  m.head_k_dim = s.linear_key_head_dim;
+  m.head_v_dim = s.linear_value_head_dim;
+  return m;
+}
+
+Status Qwen3NextForCausalLM::load_full_attention(WeightSource& ws, const std::string& p, FullAttention& a) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads, hk = c.num_key_value_heads;
+  const bool bias = c.attention_bias;
+  // q_proj holds [q_h | gate_h] per head; regroup as q (all heads) | k | v | gate (all heads).
+  RLM_ASSIGN_OR_RETURN(Linear q, load_linear(ws, p + ".q_proj", 2 * hq * d, hidden, bias));
+  RLM_ASSIGN_OR_RETURN(Linear k, load_linear(ws, p + ".k_proj", hk * d, hidden, bias));
+  RLM_ASSIGN_OR_RETURN(Linear v, load_linear(ws, p + ".v_proj", hk * d, hidden, bias));
+  auto regroup = [&](const Tensor& qw, const Tensor& kw, const Tensor& vw) {
+    std::vector<Tensor> parts;
+    for (int64_t h = 0; h < hq; ++h) parts.push_back(rows(qw, 2 * h * d, 2 * h * d + d));
+    parts.push_back(kw);
+    parts.push_back(vw);
+    for (int64_t h = 0; h < hq; ++h) parts.push_back(rows(qw, 2 * h * d + d, 2 * (h + 1) * d));
+    return concat_rows(parts);
+  };
+  if (q.weight.dtype() != k.weight.dtype() || q.weight.dtype() != v.weight.dtype()) {
+    return invalid_argument(str(p, ": q/k/v projections have different dtypes; cannot fuse them"));
+  }
+  a.qkvg_proj.weight = regroup(q.weight, k.weight, v.weight);
+  if (bias) a.qkvg_proj.bias = regroup(*q.bias, *k.bias, *v.bias);
+  RLM_ASSIGN_OR_RETURN(a.o_proj, load_linear(ws, p + ".o_proj", hidden, hq * d, bias));
+  RLM_ASSIGN_OR_RETURN(a.q_norm, load_zero_centred(ws, p + ".q_norm.weight", d));
+  RLM_ASSIGN_OR_RETURN(a.k_norm, load_zero_centred(ws, p + ".k_norm.weight", d));
+  a.attn.layer_id = num_full_layers_++;
+  a.attn.num_qo_heads = hq;
+  a.attn.num_kv_heads = hk;
+  a.attn.head_dim = d;
+  a.attn.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  return Status::ok();
+}
+
+Status Qwen3NextForCausalLM::load_linear_attention(WeightSource& ws, const std::string& p, GatedDeltaNet& g) {
+  const Qwen3NextSpec& s = spec_;
+  const int64_t hidden = config_.hidden_size, hk = s.linear_num_key_heads, hv = s.linear_num_value_heads;
+  const int64_t dk = s.linear_key_head_dim, dv = s.linear_value_head_dim, r = hv / hk;
+  LinearAttentionLayer& L = g.layer;
+  L.num_k_heads = hk;
+  L.num_v_heads = hv;
+  L.head_k_dim = dk;
+  L.head_v_dim = dv;
+  // in_proj_qkvz / in_proj_ba are grouped per key head (HF fix_query_key_value_ordering):
+  //   qkvz row block h: [q_h (dk) | k_h (dk) | v_h (r * dv) | z_h (r * dv)];  ba row block h: [b_h (r) | a_h (r)].
+  // Regroup into q (all key heads) | k | v (all value heads), z, and b | a.
+  const int64_t blk = 2 * dk + 2 * r * dv;
+  RLM_ASSIGN_OR_RETURN(Tensor qkvz, ws.get(p + ".in_proj_qkvz.weight", {hk * blk, hidden}));
+  RLM_ASSIGN_OR_RETURN(Tensor ba, ws.get(p + ".in_proj_ba.weight", {2 * hv, hidden}));
+  std::vector<Tensor> qkv_parts, z_parts, ba_parts;
+  for (int64_t part = 0; part < 3; ++part) {
+    for (int64_t h = 0; h < hk; ++h) {
+      const int64_t b0 = h * blk;
+      if (part == 0) qkv_parts.push_back(rows(qkvz, b0, b0 + dk));
+      if (part == 1) qkv_parts.push_back(rows(qkvz, b0 + dk, b0 + 2 * dk));
+      if (part == 2) qkv_parts.push_back(rows(qkvz, b0 + 2 * dk, b0 + 2 * dk + r * dv));
+    }
+  }
+  for (int64_t h = 0; h < hk; ++h) z_parts.push_back(rows(qkvz, h * blk + 2 * dk + r * dv, (h + 1) * blk));
+  for (int64_t h = 0; h < hk; ++h) ba_parts.push_back(rows(ba, 2 * r * h, 2 * r * h + r));
+  for (int64_t h = 0; h < hk; ++h) ba_parts.push_back(rows(ba, 2 * r * h + r, 2 * r * (h + 1)));
+  g.qkv_proj.weight = concat_rows(qkv_parts);
+  g.z_proj.weight = concat_rows(z_parts);
+  g.ba_proj.weight = concat_rows(ba_parts);
+  RLM_ASSIGN_OR_RETURN(Tensor conv, ws.get(p + ".conv1d.weight", {L.conv_dim(), 1, s.linear_conv_kernel_dim}));
+  L.conv_weight = conv.contiguous().view({L.conv_dim(), s.linear_conv_kernel_dim});
+  RLM_ASSIGN_OR_RETURN(L.A_log, ws.get(p + ".A_log", {hv}));
+  RLM_ASSIGN_OR_RETURN(L.dt_bias, ws.get(p + ".dt_bias", {hv}));
+  L.A_log = L.A_log.to(DType::kF32);
+  L.dt_bias = L.dt_bias.to(DType::kF32);
+  RLM_ASSIGN_OR_RETURN(Tensor norm, ws.get(p + ".norm.weight", {dv}));
+  g.norm = norm.to(DType::kF32);
+  RLM_ASSIGN_OR_RETURN(g.out_proj, load_linear(ws, p + ".out_proj", hidden, hv * dv, false));
+  L.layer_id = num_linear_layers_++;
+  return Status::ok();
+}
+
+Status Qwen3NextForCausalLM::load_moe(WeightSource& ws, const std::string& p, SparseMoe& m) {
+  const Qwen3NextSpec& s = spec_;
+  const int64_t hidden = config_.hidden_size, e = s.num_experts, inter = s.moe_intermediate_size;
+  RLM_ASSIGN_OR_RETURN(m.router, ws.get(p + ".gate.weight", {e, hidden}));
+  if (ws.has(p + ".experts.0.gate_proj.weight") || !ws.has(p + ".experts.gate_up_proj")) {
+    // Per-expert tensors (the Qwen3-Next checkpoints and transformers 5.x save_pretrained).
+    std::vector<Tensor> gate_up, down;
+    for (int64_t x = 0; x < e; ++x) {
+      const std::string q = p + ".experts." + std::to_string(x);
+      RLM_ASSIGN_OR_RETURN(Tensor gw, ws.get(q + ".gate_proj.weight", {inter, hidden}));
+      RLM_ASSIGN_OR_RETURN(Tensor uw, ws.get(q + ".up_proj.weight", {inter, hidden}));
+      RLM_ASSIGN_OR_RETURN(Tensor dw, ws.get(q + ".down_proj.weight", {hidden, inter}));
+      if (gw.dtype() != uw.dtype() || gw.dtype() != dw.dtype() || (x > 0 && gw.dtype() != gate_up[0].dtype())) {
+        return invalid_argument(str(q, ": expert weights have different dtypes; cannot stack them"));
+      }
+      gate_up.push_back(gw);
+      gate_up.push_back(uw);
+      down.push_back(dw);
+    }
+    m.w_gate_up = concat_rows(gate_up).view({e, 2 * inter, hidden});
+    m.w_down = concat_rows(down).view({e, hidden, inter});
+  } else {
+    // Stacked 3-D tensors (Qwen3NextExperts parameters).
+    RLM_ASSIGN_OR_RETURN(m.w_gate_up, ws.get(p + ".experts.gate_up_proj", {e, 2 * inter, hidden}));
+    RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
+    if (m.w_gate_up.dtype() != m.w_down.dtype()) {
+      return invalid_argument(str(p, ".experts: gate_up_proj and down_proj have different dtypes"));
+    }
+    m.w_gate_up = m.w_gate_up.contiguous();
+    m.w_down = m.w_down.contiguous();
+  }
+  const int64_t shared = s.shared_expert_intermediate_size;
+  if (shared > 0) {
+    RLM_ASSIGN_OR_RETURN(m.shared_expert.gate_up_proj,
+                         load_fused_linear(ws, {p + ".shared_expert.gate_proj", p + ".shared_expert.up_proj"},
+                                           {shared, shared}, hidden, false));
+    RLM_ASSIGN_OR_RETURN(m.shared_expert.down_proj, load_linear(ws, p + ".shared_expert.down_proj", hidden, shared, false));
+    RLM_ASSIGN_OR_RETURN(m.shared_expert_gate, ws.get(p + ".shared_expert_gate.weight", {1, hidden}));
+  }
+  return Status::ok();
+}
+
+Status Qwen3NextForCausalLM::load(WeightSource& ws) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  RLM_ASSIGN_OR_RETURN(embed_tokens_, ws.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l);
+    DecoderLayer layer;
+    layer.is_linear = spec_.is_linear[l];
+    layer.is_moe = spec_.is_moe[l];
+    RLM_ASSIGN_OR_RETURN(layer.input_layernorm, load_zero_centred(ws, p + ".input_layernorm.weight", hidden));
+    RLM_ASSIGN_OR_RETURN(layer.post_attention_layernorm,
+                         load_zero_centred(ws, p + ".post_attention_layernorm.weight", hidden));
+    if (layer.is_linear) {
+      RLM_RETURN_IF_ERROR(load_linear_attention(ws, p + ".linear_attn", layer.linear));
+    } else {
+      RLM_RETURN_IF_ERROR(load_full_attention(ws, p + ".self_attn", layer.attn));
+    }
+    if (layer.is_moe) {
+      RLM_RETURN_IF_ERROR(load_moe(ws, p + ".mlp", layer.moe));
+    } else {
+      RLM_ASSIGN_OR_RETURN(layer.mlp.gate_up_proj,
+                           load_fused_linear(ws, {p + ".mlp.gate_proj", p + ".mlp.up_proj"},
+                                             {c.intermediate_size, c.intermediate_size}, hidden, false));
+      RLM_ASSIGN_OR_RETURN(layer.mlp.down_proj, load_linear(ws, p + ".mlp.down_proj", hidden, c.intermediate_size, false));
+    }
+    layers_.push_back(std::move(layer));
+  }
+  RLM_ASSIGN_OR_RETURN(norm_, load_zero_centred(ws, "model.norm.weight", hidden));
+  if (ws.has("lm_head.weight")) {
+    RLM_ASSIGN_OR_RETURN(lm_head_, ws.get("lm_head.weight", {c.vocab_size, hidden}));
+  } else if (c.tie_word_embeddings) {
+    lm_head_ = embed_tokens_;
+  } else {
+    return not_found(str("lm_head.weight is missing from ", ws.describe(), " and tie_word_embeddings is false"));
+  }
+  ops::RopeConfig rope;
+  rope.rotary_dim = c.rotary_dim();
+  rope.theta = c.rope.rope_theta;
+  rope.is_neox = true;
+  rope.scaling_type = c.rope.rope_type;
+  rope.factor = c.rope.factor;
+  rope.low_freq_factor = c.rope.low_freq_factor;
+  rope.high_freq_factor = c.rope.high_freq_factor;
+  rope.original_max_position = c.rope.original_max_position_embeddings;
+  rope_cos_sin_ = ops::make_rope_cos_sin_cache(rope, c.max_position_embeddings);
+  return Status::ok();
+}
+
+void Qwen3NextForCausalLM::to(Device device) {
+  if (device == device_) return;
+  const bool tied = lm_head_.storage() == embed_tokens_.storage();
+  auto move = [&](Tensor& t) {
+    if (t.defined()) t = t.contiguous().to(device);
+  };
+  auto move_linear = [&](Linear& l) {
+    move(l.weight);
+    if (l.bias) move(*l.bias);
+  };
+  move(embed_tokens_);
+  for (DecoderLayer& layer : layers_) {
+    move(layer.input_layernorm);
+    move(layer.post_attention_layernorm);
+    for (Linear* l : {&layer.attn.qkvg_proj, &layer.attn.o_proj, &layer.linear.qkv_proj, &layer.linear.z_proj,
+                      &layer.linear.ba_proj, &layer.linear.out_proj, &layer.mlp.gate_up_proj, &layer.mlp.down_proj,
+                      &layer.moe.shared_expert.gate_up_proj, &layer.moe.shared_expert.down_proj}) {
+      move_linear(*l);
+    }
+    for (Tensor* t : {&layer.attn.q_norm, &layer.attn.k_norm, &layer.linear.norm, &layer.linear.layer.conv_weight,
+                      &layer.linear.layer.A_log, &layer.linear.layer.dt_bias, &layer.moe.router, &layer.moe.w_gate_up,
+                      &layer.moe.w_down, &layer.moe.shared_expert_gate}) {
+      move(*t);
+    }
+  }
+  move(norm_);
+  if (tied) {
+    lm_head_ = embed_tokens_;
+  } else {
+    move(lm_head_);
+  }
+  move(rope_cos_sin_);
+  device_ = device;
+}
+
+void Qwen3NextForCausalLM::full_attention(const FullAttention& a, const Tensor& x, const ForwardBatch& batch,
+                                          const Tensor& out) {
+  const int64_t n = x.size(0), d = config_.head_dim, hq = config_.num_attention_heads, hk = config_.num_key_value_heads;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  Tensor qkvg = Tensor::empty({n, (2 * hq + 2 * hk) * d}, DType::kF32, x.device());
+  ops::linear(x, a.qkvg_proj.weight, a.qkvg_proj.bias, qkvg);
+  const Tensor heads = qkvg.view({n, 2 * hq + 2 * hk, d});
+  const Tensor q = heads.slice(1, 0, hq);                    // [num_tokens, num_qo_heads, head_dim]
+  const Tensor k = heads.slice(1, hq, hq + hk);              // [num_tokens, num_kv_heads, head_dim]
+  const Tensor v = heads.slice(1, hq + hk, hq + 2 * hk);     // [num_tokens, num_kv_heads, head_dim]
+  const Tensor gate = heads.slice(1, hq + 2 * hk, 2 * hq + 2 * hk);  // [num_tokens, num_qo_heads, head_dim]
+  ops::rms_norm(q, a.q_norm, eps, q);
+  ops::rms_norm(k, a.k_norm, eps, k);
+  ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
+  Tensor attn = batch.attn_backend->forward(q, k, v, a.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
+  ops::sigmoid_mul(attn, gate, attn);
+  ops::linear(attn.view({n, hq * d}), a.o_proj.weight, a.o_proj.bias, out);
+}
+
+void Qwen3NextForCausalLM::linear_attention(const GatedDeltaNet& g, const Tensor& x, const ForwardBatch& batch,
+                                            const Tensor& out) {
+  auto* hybrid = dynamic_cast<HybridLinearAttnBackend*>(batch.attn_backend);
+  RLM_CHECK(hybrid != nullptr) << "Qwen3-Next's linear-attention layers need the hybrid_linear attention backend, got '"
+                               << batch.attn_backend->name() << "'";
+  const LinearAttentionLayer& L = g.layer;
+  const int64_t n = x.size(0), hv = L.num_v_heads, dv = L.head_v_dim;
+  const Device dev = x.device();
+  Tensor mixed_qkv = Tensor::empty({n, L.conv_dim()}, DType::kF32, dev);  // [num_tokens, conv_dim]
+  Tensor z = Tensor::empty({n, hv, dv}, DType::kF32, dev);                // [num_tokens, num_v_heads, head_v_dim]
+  Tensor ba = Tensor::empty({n, 2 * hv}, DType::kF32, dev);               // [num_tokens, 2 * num_v_heads]: b | a
+  ops::linear(x, g.qkv_proj.weight, std::nullopt, mixed_qkv);
+  ops::linear(x, g.z_proj.weight, std::nullopt, z.view({n, hv * dv}));
+  ops::linear(x, g.ba_proj.weight, std::nullopt, ba);
+  Tensor core = hybrid->forward_linear(L, mixed_qkv, ba.slice(1, hv, 2 * hv), ba.slice(1, 0, hv), batch);
+  ops::rms_norm_gated(core, z, g.norm, static_cast<float>(config_.rms_norm_eps), core);
+  ops::linear(core.view({n, hv * dv}), g.out_proj.weight, std::nullopt, out);
+}
+
+void Qwen3NextForCausalLM::mlp(const Mlp& m, const Tensor& x, const Tensor& out) const {
+  const int64_t n = x.size(0), inter = m.down_proj.weight.size(1);
+  Tensor gate_up = Tensor::empty({n, 2 * inter}, DType::kF32, x.device());
+  Tensor act = Tensor::empty({n, inter}, DType::kF32, x.device());
+  ops::linear(x, m.gate_up_proj.weight, std::nullopt, gate_up);
+  ops::silu_and_mul(gate_up, act);
+  ops::linear(act, m.down_proj.weight, std::nullopt, out);
+}
+
+void Qwen3NextForCausalLM::sparse_moe(const SparseMoe& m, const Tensor& x, const Tensor& out) const {
+  const int64_t n = x.size(0), top_k = spec_.num_experts_per_tok;
+  const Device dev = x.device();
+  Tensor router_logits = Tensor::empty({n, spec_.num_experts}, DType::kF32, dev);
+  ops::linear(x, m.router, std::nullopt, router_logits);
+  Tensor topk_weights = Tensor::empty({n, top_k}, DType::kF32, dev);
+  Tensor topk_ids = Tensor::empty({n, top_k}, DType::kI32, dev);
+  ops::moe_topk_softmax(router_logits, spec_.norm_topk_prob, topk_weights, topk_ids);
+  ops::moe_experts(x, m.w_gate_up, m.w_down, topk_weights, topk_ids, out);
+  if (m.shared_expert_gate.defined()) {
+    Tensor shared = Tensor::empty({n, config_.hidden_size}, DType::kF32, dev);
+    mlp(m.shared_expert, x, shared);
+    Tensor gate = Tensor::empty({n, 1}, DType::kF32, dev);
+    ops::linear(x, m.shared_expert_gate, std::nullopt, gate);
+    ops::sigmoid_gate_add(shared, gate, out);
+  }
+}
+
+Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
+  const ModelConfig& c = config_;
+  const int64_t n = batch.num_tokens, hidden = c.hidden_size;
+  RLM_CHECK(batch.attn_backend != nullptr) << "ForwardBatch without an attention backend";
+  const Device dev = batch.input_ids.device();
+  RLM_CHECK(dev == device_) << "batch on " << dev.to_string() << " but the model is on " << device_.to_string();
+
+  Tensor hidden_states = Tensor::empty({n, hidden}, DType::kF32, dev);  // [num_tokens, hidden]
+  Tensor residual = Tensor::empty({n, hidden}, DType::kF32, dev);       // [num_tokens, hidden]
+  Tensor out = Tensor::empty({n, hidden}, DType::kF32, dev);            // [num_tokens, hidden] sublayer output
+  ops::embedding(batch.input_ids, embed_tokens_, hidden_states);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const DecoderLayer& layer = layers_[l];
+    if (l == 0) {
+      residual.copy_(hidden_states);
+      ops::rms_norm(hidden_states, layer.input_layernorm, eps, hidden_states);
+    } else {
+      ops::fused_add_rms_norm(hidden_states, residual, layer.input_layernorm, eps);
+    }
+    if (layer.is_linear) {
+      linear_attention(layer.linear, hidden_states, batch, out);
+    } else {
+      full_attention(layer.attn, hidden_states, batch, out);
+    }
+    std::swap(hidden_states, out);
+    ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
+    if (layer.is_moe) {
+      sparse_moe(layer.moe, hidden_states, out);
+    } else {
+      mlp(layer.mlp, hidden_states, out);
+    }
+    std::swap(hidden_states, out);
+  }
+  ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
+
+  const int64_t num_out = batch.logits_indices.numel();
+  Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]
+  ops::embedding(batch.logits_indices, hidden_states, selected);
+  Tensor logits = Tensor::empty({num_out, c.vocab_size}, DType::kF32, dev);
+  ops::linear(selected, lm_head_, std::nullopt, logits);
+  return logits;
+}
+
+}  // namespace rlm
