@@ -26,6 +26,8 @@ struct OfflineArgs {
   std::string load_format = "dummy";
   std::string device = "auto";
   std::string attention_backend;
+  std::string prefill_attention_backend;  // "": as attention_backend
+  std::string decode_attention_backend;
   int64_t num_prompts = 64;
   int64_t input_len = 512;
   int64_t output_len = 128;
@@ -134,6 +136,8 @@ int run_offline(const OfflineArgs& a) {
   ModelRunnerConfig rc;
   rc.device = *device;
   rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
+  rc.prefill_attention_backend = a.prefill_attention_backend;
+  rc.decode_attention_backend = a.decode_attention_backend;
   rc.page_size = a.page_size;
   rc.max_requests = a.max_running_requests;
   rc.max_context_len = longest;
@@ -222,6 +226,10 @@ void add_bench_offline_command(CLI::App& bench, std::vector<std::pair<CLI::App*,
   s->add_option("--load-format", a->load_format, "dummy (default) | auto | safetensors | gguf");
   s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
   s->add_option("--attention-backend", a->attention_backend, "Attention backend (default: native on CUDA, cpu)");
+  s->add_option("--prefill-attention-backend", a->prefill_attention_backend,
+                 "Backend for prefill/extend steps (default: --attention-backend)");
+  s->add_option("--decode-attention-backend", a->decode_attention_backend,
+                 "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
   s->add_option("--num-prompts", a->num_prompts, "Requests")->check(CLI::PositiveNumber);
   s->add_option("--input-len", a->input_len, "Longest prompt")->check(CLI::PositiveNumber);
   s->add_option("--output-len", a->output_len, "Longest output")->check(CLI::PositiveNumber);

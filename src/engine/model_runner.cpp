@@ -1,5 +1,7 @@
 #include "engine/model_runner.h"
 
+#include "attention/hybrid_backend.h"
+
 namespace rlm {
 
 StatusOr<Device> resolve_device(const std::string& text) {
@@ -27,7 +29,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     const int64_t pages_per_req = (r->config_.max_context_len + r->config_.page_size - 1) / r->config_.page_size;
     r->config_.num_pages = pages_per_req * r->config_.max_requests;
   }
-  RLM_ASSIGN_OR_RETURN(r->backend_, create_attention_backend(config.attention_backend));
+  RLM_ASSIGN_OR_RETURN(r->backend_, make_attention_backend(config.attention_backend, config.prefill_attention_backend,
+                                                           config.decode_attention_backend));
   const KVShape kv = model->kv_shape();
   KVPoolConfig pc;
   pc.num_layers = kv.num_layers;
