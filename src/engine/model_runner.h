@@ -42,6 +42,10 @@ struct BatchEntry {
   int32_t mamba_track_pos = 0;
 };
 
+// A BatchEntry id standing for the token the previously launched step sampled for the same request
+// slot (overlap scheduling): decode entries only; resolved in device memory.
+inline constexpr int32_t kFutureToken = -1;
+
 // "auto" (CUDA when a GPU is visible, else the CPU), "cpu", "cuda", "cuda:N".
 StatusOr<Device> resolve_device(const std::string& text);
 // The attention backend for a device when none is named: "native" on CUDA, "cpu" on the CPU.
@@ -66,6 +70,9 @@ class ModelRunner {
   Tensor forward(ForwardBatch& batch);
   // One token per logits row.
   std::vector<int32_t> sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows);
+  // Remembers, per request slot of `batch`, the token sampled for it (tokens: i32 [batch_size] on
+  // the model's device), so that a later decode entry can name it with kFutureToken.
+  void record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch);
 
  private:
   ModelRunner() = default;
@@ -75,6 +82,7 @@ class ModelRunner {
   std::unique_ptr<KVPool> kv_pool_;
   std::unique_ptr<ReqToTokenPool> req_to_token_;
   std::unique_ptr<MambaPool> mamba_pool_;
+  Tensor future_tokens_;  // i32 [max_requests] on the device: last token sampled per request slot
   std::unique_ptr<AttentionBackend> backend_;
 };
 
