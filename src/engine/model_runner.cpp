@@ -1,6 +1,8 @@
 #include "engine/model_runner.h"
 
+#include "attention/hybrid_backend.h"
 #include "attention/hybrid_linear_backend.h"
+#include "ops/token_ops.h"
 
 namespace rlm {
 
@@ -29,7 +31,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     const int64_t pages_per_req = (r->config_.max_context_len + r->config_.page_size - 1) / r->config_.page_size;
     r->config_.num_pages = pages_per_req * r->config_.max_requests;
   }
-  RLM_ASSIGN_OR_RETURN(r->backend_, create_attention_backend(config.attention_backend));
+  RLM_ASSIGN_OR_RETURN(r->backend_, make_attention_backend(config.attention_backend, config.prefill_attention_backend,
+                                                           config.decode_attention_backend));
   const KVShape kv = model->kv_shape();
   KVPoolConfig pc;
   pc.num_layers = kv.num_layers;
@@ -54,6 +57,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     r->backend_ = std::make_unique<HybridLinearAttnBackend>(std::move(r->backend_),
                                                             std::make_unique<GatedDeltaNetBackend>());
   }
+  r->future_tokens_ = Tensor::zeros({r->config_.max_requests}, DType::kI32, config.device);
   r->model_ = std::move(model);
   return r;
 }
@@ -64,11 +68,16 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   b.batch_size = static_cast<int64_t>(entries.size());
   std::vector<int32_t> ids, positions, slots, qo_indptr{0}, logits_rows, seq_lens, req_idx;
   const bool hybrid = mamba_pool_ != nullptr;
+  bool has_future = false;
   for (const BatchEntry& e : entries) {
     RLM_CHECK_EQ(e.new_ids.size(), e.new_slots.size()) << " batch entry for request slot " << e.req_slot;
     RLM_CHECK(!e.new_ids.empty()) << "batch entry with no new tokens (request slot " << e.req_slot << ")";
     RLM_CHECK(mode != ForwardMode::kDecode || e.new_ids.size() == 1) << "decode entry with several tokens";
     const int32_t n = static_cast<int32_t>(e.new_ids.size());
+    if (e.new_ids[0] == kFutureToken) {
+      RLM_CHECK(mode == ForwardMode::kDecode) << "a future token in a non-decode entry (request slot " << e.req_slot << ")";
+      has_future = true;
+    }
     req_to_token_->write(e.req_slot, e.prefix_len, e.new_slots);
     const int32_t row0 = static_cast<int32_t>(ids.size());
     for (int32_t i = 0; i < n; ++i) {
@@ -102,6 +111,7 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   b.out_cache_loc = Tensor::from_vector(slots).to(dev);
   b.req_pool_indices = Tensor::from_vector(req_idx).to(dev);
   b.seq_lens = Tensor::from_vector(seq_lens).to(dev);
+  if (has_future) ops::resolve_future_tokens(b.input_ids, b.req_pool_indices, future_tokens_);
   b.qo_indptr = Tensor::from_vector(qo_indptr).to(dev);
   b.logits_indices = Tensor::from_vector(logits_rows).to(dev);
   if (hybrid) b.mamba_slots = Tensor::from_vector(b.mamba_slots_cpu).to(dev);
@@ -117,6 +127,12 @@ Tensor ModelRunner::forward(ForwardBatch& batch) {
   batch.mamba_pool = mamba_pool_.get();
   backend_->init_forward_metadata(batch);
   return model_->forward(batch);
+}
+
+void ModelRunner::record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch) {
+  RLM_CHECK(tokens.numel() == batch.batch_size) << "record_sampled_tokens: " << tokens.describe() << " for "
+                                                << batch.batch_size << " requests";
+  ops::scatter_tokens(tokens, batch.req_pool_indices, future_tokens_);
 }
 
 std::vector<int32_t> ModelRunner::sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows) {

@@ -17,6 +17,8 @@ namespace rlm {
 
 struct ModelRunnerConfig {
   std::string attention_backend = "cpu";
+  std::string prefill_attention_backend;  // "": attention_backend; differing names give `hybrid`
+  std::string decode_attention_backend;   // "": attention_backend
   int64_t page_size = 1;
   int64_t num_pages = 0;        // KV capacity in pages; 0: enough for max_requests * max_context_len
   int64_t max_requests = 64;    // rows of req_to_token
@@ -39,6 +41,10 @@ struct BatchEntry {
   int32_t mamba_track_slot = -1;
   int32_t mamba_track_pos = 0;
 };
+
+// A BatchEntry id standing for the token the previously launched step sampled for the same request
+// slot (overlap scheduling): decode entries only; resolved in device memory.
+inline constexpr int32_t kFutureToken = -1;
 
 // "auto" (CUDA when a GPU is visible, else the CPU), "cpu", "cuda", "cuda:N".
 StatusOr<Device> resolve_device(const std::string& text);
@@ -64,6 +70,9 @@ class ModelRunner {
   Tensor forward(ForwardBatch& batch);
   // One token per logits row.
   std::vector<int32_t> sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows);
+  // Remembers, per request slot of `batch`, the token sampled for it (tokens: i32 [batch_size] on
+  // the model's device), so that a later decode entry can name it with kFutureToken.
+  void record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch);
 
  private:
   ModelRunner() = default;
@@ -73,6 +82,7 @@ class ModelRunner {
   std::unique_ptr<KVPool> kv_pool_;
   std::unique_ptr<ReqToTokenPool> req_to_token_;
   std::unique_ptr<MambaPool> mamba_pool_;
+  Tensor future_tokens_;  // i32 [max_requests] on the device: last token sampled per request slot
   std::unique_ptr<AttentionBackend> backend_;
 };
 

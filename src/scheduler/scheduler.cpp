@@ -261,6 +261,31 @@ bool Scheduler::run_prefill() {
   return true;
 }
 
+bool Scheduler::decode_items(int64_t ahead, std::vector<StepItem>& items) {
+  items.clear();
+  for (auto& rp : running_) {
+    Req& req = *rp;
+    StepItem item;
+    const int64_t pos = req.kv_len + ahead;
+    if (!extend_slots(req, pos, pos + 1, item.entry.new_slots)) return false;
+    item.entry.req_slot = req.req_slot;
+    item.entry.prefix_len = static_cast<int32_t>(pos);
+    item.entry.new_ids = {ahead == 0 ? req.output_ids.back() : kFutureToken};
+    item.req = &req;
+    item.pending_outputs = static_cast<int32_t>(ahead);
+    items.push_back(std::move(item));
+  }
+  return true;
+}
+
+bool Scheduler::overlap_ok() const {
+  if (!config_.overlap_schedule || !exec_.supports_overlap()) return false;
+  for (const auto& r : running_) {
+    if (!device_sampling_ok(r->params)) return false;
+  }
+  return true;
+}
+
 bool Scheduler::run_decode() {
   if (running_.empty()) return false;
   // Make room for one more token per running request, retracting the least advanced if needed.
@@ -291,14 +316,61 @@ bool Scheduler::run_decode() {
     items.push_back(std::move(item));
   }
   if (items.empty()) return true;  // everything was retracted; prefill picks them up next step
+  new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
+  if (overlap_ok()) {
+    // Launch and return; the next step() launches the step after it before reading this one.
+    inflight_ = exec_.launch(ForwardMode::kDecode, items);
+    inflight_reqs_ = running_;
+    inflight_items_ = std::move(items);
+    return true;
+  }
   std::vector<SampleResult> results = exec_.run(ForwardMode::kDecode, items);
   process_results(items, results, ForwardMode::kDecode);
-  new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
   return true;
 }
 
+bool Scheduler::launch_next_decode() {
+  if (!pending_.empty() || !overlap_ok()) return false;
+  // Requests that end by length with the in-flight token are left out; those that end by EOS or
+  // a stop string are not known yet: they run one extra step whose token is dropped.
+  std::vector<std::shared_ptr<Req>> saved = running_;
+  std::vector<std::shared_ptr<Req>> next;
+  for (auto& r : running_) {
+    const int64_t outputs_after = static_cast<int64_t>(r->output_ids.size()) + 1;
+    if (outputs_after >= r->params.max_new_tokens || r->seq_len() + 1 >= config_.max_context_len) continue;
+    next.push_back(r);
+  }
+  if (next.empty()) return false;
+  int64_t need = 0;
+  for (auto& r : next) need += pages_needed(*r, r->kv_len + 2);
+  if (need > allocator_.num_free() + cache_->evictable_size() / page_size_) return false;
+  running_ = next;  // decode_items walks running_
+  std::vector<StepItem> items;
+  const bool ok = decode_items(1, items);
+  running_ = std::move(saved);
+  RLM_CHECK(ok) << "decode slots ran out after the room check";
+  std::unique_ptr<LaunchedStep> launched = exec_.launch(ForwardMode::kDecode, items);
+  new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
+  complete_inflight();
+  inflight_ = std::move(launched);
+  inflight_items_ = std::move(items);
+  inflight_reqs_ = std::move(next);
+  return true;
+}
+
+void Scheduler::complete_inflight() {
+  if (!inflight_) return;
+  std::unique_ptr<LaunchedStep> step = std::move(inflight_);
+  std::vector<StepItem> items = std::move(inflight_items_);
+  std::vector<std::shared_ptr<Req>> keep = std::move(inflight_reqs_);  // alive until processed
+  inflight_items_.clear();
+  inflight_reqs_.clear();
+  std::vector<SampleResult> results = exec_.wait(*step);
+  process_results(items, results, ForwardMode::kDecode, /*skip_finished=*/true);
+}
+
 void Scheduler::process_results(const std::vector<StepItem>& items, const std::vector<SampleResult>& results,
-                                ForwardMode mode) {
+                                ForwardMode mode, bool skip_finished) {
   size_t k = 0;
   // Items point at requests owned by pending_/running_; look each up by pointer.
   auto find_shared = [&](const Req* p) -> std::shared_ptr<Req> {
@@ -307,6 +379,10 @@ void Scheduler::process_results(const std::vector<StepItem>& items, const std::v
     return nullptr;
   };
   for (const StepItem& it : items) {
+    if (skip_finished && it.req->state != ReqState::kRunning) {
+      if (it.sample) ++k;  // finished (EOS, stop string, abort) while this step was in flight: token dropped
+      continue;
+    }
     std::shared_ptr<Req> rp = find_shared(it.req);
     RLM_CHECK(rp != nullptr) << "step result for an unknown request";
     Req& req = *rp;
@@ -497,13 +573,18 @@ void Scheduler::retract(Req& req) {
 
 bool Scheduler::step() {
   drain_inbox();
-  bool did = run_prefill() || run_decode();
+  bool did = true;
+  if (inflight_) {
+    if (!launch_next_decode()) complete_inflight();
+  } else {
+    did = run_prefill() || run_decode();
+  }
   publish_gauges();
   return did;
 }
 
 bool Scheduler::has_work() const {
-  if (!pending_.empty() || !running_.empty()) return true;
+  if (!pending_.empty() || !running_.empty() || inflight_) return true;
   std::lock_guard<std::mutex> lock(mu_);
   return !inbox_.empty() || !abort_inbox_.empty();
 }

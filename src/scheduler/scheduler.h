@@ -36,6 +36,11 @@ struct SchedulerConfig {
   double min_new_token_ratio = 0.1;
   double new_token_ratio_decay = 0.002; // per decode step
   bool check_integrity_when_idle = true;
+  // Overlap scheduling: while the device runs decode step N, the scheduler builds and launches
+  // step N+1 (whose input tokens are N's samples, read in device memory) and only then processes
+  // N's results. Used in steady decoding (no request waiting for prefill) when every running
+  // request samples on the device; otherwise steps run one at a time.
+  bool overlap_schedule = true;
 };
 
 class Scheduler {
@@ -79,7 +84,17 @@ class Scheduler {
   void do_aborts();
   bool run_prefill();
   bool run_decode();
-  void process_results(const std::vector<StepItem>& items, const std::vector<SampleResult>& results, ForwardMode mode);
+  // Decode items for every running request at position kv_len + ahead (ahead = 1: the in-flight
+  // step's token is still being sampled); false when KV room is short.
+  bool decode_items(int64_t ahead, std::vector<StepItem>& items);
+  bool overlap_ok() const;
+  // Launches the step after the in-flight one and then processes the in-flight one; false (and
+  // nothing done) when the next step cannot be launched ahead.
+  bool launch_next_decode();
+  // Waits for the in-flight step and processes its results.
+  void complete_inflight();
+  void process_results(const std::vector<StepItem>& items, const std::vector<SampleResult>& results, ForwardMode mode,
+                       bool skip_finished = false);
   void on_token(Req& req, const SampleResult& r);
   void finish(Req& req, FinishInfo info);
   void release(Req& req, bool cache_kv);
@@ -109,6 +124,11 @@ class Scheduler {
   std::deque<std::shared_ptr<Req>> pending_;  // admission order (front first)
   std::vector<std::shared_ptr<Req>> running_;
   double new_token_ratio_;
+  // Overlap scheduling: the launched decode step whose results are not processed yet, its items and
+  // (kept alive until then) its requests.
+  std::unique_ptr<LaunchedStep> inflight_;
+  std::vector<StepItem> inflight_items_;
+  std::vector<std::shared_ptr<Req>> inflight_reqs_;
 
   // Inbox (guarded by mu_).
   mutable std::mutex mu_;
