@@ -1,5 +1,6 @@
 #include "model/qwen3_next.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -108,6 +109,9 @@ StatusOr<Qwen3NextSpec> parse_qwen3_next_spec(ModelConfig& c) {
     int64_t interval = 4;
     RLM_RETURN_IF_ERROR(get_positive(j, "full_attention_interval", &interval));
     for (int64_t l = 0; l < n; ++l) s.is_linear.push_back((l + 1) % interval != 0);
+  }
+  if (std::find(s.is_linear.begin(), s.is_linear.end(), false) == s.is_linear.end()) {
+    return unimplemented("a Qwen3-Next config without any full_attention layer is not supported (the KV pool needs one)");
   }
   int64_t sparse_step = 1;
   RLM_RETURN_IF_ERROR(get_positive(j, "decoder_sparse_step", &sparse_step));

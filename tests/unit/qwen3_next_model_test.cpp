@@ -83,6 +83,9 @@ TEST(Qwen3NextConfig, BadFieldsAreErrors) {
   j["num_experts_per_tok"] = 9;
   EXPECT_NE(error_with(j).find("exceeds num_experts"), std::string::npos);
   j = golden_config();
+  j["layer_types"][3] = "linear_attention";
+  EXPECT_NE(error_with(j).find("without any full_attention layer"), std::string::npos);
+  j = golden_config();
   j["linear_conv_kernel_dim"] = 0;
   EXPECT_NE(error_with(j).find("linear_conv_kernel_dim"), std::string::npos);
 }
