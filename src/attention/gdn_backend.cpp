@@ -1,10 +1,22 @@
 #include "attention/gdn_backend.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "cache/mamba_pool.h"
 
 namespace rlm {
+namespace {
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Rows of `heads * dim` floats starting at element `offset` of the 1-D `flat`, `row_stride` apart,
+// as a [rows, heads, dim] view (row_stride must be a multiple of dim).
+Tensor heads_view(const Tensor& flat, int64_t offset, int64_t rows, int64_t row_stride, int64_t heads, int64_t dim) {
+  return flat.slice(0, offset, offset + rows * row_stride).view({rows, row_stride / dim, dim}).slice(1, 0, heads);
+}
+
+}  // namespace
 
 void GatedDeltaNetBackend::init_forward_metadata(const ForwardBatch& batch) {
   RLM_CHECK(batch.mamba_pool != nullptr) << "ForwardBatch without a MambaPool for the linear-attention layers";
@@ -42,13 +54,16 @@ Tensor GatedDeltaNetBackend::forward(const LinearAttentionLayer& layer, const Te
   const int64_t n = mixed_qkv.size(0), hk = layer.num_k_heads, hv = layer.num_v_heads;
   const int64_t dk = layer.head_k_dim, dv = layer.head_v_dim, key_dim = layer.key_dim();
   const Device dev = mixed_qkv.device();
-  Tensor conv_out = Tensor::empty({n, layer.conv_dim()}, DType::kF32, dev);  // [num_tokens, conv_dim]
+  // The conv output rows live in one flat buffer with a row stride P that both dk and dv divide,
+  // so q, k and v are per-head views of it ([n, P / d, d] sliced to the heads) without copies.
+  const int64_t row = round_up(layer.conv_dim(), std::lcm(dk, dv));
+  Tensor flat = Tensor::empty({n * row + 2 * key_dim}, DType::kF32, dev);
+  Tensor conv_out = flat.slice(0, 0, n * row).view({n, row}).slice(1, 0, layer.conv_dim());  // [num_tokens, conv_dim]
   ops::causal_conv1d(mixed_qkv, layer.conv_weight, std::nullopt, pool.conv_state(layer.layer_id), segments_,
                      /*silu=*/true, conv_out);
-  // Per-head views need contiguous q / k / v blocks.
-  const Tensor q = conv_out.slice(1, 0, key_dim).contiguous().view({n, hk, dk});
-  const Tensor k = conv_out.slice(1, key_dim, 2 * key_dim).contiguous().view({n, hk, dk});
-  const Tensor v = conv_out.slice(1, 2 * key_dim, layer.conv_dim()).contiguous().view({n, hv, dv});
+  const Tensor q = heads_view(flat, 0, n, row, hk, dk);            // [num_tokens, num_k_heads, head_k_dim]
+  const Tensor k = heads_view(flat, key_dim, n, row, hk, dk);      // [num_tokens, num_k_heads, head_k_dim]
+  const Tensor v = heads_view(flat, 2 * key_dim, n, row, hv, dv);  // [num_tokens, num_v_heads, head_v_dim]
   Tensor g = Tensor::empty({n, hv}, DType::kF32, dev);     // [num_tokens, num_v_heads]
   Tensor beta = Tensor::empty({n, hv}, DType::kF32, dev);  // [num_tokens, num_v_heads]
   ops::gdn_gating(a, b, layer.A_log, layer.dt_bias, g, beta);

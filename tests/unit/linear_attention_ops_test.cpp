@@ -148,6 +148,34 @@ TEST(GatedDeltaRule, ChunkedMatchesRecurrentWithSmallChunks) {
   EXPECT_LE(rel_l2(s1, testing::to_doubles(s2)), kTol);
 }
 
+TEST(GatedDeltaRule, StridedHeadViewsEqualContiguousInputs) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t n = 70;
+  Gdr p(rng, n);
+  // q | k | v of each token in one row of stride 144 (a multiple of dk 16 and dv 12), as
+  // GatedDeltaNetBackend lays out the conv output; the ops get [n, heads, dim] views of it.
+  const int64_t row = 144, kq = p.hk * p.dk;
+  Tensor flat = Tensor::empty({n * row + 2 * kq}, DType::kF32);
+  testing::poison(flat);
+  auto heads = [&](int64_t offset, int64_t h, int64_t d) {
+    return flat.slice(0, offset, offset + n * row).view({n, row / d, d}).slice(1, 0, h);
+  };
+  const Tensor q = heads(0, p.hk, p.dk), k = heads(kq, p.hk, p.dk), v = heads(2 * kq, p.hv, p.dv);
+  q.copy_(p.q);
+  k.copy_(p.k);
+  v.copy_(p.v);
+  ASSERT_EQ(q.stride(0), row);
+  for (GdrFn fn : {static_cast<GdrFn>(ops::chunk_gated_delta_rule), static_cast<GdrFn>(ops::recurrent_gated_delta_rule)}) {
+    Tensor s1 = p.state.clone(), s2 = p.state.clone();
+    Tensor o1 = Tensor::empty({n, p.hv, p.dv}, DType::kF32), o2 = Tensor::empty({n, p.hv, p.dv}, DType::kF32);
+    fn(p.q, p.k, p.v, p.g, p.beta, s1, segments({30, 40}, {0, 1}, {1, 0}), p.params(), o1);
+    fn(q, k, v, p.g, p.beta, s2, segments({30, 40}, {0, 1}, {1, 0}), p.params(), o2);
+    EXPECT_TRUE(bitwise_equal(o1, o2));
+    EXPECT_TRUE(bitwise_equal(s1, s2));
+  }
+}
+
 TEST(GatedDeltaRule, BatchedCallEqualsOneCallPerRequest) {
   TestRng rng;
   SCOPED_TRACE(rng.trace());
