@@ -23,10 +23,15 @@ void load_normalized(const float* src, int64_t n, bool l2norm, float scale, floa
   for (int64_t i = 0; i < n; ++i) dst[i] = (src[i] * inv) * scale;
 }
 
+// Eight interleaved partial sums (vectorisable without reassociation flags), then a fixed tree.
 float dot(const float* a, const float* b, int64_t n) {
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int64_t j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 // Per-thread buffers for one (request, head) work item.
