@@ -123,7 +123,8 @@ HybridRadixCache::WalkResult HybridRadixCache::walk(std::span<const int32_t> tok
     const std::vector<int32_t>& key = at(child).key;
     const size_t limit = std::min(key.size(), aligned - pos);
     size_t m = static_cast<size_t>(
-        std::mismatch(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(limit), tokens.begin() + pos).first -
+        std::mismatch(key.begin(), key.begin() + static_cast<std::ptrdiff_t>(limit), tokens.begin() + pos)
+            .first -
         key.begin());
     m = m / ps * ps;
     RLM_DCHECK(m >= ps);
@@ -173,8 +174,8 @@ MatchResult HybridRadixCache::match_prefix(std::span<const int32_t> tokens) {
   return result;
 }
 
-InsertResult HybridRadixCache::insert_with_snapshot(std::span<const int32_t> tokens, std::span<const int32_t> slots,
-                                                   int32_t mamba_slot) {
+InsertResult HybridRadixCache::insert_with_snapshot(std::span<const int32_t> tokens,
+                                                    std::span<const int32_t> slots, int32_t mamba_slot) {
   RLM_CHECK_EQ(tokens.size(), slots.size()) << "HybridRadixCache::insert needs one slot per token";
   if (mamba_slot >= 0) {
     RLM_CHECK(!tokens.empty() && tokens.size() % static_cast<size_t>(align_) == 0)
@@ -203,8 +204,10 @@ InsertResult HybridRadixCache::insert_with_snapshot(std::span<const int32_t> tok
   }
   const int32_t id = new_node();
   Node& leaf = at(id);
-  leaf.key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos), tokens.begin() + static_cast<std::ptrdiff_t>(aligned));
-  leaf.value.assign(slots.begin() + static_cast<std::ptrdiff_t>(pos), slots.begin() + static_cast<std::ptrdiff_t>(aligned));
+  leaf.key.assign(tokens.begin() + static_cast<std::ptrdiff_t>(pos),
+                  tokens.begin() + static_cast<std::ptrdiff_t>(aligned));
+  leaf.value.assign(slots.begin() + static_cast<std::ptrdiff_t>(pos),
+                    slots.begin() + static_cast<std::ptrdiff_t>(aligned));
   leaf.parent = w.node;
   leaf.last_access = tick;
   at(w.node).children.emplace(page_hash({leaf.key.data(), static_cast<size_t>(page_size_)}), id);
@@ -213,8 +216,8 @@ InsertResult HybridRadixCache::insert_with_snapshot(std::span<const int32_t> tok
 }
 
 void HybridRadixCache::check_handle(const CacheHandle& handle, const char* op) const {
-  RLM_CHECK(handle.node >= 0 && static_cast<size_t>(handle.node) < nodes_.size() &&
-            at(handle.node).live && at(handle.node).generation == handle.generation)
+  RLM_CHECK(handle.node >= 0 && static_cast<size_t>(handle.node) < nodes_.size() && at(handle.node).live &&
+            at(handle.node).generation == handle.generation)
       << "HybridRadixCache::" << op << ": stale or invalid handle (node " << handle.node << ", generation "
       << handle.generation << "): its prefix was evicted or the cache was reset";
   int64_t depth = 0;
@@ -310,7 +313,7 @@ std::vector<int32_t> HybridRadixCache::evict_mamba(int64_t num_snapshots) {
     if (is_leaf(id) && at(id).lock_ref == 0) {
       evict_leaf(id, freed);  // a leaf without its state is dead weight: the KV goes too
     } else {
-      drop_snapshot(id);      // tombstone: the KV stays for requests that resume deeper
+      drop_snapshot(id);  // tombstone: the KV stays for requests that resume deeper
     }
     ++dropped;
   }
@@ -335,8 +338,8 @@ std::vector<int32_t> HybridRadixCache::reset() {
 Status HybridRadixCache::check_integrity() const {
   auto broken = [](const std::string& what) { return internal_error("HybridRadixCache integrity: " + what); };
   const Node& root = at(kRoot);
-  if (!root.live || !root.key.empty() || !root.value.empty() || root.parent != kNone ||
-      root.lock_ref != 0 || root.generation != 0 || root.mamba >= 0) {
+  if (!root.live || !root.key.empty() || !root.value.empty() || root.parent != kNone || root.lock_ref != 0 ||
+      root.generation != 0 || root.mamba >= 0) {
     return broken("the root must be live, empty, parentless, unlocked and without a snapshot");
   }
   const size_t ps = static_cast<size_t>(page_size_);
@@ -374,13 +377,15 @@ Status HybridRadixCache::check_integrity() const {
     if (n.key.empty() || n.key.size() % ps != 0) {
       return broken(str(name, " holds ", n.key.size(), " tokens, not a positive multiple of page_size ", ps));
     }
-    if (n.value.size() != n.key.size()) return broken(str(name, " has ", n.value.size(), " slots for ", n.key.size(), " tokens"));
+    if (n.value.size() != n.key.size())
+      return broken(str(name, " has ", n.value.size(), " slots for ", n.key.size(), " tokens"));
     if (n.lock_ref < 0) return broken(str(name, " has negative lock_ref ", n.lock_ref));
     if (n.last_access > clock_) return broken(str(name, " was used in the future"));
     if (n.parent < 0 || static_cast<size_t>(n.parent) >= nodes_.size() || !at(n.parent).live) {
       return broken(str(name, " has a dead or invalid parent ", n.parent));
     }
-    if (find_child(n.parent, {n.key.data(), ps}) != id) return broken(str(name, " is not listed by its parent"));
+    if (find_child(n.parent, {n.key.data(), ps}) != id)
+      return broken(str(name, " is not listed by its parent"));
     for (const int32_t slot : n.value) {
       if (slot < 0) return broken(str(name, " holds a negative slot ", slot));
       if (!slots.insert(slot).second) return broken(str("slot ", slot, " is cached twice"));
@@ -390,13 +395,15 @@ Status HybridRadixCache::check_integrity() const {
       if (depth % align_ != 0) {
         return broken(str(name, " has a snapshot at depth ", depth, ", not a multiple of ", align_));
       }
-      if (!snapshots.insert(n.mamba).second) return broken(str("snapshot slot ", n.mamba, " is cached twice"));
+      if (!snapshots.insert(n.mamba).second)
+        return broken(str("snapshot slot ", n.mamba, " is cached twice"));
       if (n.mamba_access > clock_) return broken(str(name, "'s snapshot was used in the future"));
     }
     (n.lock_ref > 0 ? protected_tokens : evictable) += static_cast<int64_t>(n.key.size());
   }
   if (live != num_live_nodes_) return broken(str(live, " live nodes, counter says ", num_live_nodes_));
-  if (static_cast<size_t>(live) + free_ids_.size() != nodes_.size()) return broken("free id list is out of sync");
+  if (static_cast<size_t>(live) + free_ids_.size() != nodes_.size())
+    return broken("free id list is out of sync");
   for (const int32_t id : free_ids_) {
     if (at(id).live) return broken(str("live node ", id, " is on the free list"));
   }
@@ -422,9 +429,9 @@ Status HybridRadixCache::check_integrity() const {
 
 std::string HybridRadixCache::to_string() const {
   std::ostringstream os;
-  os << "HybridRadixCache(page_size=" << page_size_ << ", nodes=" << num_live_nodes_ << ", evictable=" << evictable_size_
-     << ", protected=" << protected_size_ << ", snapshots=" << num_snapshots_ << ", align=" << align_
-     << ", clock=" << clock_ << ")\n";
+  os << "HybridRadixCache(page_size=" << page_size_ << ", nodes=" << num_live_nodes_
+     << ", evictable=" << evictable_size_ << ", protected=" << protected_size_
+     << ", snapshots=" << num_snapshots_ << ", align=" << align_ << ", clock=" << clock_ << ")\n";
   constexpr size_t kShown = 8;
   // Depth-first with children in first-token order, so the dump is deterministic.
   std::vector<std::pair<int32_t, int>> stack = {{kRoot, 0}};

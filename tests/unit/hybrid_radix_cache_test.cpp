@@ -120,7 +120,8 @@ TEST(HybridRadixCache, ShorterThanAChunkHasNoSnapshot) {
   Fixture paged(16, 24);  // snapshots at multiples of lcm(16, 24) = 48
   EXPECT_EQ(paged.cache.mamba_align(), 48);
   EXPECT_THROW(paged.cache.insert_with_snapshot(iota_vec(24, 0), iota_vec(24, 0), 0), Error);
-  EXPECT_TRUE(paged.cache.insert_with_snapshot(iota_vec(48, 0), iota_vec(48, 0), paged.pool.alloc()).mamba_taken);
+  EXPECT_TRUE(
+      paged.cache.insert_with_snapshot(iota_vec(48, 0), iota_vec(48, 0), paged.pool.alloc()).mamba_taken);
   f.expect_ok();
   paged.expect_ok();
 }
@@ -236,7 +237,6 @@ TEST(HybridRadixCache, FactoryMakesItForHybridModelsOnly) {
   EXPECT_EQ(dynamic_cast<HybridRadixCache*>(plain->get()), nullptr);
 }
 
-
 // ---- randomized workload against a brute-force model -------------------------------------------
 
 uint32_t base_seed() {
@@ -301,7 +301,8 @@ class Reference {
     const uint64_t tick = ++clock_;
     const int32_t aligned = static_cast<int32_t>(t.size()) / ps_ * ps_;
     const int32_t k = longest(t);
-    for (int32_t j = k; j < aligned; j += ps_) pages[head(t, j + ps_)] = Page{Vec(s.begin() + j, s.begin() + j + ps_), tick, 0};
+    for (int32_t j = k; j < aligned; j += ps_)
+      pages[head(t, j + ps_)] = Page{Vec(s.begin() + j, s.begin() + j + ps_), tick, 0};
     touch(t, aligned, tick);
     bool taken = false;
     if (snapshot >= 0) {
@@ -316,7 +317,8 @@ class Reference {
   }
   bool is_leaf(const Vec& key) const {
     auto it = pages.upper_bound(key);
-    return it == pages.end() || it->first.size() <= key.size() || !std::equal(key.begin(), key.end(), it->first.begin());
+    return it == pages.end() || it->first.size() <= key.size() ||
+           !std::equal(key.begin(), key.end(), it->first.begin());
   }
   int64_t size_where(bool locked) const {
     int64_t n = 0;
@@ -360,21 +362,30 @@ class Workload {
   void run(int num_ops) {
     for (int i = 0; i < num_ops; ++i) {
       const uint32_t op = rng_() % 100;
-      if (op < 22) admit();
-      else if (op < 34) extend();
-      else if (op < 48) cache_request(/*finish=*/false);
-      else if (op < 62) cache_request(/*finish=*/true);
-      else if (op < 67) abort_request();
-      else if (op < 85) probe();
-      else if (op < 94) checked_evict(1 + static_cast<int64_t>(rng_() % static_cast<uint32_t>(3 * align_)));
-      else checked_evict_mamba(1 + static_cast<int64_t>(rng_() % 3));
+      if (op < 22)
+        admit();
+      else if (op < 34)
+        extend();
+      else if (op < 48)
+        cache_request(/*finish=*/false);
+      else if (op < 62)
+        cache_request(/*finish=*/true);
+      else if (op < 67)
+        abort_request();
+      else if (op < 85)
+        probe();
+      else if (op < 94)
+        checked_evict(1 + static_cast<int64_t>(rng_() % static_cast<uint32_t>(3 * align_)));
+      else
+        checked_evict_mamba(1 + static_cast<int64_t>(rng_() % 3));
       if (!::testing::Test::HasFatalFailure()) check_state();
       if (::testing::Test::HasFatalFailure()) {
         ADD_FAILURE() << "failed at operation " << i << "; cache:\n" << fx_.cache.to_string();
         return;
       }
     }
-    while (!reqs_.empty() && !::testing::Test::HasFatalFailure()) rng_() % 2 ? cache_request(true) : abort_request();
+    while (!reqs_.empty() && !::testing::Test::HasFatalFailure())
+      rng_() % 2 ? cache_request(true) : abort_request();
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
     checked_evict_mamba(fx_.cache.mamba_size() / 2);
     checked_evict(fx_.cache.total_size() + 1);
@@ -391,9 +402,11 @@ class Workload {
     EXPECT_GT(stats_.mamba_leaf_evicted, 0);
     EXPECT_GT(stats_.duplicate_snapshots, 0);
     if (std::getenv("RADIXLM_TEST_VERBOSE") != nullptr) {
-      std::printf("page %d align %d: resumed %lld, tombstone hits %lld, tombstoned %lld, leaf-evicted %lld\n", ps_,
-                  align_, static_cast<long long>(stats_.resumed_tokens), static_cast<long long>(stats_.tombstone_hits),
-                  static_cast<long long>(stats_.mamba_tombstoned), static_cast<long long>(stats_.mamba_leaf_evicted));
+      std::printf("page %d align %d: resumed %lld, tombstone hits %lld, tombstoned %lld, leaf-evicted %lld\n",
+                  ps_, align_, static_cast<long long>(stats_.resumed_tokens),
+                  static_cast<long long>(stats_.tombstone_hits),
+                  static_cast<long long>(stats_.mamba_tombstoned),
+                  static_cast<long long>(stats_.mamba_leaf_evicted));
     }
   }
 
@@ -408,13 +421,16 @@ class Workload {
       cut = std::clamp(cut, 0, static_cast<int32_t>(base.size()));
       t = head(base, cut);
     }
-    const size_t target = std::min<size_t>(static_cast<size_t>(max_len_), t.size() + 1 + rng_() % (2 * align_));
+    const size_t target =
+        std::min<size_t>(static_cast<size_t>(max_len_), t.size() + 1 + rng_() % (2 * align_));
     while (t.size() < target) t.push_back(static_cast<int32_t>(rng_() % 3));
     return t;
   }
   void remember(const Vec& t) {
-    if (history_.size() < 24) history_.push_back(t);
-    else history_[rng_() % history_.size()] = t;
+    if (history_.size() < 24)
+      history_.push_back(t);
+    else
+      history_[rng_() % history_.size()] = t;
   }
   void free_slots(const Vec& s) { alloc_.free(slots_to_pages(s, ps_)); }
 
@@ -428,7 +444,8 @@ class Workload {
   // pages, prefix-closed afterwards, the released snapshots exactly those of the freed pages.
   void apply_freed(const Vec& freed, std::set<int32_t> released) {
     std::unordered_map<int32_t, Vec> owner;
-    for (const auto& [key, page] : ref_.pages) for (const int32_t s : page.slots) owner[s] = key;
+    for (const auto& [key, page] : ref_.pages)
+      for (const int32_t s : page.slots) owner[s] = key;
     std::map<Vec, int32_t> hits;
     for (const int32_t s : freed) {
       ASSERT_TRUE(owner.count(s)) << "evicted slot " << s << " that was not cached";
@@ -446,12 +463,14 @@ class Workload {
     }
     for (const auto& [key, page] : ref_.pages) {
       if (static_cast<int32_t>(key.size()) > ps_) {
-        ASSERT_TRUE(ref_.pages.count(head(key, static_cast<int32_t>(key.size()) - ps_))) << "a page lost its parent";
+        ASSERT_TRUE(ref_.pages.count(head(key, static_cast<int32_t>(key.size()) - ps_)))
+            << "a page lost its parent";
       }
     }
     // What is left was released without its page: a tombstone (only evict_mamba does that).
     for (const int32_t s : released) {
-      auto it = std::find_if(ref_.snaps.begin(), ref_.snaps.end(), [&](const auto& e) { return e.second.slot == s; });
+      auto it = std::find_if(ref_.snaps.begin(), ref_.snaps.end(),
+                             [&](const auto& e) { return e.second.slot == s; });
       ASSERT_NE(it, ref_.snaps.end()) << "released snapshot slot " << s << " the cache did not hold";
       ref_.snaps.erase(it);
       ++stats_.mamba_tombstoned;
@@ -509,7 +528,8 @@ class Workload {
         ++stats_.mamba_leaf_evicted;
         bool page_freed = false;
         for (const auto& [key, snap] : ref_.snaps) {
-          if (snap.slot == s) page_freed = std::find(freed.begin(), freed.end(), ref_.pages.at(key).slots[0]) != freed.end();
+          if (snap.slot == s)
+            page_freed = std::find(freed.begin(), freed.end(), ref_.pages.at(key).slots[0]) != freed.end();
         }
         ASSERT_TRUE(page_freed) << "an unlocked leaf lost its snapshot but kept its KV";
       }
@@ -552,9 +572,11 @@ class Workload {
   void extend() {
     if (reqs_.empty()) return;
     Request& q = reqs_[rng_() % reqs_.size()];
-    const size_t new_len = std::min<size_t>(q.tokens.size() + 1 + rng_() % static_cast<size_t>(align_), 2 * max_len_);
+    const size_t new_len =
+        std::min<size_t>(q.tokens.size() + 1 + rng_() % static_cast<size_t>(align_), 2 * max_len_);
     const int32_t have = static_cast<int32_t>(q.slots.size()) / ps_;
-    const int32_t need = static_cast<int32_t>((new_len + static_cast<size_t>(ps_) - 1) / static_cast<size_t>(ps_));
+    const int32_t need =
+        static_cast<int32_t>((new_len + static_cast<size_t>(ps_) - 1) / static_cast<size_t>(ps_));
     const auto pages = alloc_pages(std::max(0, need - have));
     if (!pages) return;
     const Vec own = pages_to_slots(*pages, ps_);

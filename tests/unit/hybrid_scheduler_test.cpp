@@ -46,7 +46,8 @@ State state_of(const std::vector<int32_t>& seq) {
 int32_t next_token(const State& s, const std::vector<int32_t>& seq) {
   uint64_t h = 1469598103934665603ULL;
   for (int32_t t : seq) h = mix(h, static_cast<uint64_t>(t));
-  h = mix(mix(mix(h, static_cast<uint64_t>(s.h1)), static_cast<uint64_t>(s.h2)), static_cast<uint64_t>(s.count));
+  h = mix(mix(mix(h, static_cast<uint64_t>(s.h1)), static_cast<uint64_t>(s.h2)),
+          static_cast<uint64_t>(s.count));
   return static_cast<int32_t>(h % kVocab);
 }
 
@@ -74,8 +75,12 @@ MambaShape fake_shape() {
 class HybridExecutor : public StepExecutor {
  public:
   HybridExecutor(int64_t num_pages, int64_t page_size, int64_t max_reqs, int64_t max_ctx, int64_t mamba_slots)
-      : num_pages_(num_pages), page_size_(page_size), table_(max_reqs, max_ctx), pool_(fake_shape(), mamba_slots),
-        kv_token_(num_pages * page_size, -1), kv_pos_(num_pages * page_size, -1) {}
+      : num_pages_(num_pages),
+        page_size_(page_size),
+        table_(max_reqs, max_ctx),
+        pool_(fake_shape(), mamba_slots),
+        kv_token_(num_pages * page_size, -1),
+        kv_pos_(num_pages * page_size, -1) {}
   ReqToTokenPool& req_to_token() override { return table_; }
   int64_t num_pages() const override { return num_pages_; }
   int64_t page_size() const override { return page_size_; }
@@ -115,7 +120,8 @@ class HybridExecutor : public StepExecutor {
       const int64_t len = e.prefix_len + n;
       std::vector<int32_t> seq;
       for (const int32_t slot : table_.read(e.req_slot, 0, len)) {
-        EXPECT_EQ(kv_pos_[slot], static_cast<int32_t>(seq.size())) << "slot " << slot << " holds the wrong position";
+        EXPECT_EQ(kv_pos_[slot], static_cast<int32_t>(seq.size()))
+            << "slot " << slot << " holds the wrong position";
         seq.push_back(kv_token_[slot]);
       }
       // The contract: the working slot holds the state after prefix_len tokens (zero at 0).
@@ -126,7 +132,8 @@ class HybridExecutor : public StepExecutor {
         EXPECT_TRUE(pool_.in_use(e.mamba_track_slot));
         EXPECT_NE(e.mamba_track_slot, e.mamba_slot);
         EXPECT_TRUE(used.insert(e.mamba_track_slot).second) << "snapshot slot shared in one step";
-        EXPECT_TRUE(e.mamba_track_pos > e.prefix_len && e.mamba_track_pos <= len) << "snapshot outside this step";
+        EXPECT_TRUE(e.mamba_track_pos > e.prefix_len && e.mamba_track_pos <= len)
+            << "snapshot outside this step";
         EXPECT_EQ(e.mamba_track_pos % align, 0) << "snapshot at an unaligned position";
         ++snapshots;
       }
@@ -207,8 +214,8 @@ void run_to_completion(Scheduler& s) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   ASSERT_FALSE(s.has_work()) << "scheduler did not finish: running " << s.num_running() << ", pending "
-                             << s.num_pending() << ", free pages " << s.num_free_pages() << ", free state slots "
-                             << s.num_free_mamba_slots();
+                             << s.num_pending() << ", free pages " << s.num_free_pages()
+                             << ", free state slots " << s.num_free_mamba_slots();
 }
 
 // Everything returns: pages, request rows, state slots (after the cache is flushed).
@@ -304,7 +311,7 @@ class HybridSchedulerMatrix : public ::testing::TestWithParam<Params> {};
 TEST_P(HybridSchedulerMatrix, OutputsEqualNaiveAndReferenceAndEverythingIsFreed) {
   const Params p = GetParam();
   const uint32_t seed = std::getenv("RADIXLM_TEST_SEED") ? std::stoul(std::getenv("RADIXLM_TEST_SEED"))
-                                                        : std::random_device{}();
+                                                         : std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const RunResult hybrid = run_workload(p, seed);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());
@@ -320,9 +327,9 @@ TEST_P(HybridSchedulerMatrix, OutputsEqualNaiveAndReferenceAndEverythingIsFreed)
   }
   if (std::getenv("RADIXLM_TEST_VERBOSE") != nullptr) {
     std::printf("%s: cached %lld, retractions %lld, snapshot evictions %lld, snapshots %lld, finished %zu\n",
-                p.cache.c_str(), static_cast<long long>(hybrid.cached_tokens), static_cast<long long>(hybrid.retractions),
-                static_cast<long long>(hybrid.mamba_evictions), static_cast<long long>(hybrid.snapshots),
-                hybrid.outputs.size());
+                p.cache.c_str(), static_cast<long long>(hybrid.cached_tokens),
+                static_cast<long long>(hybrid.retractions), static_cast<long long>(hybrid.mamba_evictions),
+                static_cast<long long>(hybrid.snapshots), hybrid.outputs.size());
   }
   EXPECT_GT(hybrid.retractions, 0) << "the KV pool was meant to force retraction";
   if (p.cache == "radix") {
@@ -341,8 +348,8 @@ INSTANTIATE_TEST_SUITE_P(All, HybridSchedulerMatrix,
                                            Params{16, "radix", 48, 6}, Params{16, "radix", 80, 24},
                                            Params{1, "naive", 48, 6}, Params{16, "naive", 512, 6}),
                          [](const auto& info) {
-                           return info.param.cache + "_page" + std::to_string(info.param.page_size) + "_chunk" +
-                                  std::to_string(info.param.chunked_prefill) + "_slots" +
+                           return info.param.cache + "_page" + std::to_string(info.param.page_size) +
+                                  "_chunk" + std::to_string(info.param.chunked_prefill) + "_slots" +
                                   std::to_string(info.param.mamba_slots);
                          });
 
