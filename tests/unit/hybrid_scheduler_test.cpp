@@ -234,6 +234,7 @@ struct Params {
   std::string cache;
   int64_t chunked_prefill;
   int64_t mamba_slots;
+  std::string policy = "fcfs";
 };
 
 struct RunResult {
@@ -250,6 +251,7 @@ RunResult run_workload(const Params& p, uint32_t seed) {
   HybridExecutor exec(num_pages, p.page_size, 8, 320, p.mamba_slots);
   SchedulerConfig cfg;
   cfg.cache = p.cache;
+  cfg.policy = p.policy;
   cfg.mamba_chunk_size = 64;
   cfg.chunked_prefill_size = p.chunked_prefill;
   cfg.max_prefill_tokens = 2 * p.chunked_prefill;
@@ -346,10 +348,12 @@ TEST_P(HybridSchedulerMatrix, OutputsEqualNaiveAndReferenceAndEverythingIsFreed)
 INSTANTIATE_TEST_SUITE_P(All, HybridSchedulerMatrix,
                          ::testing::Values(Params{1, "radix", 48, 5}, Params{1, "radix", 512, 32},
                                            Params{16, "radix", 48, 6}, Params{16, "radix", 80, 24},
-                                           Params{1, "naive", 48, 6}, Params{16, "naive", 512, 6}),
+                                           Params{1, "radix", 48, 8, "lpm"}, Params{1, "naive", 48, 6},
+                                           Params{16, "naive", 512, 6}),
                          [](const auto& info) {
-                           return info.param.cache + "_page" + std::to_string(info.param.page_size) +
-                                  "_chunk" + std::to_string(info.param.chunked_prefill) + "_slots" +
+                           return info.param.cache + "_" + info.param.policy + "_page" +
+                                  std::to_string(info.param.page_size) + "_chunk" +
+                                  std::to_string(info.param.chunked_prefill) + "_slots" +
                                   std::to_string(info.param.mamba_slots);
                          });
 
