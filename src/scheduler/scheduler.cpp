@@ -204,15 +204,20 @@ bool Scheduler::run_prefill() {
       const int32_t slot = exec_.req_to_token().alloc();
       if (slot < 0) break;
       req.req_slot = slot;
+      const std::span<const int32_t> prompt(ids.data(), ids.size() - 1);
+      MatchResult m = cache_->match_prefix(prompt);
       if (mamba_ != nullptr) {
-        // The working state slot comes first: allocating it may evict snapshots, the match's included.
+        // The match made its snapshot the most recently used one, so allocating the working slot
+        // evicts other snapshots first; it may still free the match's (or its KV), so match again
+        // when it evicted anything.
+        const int64_t evictions = mamba_evictions_;
         req.mamba_slot = alloc_mamba_slot();
         if (req.mamba_slot < 0) {
           drop_kv(req);
           break;
         }
+        if (mamba_evictions_ != evictions) m = cache_->match_prefix(prompt);
       }
-      MatchResult m = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1));
       // A hybrid model resumes at the deepest snapshot and recomputes the rest of the KV match.
       const CacheHandle use = mamba_ != nullptr ? m.mamba_handle : m.handle;
       cache_->lock(use);
