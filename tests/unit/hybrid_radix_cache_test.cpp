@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/mamba_pool.h"
 #include "cache/page_allocator.h"
 #include "core/check.h"
 
@@ -220,6 +221,62 @@ TEST(HybridRadixCache, DuplicateSnapshotIsNotTakenAndSplitsKeepTheDeepOne) {
   EXPECT_THROW(f.cache.insert_with_snapshot(t, iota_vec(11, 0), -1), Error);
   EXPECT_THROW(HybridRadixCache(1, 0, [](int32_t) {}), Error);
   EXPECT_THROW(HybridRadixCache(1, 4, nullptr), Error);
+}
+
+// Copy-on-write with a real MambaPool, driven the way the scheduler drives it: a request copies the
+// matched snapshot into its own working slot and runs on; the cached state never changes, and the
+// request's deeper snapshot goes into a slot of its own.
+TEST(HybridRadixCache, ResumingCopiesTheSnapshotAndNeverWritesIt) {
+  MambaShape shape;
+  shape.num_layers = 2;
+  shape.conv_dim = 3;
+  shape.conv_width = 2;
+  shape.num_v_heads = 1;
+  shape.head_k_dim = 2;
+  shape.head_v_dim = 2;
+  MambaPool pool(shape, 4);
+  HybridRadixCache cache(1, 4, [&pool](int32_t s) { pool.free(s); });
+  auto fill = [&](int32_t slot, float v) {
+    for (int64_t l = 0; l < shape.num_layers; ++l) {
+      for (const Tensor& t : {pool.conv_state(l).select(0, slot), pool.ssm_state(l).select(0, slot)}) {
+        for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = v + static_cast<float>(i);
+      }
+    }
+  };
+  auto same = [&](int32_t a, int32_t b) {
+    for (int64_t l = 0; l < shape.num_layers; ++l) {
+      for (const auto* states : {&pool.conv_state(l), &pool.ssm_state(l)}) {
+        const Tensor x = states->select(0, a), y = states->select(0, b);
+        if (!std::equal(x.data<float>(), x.data<float>() + x.numel(), y.data<float>())) return false;
+      }
+    }
+    return true;
+  };
+  const Vec t = iota_vec(12, 0);
+  const int32_t snap = pool.alloc(), reference = pool.alloc();
+  fill(snap, 1.0f);
+  pool.copy_slot(snap, reference);
+  ASSERT_TRUE(cache.insert_with_snapshot(head(t, 8), iota_vec(8, 0), snap).mamba_taken);
+  // A request resumes at 8: its working slot gets a copy, then its own steps overwrite it.
+  const MatchResult m = cache.match_prefix(t);
+  ASSERT_EQ(m.mamba_slot, snap);
+  const int32_t working = pool.alloc();
+  pool.copy_slot(m.mamba_slot, working);
+  EXPECT_TRUE(same(working, snap));
+  fill(working, 50.0f);
+  EXPECT_TRUE(same(snap, reference)) << "the cached snapshot changed";
+  // Its snapshot at 12 is a different slot; the one at 8 is still what was cached.
+  const int32_t track = pool.alloc();
+  pool.copy_slot(working, track);
+  EXPECT_TRUE(cache.insert_with_snapshot(t, iota_vec(12, 0), track).mamba_taken);
+  EXPECT_EQ(cache.match_prefix(head(t, 11)).mamba_slot, snap);
+  EXPECT_EQ(cache.match_prefix(t).mamba_slot, track);
+  EXPECT_TRUE(same(snap, reference));
+  EXPECT_EQ(pool.num_free(), 0);
+  EXPECT_EQ(cache.reset().size(), 12u);
+  pool.free(working);
+  pool.free(reference);
+  EXPECT_EQ(pool.num_free(), 4);
 }
 
 TEST(HybridRadixCache, FactoryMakesItForHybridModelsOnly) {
