@@ -9,7 +9,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 pkgs=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread nlohmann-json3-dev libcpp-httplib-dev
       libcpp-httplib0.11 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcli11-dev
       libsentencepiece-dev libsentencepiece0 libprotobuf32 libgtest-dev libgmock-dev pkgconf pkgconf-bin
-      libpkgconf3 libbrotli-dev libbrotli1 libgfortran5)
+      libpkgconf3 libbrotli-dev libbrotli1 libgfortran5 libssl-dev libssl3 zlib1g-dev zlib1g)
 LIST=$(mktemp)
 for p in "${pkgs[@]}"; do
   if ! dpkg -L "$p" > /dev/null 2>&1; then

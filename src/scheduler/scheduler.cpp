@@ -24,9 +24,17 @@ Scheduler::Scheduler(StepExecutor& executor, const SchedulerConfig& config, Toke
       eos_ids_(executor.eos_token_ids()),
       seed_rng_(std::random_device{}()),
       new_token_ratio_(config.init_new_token_ratio) {
-  auto cache = make_prefix_cache(config_.cache, static_cast<int32_t>(page_size_));
+  mamba_ = exec_.mamba_pool();
+  RLM_CHECK(mamba_ == nullptr || config_.mamba_chunk_size > 0)
+      << "a hybrid model needs a positive mamba_chunk_size, got " << config_.mamba_chunk_size;
+  auto cache = mamba_ != nullptr
+                   ? make_prefix_cache(config_.cache, static_cast<int32_t>(page_size_),
+                                       static_cast<int32_t>(config_.mamba_chunk_size),
+                                       [this](int32_t slot) { mamba_->free(slot); })
+                   : make_prefix_cache(config_.cache, static_cast<int32_t>(page_size_));
   RLM_CHECK(cache.is_ok()) << cache.status().to_string();
   cache_ = std::move(cache).value();
+  mamba_align_ = mamba_ != nullptr ? cache_->mamba_align() : 0;
   RLM_CHECK(config_.policy == "fcfs" || config_.policy == "lpm") << "unknown schedule policy '" << config_.policy
                                                                  << "' (fcfs or lpm)";
   config_.max_running_requests = std::min(config_.max_running_requests, exec_.req_to_token().max_requests());
@@ -167,7 +175,8 @@ bool Scheduler::run_prefill() {
       int64_t key = r->req_slot >= 0 ? INT64_MAX : 0;
       if (r->req_slot < 0) {
         std::vector<int32_t> ids = r->fill_ids();
-        key = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1)).length();
+        const MatchResult m = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1));
+        key = mamba_ != nullptr ? m.mamba_len() : m.length();
       }
       keyed.emplace_back(key, r);
     }
@@ -195,22 +204,39 @@ bool Scheduler::run_prefill() {
       const int32_t slot = exec_.req_to_token().alloc();
       if (slot < 0) break;
       req.req_slot = slot;
-      MatchResult m = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1));
-      cache_->lock(m.handle);
-      req.cache_handle = m.handle;
+      const std::span<const int32_t> prompt(ids.data(), ids.size() - 1);
+      MatchResult m = cache_->match_prefix(prompt);
+      if (mamba_ != nullptr) {
+        // The match made its snapshot the most recently used one, so allocating the working slot
+        // evicts other snapshots first; it may still free the match's (or its KV), so match again
+        // when it evicted anything.
+        const int64_t evictions = mamba_evictions_;
+        req.mamba_slot = alloc_mamba_slot();
+        if (req.mamba_slot < 0) {
+          drop_kv(req);
+          break;
+        }
+        if (mamba_evictions_ != evictions) m = cache_->match_prefix(prompt);
+      }
+      // A hybrid model resumes at the deepest snapshot and recomputes the rest of the KV match.
+      const CacheHandle use = mamba_ != nullptr ? m.mamba_handle : m.handle;
+      cache_->lock(use);
+      req.cache_handle = use;
+      m.slots.resize(static_cast<size_t>(use.length));
       exec_.req_to_token().write(slot, 0, m.slots);
-      req.kv_len = m.length();
+      req.kv_len = use.length;
+      if (mamba_ != nullptr && use.length > 0) mamba_->copy_slot(m.mamba_slot, req.mamba_slot);  // copy-on-write
+      if (mamba_align_ > 0) {
+        const int64_t branch = m.length() / mamba_align_ * mamba_align_;
+        req.mamba_branch_len = branch > req.kv_len ? branch : 0;
+      }
       if (sibling_prefilling && req.kv_len + page_size_ <= static_cast<int64_t>(ids.size()) - 1) {
         // A sibling (n > 1) prefills this prompt now; wait one step and reuse its KV.
-        cache_->unlock(req.cache_handle);
-        req.cache_handle = CacheHandle{};
-        exec_.req_to_token().free(req.req_slot);
-        req.req_slot = -1;
-        req.kv_len = 0;
+        drop_kv(req);
         continue;
       }
       if (!req.counted_cache_hit) {
-        req.cached_tokens = std::min<int64_t>(m.length(), static_cast<int64_t>(req.prompt_ids.size()));
+        req.cached_tokens = std::min<int64_t>(req.kv_len, static_cast<int64_t>(req.prompt_ids.size()));
         req.counted_cache_hit = true;
         metrics_->add_prompt_tokens(static_cast<int64_t>(req.prompt_ids.size()), req.cached_tokens);
       }
@@ -229,13 +255,7 @@ bool Scheduler::run_prefill() {
                                  : static_cast<double>(need_pages * page_size_) + own_reserve <= available;
     std::vector<int32_t> slots;
     if (!fits || !extend_slots(req, req.kv_len, req.kv_len + chunk, slots)) {
-      if (started_now) {  // undo the admission; the request waits for room
-        cache_->unlock(req.cache_handle);
-        req.cache_handle = CacheHandle{};
-        exec_.req_to_token().free(req.req_slot);
-        req.req_slot = -1;
-        req.kv_len = 0;
-      }
+      if (started_now) drop_kv(req);  // undo the admission (no pages were taken); the request waits
       break;
     }
     reserved += own_reserve;
@@ -244,6 +264,7 @@ bool Scheduler::run_prefill() {
     item.entry.prefix_len = static_cast<int32_t>(req.kv_len);
     item.entry.new_ids.assign(ids.begin() + req.kv_len, ids.begin() + req.kv_len + chunk);
     item.entry.new_slots = std::move(slots);
+    plan_mamba(req, item.entry);
     item.sample = completes;
     item.req = &req;
     items.push_back(std::move(item));
@@ -312,6 +333,7 @@ bool Scheduler::run_decode() {
     item.entry.req_slot = req.req_slot;
     item.entry.prefix_len = static_cast<int32_t>(req.kv_len);
     item.entry.new_ids = {req.output_ids.back()};
+    plan_mamba(req, item.entry);
     item.req = &req;
     items.push_back(std::move(item));
   }
@@ -392,6 +414,7 @@ void Scheduler::process_results(const std::vector<StepItem>& items, const std::v
       // one partially prefilled request exists at a time, so it can never be starved of pages).
       pending_.erase(std::find(pending_.begin(), pending_.end(), rp));
       pending_.push_front(rp);
+      if (req.mamba_track_len > 0) cache_prefix(req, /*finished=*/false);  // keep the chunk's snapshot
       continue;
     }
     const SampleResult& res = results.at(k++);
@@ -491,6 +514,7 @@ void Scheduler::release(Req& req, bool cache_kv) {
   if (req.req_slot >= 0) {
     if (cache_kv && req.kv_len > 0) {
       cache_prefix(req, /*finished=*/true);
+      if (mamba_ != nullptr) free_mamba_slots(req);
       exec_.req_to_token().free(req.req_slot);
       req.req_slot = -1;
     } else {
@@ -504,11 +528,22 @@ void Scheduler::release(Req& req, bool cache_kv) {
 }
 
 void Scheduler::cache_prefix(Req& req, bool finished) {
-  std::vector<int32_t> ids = req.fill_ids();
-  ids.resize(req.kv_len);
-  const std::vector<int32_t> slots = exec_.req_to_token().read(req.req_slot, 0, req.kv_len);
   const int64_t base = req.cache_handle.length;
-  InsertResult ins = cache_->insert(ids, slots);
+  int64_t len = req.kv_len;
+  int32_t snapshot = -1;
+  if (mamba_ != nullptr) {
+    // A hybrid model can only resume where a state snapshot is, so KV is cached up to the newest
+    // snapshot (nothing new without one); the rest stays the request's.
+    const bool fresh = req.mamba_track_len > base;
+    len = fresh ? req.mamba_track_len : base;
+    snapshot = fresh ? req.mamba_track_slot : -1;
+    req.mamba_track_len = 0;
+  }
+  std::vector<int32_t> ids = req.fill_ids();
+  ids.resize(len);
+  const std::vector<int32_t> slots = exec_.req_to_token().read(req.req_slot, 0, len);
+  InsertResult ins = cache_->insert_with_snapshot(ids, slots, snapshot);
+  if (ins.mamba_taken) req.mamba_track_slot = -1;  // the cache owns it now; else it is reused
   RLM_CHECK(ins.prefix_len >= base) << "cache insert returned prefix " << ins.prefix_len << " below the locked "
                                     << base;
   const int64_t dup_pages = (ins.prefix_len - base) / page_size_;
@@ -541,7 +576,45 @@ void Scheduler::cache_prefix(Req& req, bool finished) {
   req.own_pages = std::move(rest);
 }
 
+int32_t Scheduler::alloc_mamba_slot() {
+  int32_t slot = mamba_->alloc();
+  if (slot < 0 && cache_->mamba_size() > 0) {
+    std::vector<int32_t> freed = cache_->evict_mamba(1);  // its slot returns through the callback
+    ++mamba_evictions_;
+    if (!freed.empty()) allocator_.free(slots_to_pages(freed, static_cast<int32_t>(page_size_)));
+    slot = mamba_->alloc();
+  }
+  return slot;
+}
+
+void Scheduler::free_mamba_slots(Req& req) {
+  if (req.mamba_slot >= 0) mamba_->free(req.mamba_slot);
+  if (req.mamba_track_slot >= 0) mamba_->free(req.mamba_track_slot);
+  req.mamba_slot = -1;
+  req.mamba_track_slot = -1;
+  req.mamba_track_len = 0;
+  req.mamba_branch_len = 0;
+}
+
+void Scheduler::plan_mamba(Req& req, BatchEntry& entry) {
+  if (mamba_ == nullptr) return;
+  entry.mamba_slot = req.mamba_slot;
+  if (mamba_align_ == 0) return;  // the cache keeps no snapshots (--cache naive)
+  const int64_t from = entry.prefix_len;
+  const int64_t to = from + static_cast<int64_t>(entry.new_ids.size());
+  int64_t pos = to / mamba_align_ * mamba_align_;  // the last aligned position this step reaches
+  if (req.mamba_branch_len > from && req.mamba_branch_len <= to) pos = req.mamba_branch_len;
+  if (req.mamba_branch_len <= to) req.mamba_branch_len = 0;
+  if (pos <= from) return;
+  if (req.mamba_track_slot < 0) req.mamba_track_slot = alloc_mamba_slot();
+  if (req.mamba_track_slot < 0) return;  // the pool is dry: this step leaves no snapshot
+  entry.mamba_track_slot = req.mamba_track_slot;
+  entry.mamba_track_pos = static_cast<int32_t>(pos);
+  req.mamba_track_len = pos;  // the step runs right after planning
+}
+
 void Scheduler::drop_kv(Req& req) {
+  if (mamba_ != nullptr) free_mamba_slots(req);
   if (!req.own_pages.empty()) allocator_.free(req.own_pages);
   req.own_pages.clear();
   cache_->unlock(req.cache_handle);
@@ -591,6 +664,8 @@ bool Scheduler::has_work() const {
 
 void Scheduler::flush_cache() {
   std::vector<int32_t> freed = cache_->evict(cache_->evictable_size());
+  std::vector<int32_t> more = cache_->evict_mamba(cache_->mamba_size());  // snapshots on locked paths
+  freed.insert(freed.end(), more.begin(), more.end());
   if (!freed.empty()) allocator_.free(slots_to_pages(freed, static_cast<int32_t>(page_size_)));
   publish_gauges();
 }
@@ -611,6 +686,27 @@ Status Scheduler::check_integrity() const {
   }
   for (const auto& r : running_) {
     if (r->req_slot < 0) return internal_error(str("running request ", r->rid, " has no request slot"));
+  }
+  if (mamba_ != nullptr) {
+    // Every state slot is free, a cached snapshot, or a request's working / snapshot slot.
+    int64_t held = 0;
+    auto count = [&](const Req& r) -> Status {
+      for (const int32_t s : {r.mamba_slot, r.mamba_track_slot}) {
+        if (s < 0) continue;
+        if (!mamba_->in_use(s)) return internal_error(str("request ", r.rid, " holds mamba slot ", s, " that is free"));
+        ++held;
+      }
+      if ((r.mamba_slot >= 0) != (r.req_slot >= 0)) {
+        return internal_error(str("request ", r.rid, " has a request slot xor a mamba state slot"));
+      }
+      return Status::ok();
+    };
+    for (const auto& r : running_) RLM_RETURN_IF_ERROR(count(*r));
+    for (const auto& r : pending_) RLM_RETURN_IF_ERROR(count(*r));
+    if (mamba_->num_free() + cache_->mamba_size() + held != mamba_->num_slots()) {
+      return internal_error(str("mamba slots do not add up: free ", mamba_->num_free(), " + cache ",
+                                cache_->mamba_size(), " + requests ", held, " != ", mamba_->num_slots()));
+    }
   }
   return Status::ok();
 }

@@ -30,6 +30,7 @@ struct SchedulerConfig {
   int64_t max_prefill_tokens = 8192;    // most prompt tokens in one prefill step
   std::string policy = "fcfs";          // "fcfs" | "lpm" (longest prefix match first)
   std::string cache = "radix";          // "radix" | "naive"
+  int64_t mamba_chunk_size = 64;        // hybrid models: recurrent-state snapshot granularity
   int64_t max_context_len = 0;          // prompt + max_tokens limit; 0: the req_to_token width
   int64_t max_queued_requests = 4096;   // submit() answers kUnavailable beyond this
   double init_new_token_ratio = 0.7;    // share of running requests' remaining tokens reserved
@@ -73,6 +74,8 @@ class Scheduler {
   Status check_integrity() const;
   const PrefixCache& cache() const { return *cache_; }
   int64_t num_free_pages() const { return allocator_.num_free(); }
+  int64_t num_free_mamba_slots() const { return mamba_ ? mamba_->num_free() : 0; }
+  int64_t mamba_evictions() const { return mamba_evictions_; }  // snapshots evicted for a free slot
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_pending() const { return static_cast<int64_t>(pending_.size()); }
   // Evicts every unlocked cache entry (e.g. for tests checking that all KV returns to the pool).
@@ -103,6 +106,12 @@ class Scheduler {
   // Frees the request's own pages, unlocks its cached prefix and returns its request slot.
   void drop_kv(Req& req);
   bool alloc_pages(int64_t n, std::vector<int32_t>& out);  // evicts from the cache when needed
+  // Hybrid models: a MambaPool slot, evicting a cached snapshot when the pool is dry; -1 if none.
+  int32_t alloc_mamba_slot();
+  void free_mamba_slots(Req& req);  // working and snapshot slots
+  // Fills the entry's working slot and, when this step reaches a chunk-aligned position, asks the
+  // model for a snapshot there (the branching point if reached, else the last aligned position).
+  void plan_mamba(Req& req, BatchEntry& entry);
   // Slots for positions [from, to) of req, allocating pages as needed; false when KV is short.
   bool extend_slots(Req& req, int64_t from, int64_t to, std::vector<int32_t>& slots);
   int64_t pages_needed(const Req& req, int64_t to) const;
@@ -117,6 +126,9 @@ class Scheduler {
   const int64_t page_size_;
   PageAllocator allocator_;
   std::unique_ptr<PrefixCache> cache_;
+  MambaPool* mamba_ = nullptr;  // hybrid models only
+  int64_t mamba_align_ = 0;     // snapshot positions (0: the cache keeps no snapshots, e.g. naive)
+  int64_t mamba_evictions_ = 0;
   std::vector<int64_t> eos_ids_;
   std::mt19937_64 seed_rng_;
 

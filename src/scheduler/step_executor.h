@@ -41,6 +41,9 @@ class StepExecutor {
   virtual int64_t page_size() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual std::vector<int64_t> eos_token_ids() const = 0;
+  // Hybrid linear-attention models: the pool of recurrent-state slots (working states and the
+  // prefix cache's snapshots; see ForwardBatch for what a step reads and writes). nullptr otherwise.
+  virtual MambaPool* mamba_pool() { return nullptr; }
   // Runs one step; returns one result per item with sample == true, in item order.
   virtual std::vector<SampleResult> run(ForwardMode mode, const std::vector<StepItem>& items) = 0;
 
@@ -66,6 +69,7 @@ class ModelStepExecutor : public StepExecutor {
   int64_t page_size() const override { return runner_.kv_pool().page_size(); }
   int64_t vocab_size() const override { return runner_.model_config().vocab_size; }
   std::vector<int64_t> eos_token_ids() const override { return runner_.model_config().eos_token_ids; }
+  MambaPool* mamba_pool() override { return runner_.mamba_pool(); }
   std::vector<SampleResult> run(ForwardMode mode, const std::vector<StepItem>& items) override;
   bool supports_overlap() const override { return true; }
   std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items) override;
