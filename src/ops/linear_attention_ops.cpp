@@ -8,6 +8,7 @@
 #include "kernels/cpu/causal_conv1d.h"
 #include "kernels/cpu/gated_delta_rule.h"
 #include "kernels/cpu/gdn_gates.h"
+#include "ops/linear_attention_cuda.h"
 #include "ops/op_check.h"
 
 namespace rlm::ops {
@@ -81,6 +82,11 @@ HostSegments check_segments(const OpChecker& c, const StateSegments& s, int64_t 
   h.index.track_slots = tslots;
   h.index.track_lens = tlens;
   return h;
+}
+
+// The checked, contiguous index tensors (for the device twins, which validate their contents).
+StateSegments checked(const HostSegments& h) {
+  return StateSegments{h.qo_indptr, h.state_slots, h.has_initial_state, h.track_slots, h.track_lens};
 }
 
 // A 2-D [n, d] or 3-D [n, heads, d] f32 tensor as rows for the row kernels.
@@ -163,6 +169,7 @@ void gated_delta_rule_op(const char* op, const Tensor& q, const Tensor& k, const
     c.fail_with(str("chunk_size must be in [1, 1024], got ", params.chunk_size));
   }
   const HostSegments seg = check_segments(c, segments, n, ssm_state.size(0), q);
+  if (q.device().is_cuda()) return detail::cuda_gated_delta_rule(c, q, k, v, g, beta, ssm_state, checked(seg), params, out);
   if (!q.device().is_cpu()) c.not_built(q.device());
   cpu::GdrInputs in;
   in.q = q.data<float>();
@@ -219,6 +226,7 @@ void causal_conv1d(const Tensor& x, const Tensor& weight, const std::optional<Te
     c.fail_with("conv_state overlaps x or out");
   }
   const HostSegments seg = check_segments(c, segments, n, conv_state.size(0), x);
+  if (x.device().is_cuda()) return detail::cuda_causal_conv1d(c, x, weight, bias, conv_state, checked(seg), silu, out);
   if (!x.device().is_cpu()) c.not_built(x.device());
   const std::vector<float> w = to_f32_vector(weight);
   std::vector<float> b;
@@ -256,6 +264,7 @@ void gdn_gating(const Tensor& a, const Tensor& b, const Tensor& A_log, const Ten
   check_vector(c, "A_log", A_log, hv, "num_v_heads", a);
   check_vector(c, "dt_bias", dt_bias, hv, "num_v_heads", a);
   if (detail::memory_overlaps(g, beta)) c.fail_with("g and beta overlap");
+  if (a.device().is_cuda()) return detail::cuda_gdn_gating(c, a, b, A_log, dt_bias, g, beta);
   if (!a.device().is_cpu()) c.not_built(a.device());
   const std::vector<float> al = to_f32_vector(A_log), dt = to_f32_vector(dt_bias);
   cpu::gdn_gating(a.data<float>(), detail::stride_or(a, 0, hv), b.data<float>(), detail::stride_or(b, 0, hv), n, hv,
@@ -273,6 +282,7 @@ void rms_norm_gated(const Tensor& x, const Tensor& z, const Tensor& weight, floa
   check_vector(c, "weight", weight, x.size(-1), "the row length d", x);
   c.same_device(x, "z", z);
   c.same_device(x, "out", out);
+  if (x.device().is_cuda()) return detail::cuda_rms_norm_gated(c, x, z, weight, eps, out);
   if (!x.device().is_cpu()) c.not_built(x.device());
   cpu::rms_norm_gated(row_set(x), row_set(z), row_set(out), x.size(-1), weight.contiguous().data_ptr(), weight.dtype(),
                       eps);
@@ -287,6 +297,7 @@ void sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& out) {
   c.same_shape("out", out, "x", x);
   c.same_device(x, "gate", gate);
   c.same_device(x, "out", out);
+  if (x.device().is_cuda()) return detail::cuda_sigmoid_mul(c, x, gate, out);
   if (!x.device().is_cpu()) c.not_built(x.device());
   cpu::sigmoid_mul(row_set(x), row_set(gate), row_set(out), x.size(-1));
 }
@@ -307,6 +318,7 @@ void sigmoid_gate_add(const Tensor& x, const Tensor& gate, const Tensor& out) {
   c.same_device(x, "gate", gate);
   c.same_device(x, "out", out);
   if (detail::memory_overlaps(out, x)) c.fail_with("out overlaps x");
+  if (x.device().is_cuda()) return detail::cuda_sigmoid_gate_add(c, x, gate, out);
   if (!x.device().is_cpu()) c.not_built(x.device());
   const int64_t d = x.size(1);
   cpu::sigmoid_gate_add(x.data<float>(), detail::stride_or(x, 0, d), gate.data<float>(), detail::stride_or(gate, 0, 1),

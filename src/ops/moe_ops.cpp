@@ -2,6 +2,7 @@
 #include "ops/moe_ops.h"
 
 #include "kernels/cpu/moe.h"
+#include "ops/linear_attention_cuda.h"
 #include "ops/op_check.h"
 
 namespace rlm::ops {
@@ -27,6 +28,9 @@ void moe_topk_softmax(const Tensor& router_logits, bool renormalize, const Tenso
   if (top_k < 1 || top_k > experts) c.fail_with(str("top_k = ", top_k, " must be in [1, num_experts = ", experts, "]"));
   c.same_device(router_logits, "topk_weights", topk_weights);
   c.same_device(router_logits, "topk_ids", topk_ids);
+  if (router_logits.device().is_cuda()) {
+    return detail::cuda_moe_topk_softmax(c, router_logits, renormalize, topk_weights, topk_ids);
+  }
   if (!router_logits.device().is_cpu()) c.not_built(router_logits.device());
   if (n == 0) return;
   cpu::moe_topk_softmax(router_logits.data<float>(), detail::stride_or(router_logits, 0, experts), n, experts, top_k,
@@ -69,6 +73,7 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
     c.same_device(x, name, *t);
   }
   if (detail::memory_overlaps(out, x)) c.fail_with("out overlaps x");
+  if (x.device().is_cuda()) return detail::cuda_moe_experts(c, x, w_gate_up, w_down, topk_weights, topk_ids, out);
   if (!x.device().is_cpu()) c.not_built(x.device());
   const int64_t top_k = topk_ids.size(1);
   const int32_t* ids = topk_ids.data<int32_t>();

@@ -1,0 +1,44 @@
+// CUDA twins of kernels/cpu/moe.h (pointers on `device`): softmax top-k routing and the routed
+// SiLU-gated experts (tokens grouped per expert on the device, one cuBLAS GEMM pair per expert).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace rlm::cuda {
+
+// One block per token: p = softmax(logits row) (f32, max-subtracted), the top_k largest p (ties:
+// lower id), renormalised when asked (summed in rank order like the CPU). top_k <= num_experts.
+//   logits: [n, num_experts] (row stride ld); weights: f32 [n, top_k]; ids: i32 [n, top_k].
+void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, int64_t num_experts, int64_t top_k,
+                      bool renormalize, float* weights, int32_t* ids);
+
+// Device buffers for one moe_experts call of n tokens (entries = n * top_k); the caller owns them.
+struct MoeWorkspace {
+  int32_t* counts = nullptr;         // [num_experts + 1]: tokens per expert, then the error flag
+  int32_t* sorted_token = nullptr;   // [entries]: token of each grouped row (experts in id order)
+  int32_t* row_of_entry = nullptr;   // [entries]: grouped row of entry t * top_k + j
+  float* xs = nullptr;               // [entries, hidden]: the grouped inputs
+  float* gate_up = nullptr;          // [entries, 2 * inter]
+  float* act = nullptr;              // [entries, inter]
+  float* y = nullptr;                // [entries, hidden]: each grouped row's expert output
+};
+
+// out[t] = sum over j, in increasing expert id, of weights[t, j] * expert_{ids[t, j]}(x[t]).
+// Validates ids on the device first (each in [0, num_experts), none repeated within a token) and
+// reads the per-expert counts back to the host once (a synchronisation). Returns "" or a message
+// naming the first bad entry (out untouched then).
+//   x: [n, hidden] (row stride ldx); w_gate_up: [num_experts, 2 * inter, hidden]; w_down:
+//   [num_experts, hidden, inter] (both contiguous, w_dtype); weights: f32 [n, top_k];
+//   ids: i32 [n, top_k]; out: [n, hidden] (row stride ldo).
+std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
+                        int64_t num_experts, const void* w_gate_up, const void* w_down, DType w_dtype,
+                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
+                        int64_t ldo);
+
+// top_k above this is refused by the ops layer (shared-memory staging of one token's routes).
+inline constexpr int64_t kMaxMoeTopK = 64;
+
+}  // namespace rlm::cuda

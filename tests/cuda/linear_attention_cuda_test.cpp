@@ -1,0 +1,362 @@
+// CUDA twins of the Gated DeltaNet and MoE ops (ops/linear_attention_ops.h, ops/moe_ops.h), each
+// against its CPU twin on fresh random inputs (seed in every failure message): several requests of
+// 1, 63, 64, 65 and 200 new tokens (and an empty one), with and without initial state, snapshots,
+// grouped value heads, strided head views, bf16/f16 weights and poisoned outputs. Whole state pools
+// are compared, so a slot outside the batch that changes shows.
+// Tolerances (rel. L2 over all compared elements):
+//   elementwise ops, conv: 1e-5 (expf/log1pf of the two libraries and fma contraction);
+//   recurrent gated delta rule: 1e-5 (same recurrence, other summation order);
+//   chunk_gated_delta_rule: the GPU runs the token recurrence, the CPU the chunked WY form, which
+//     agree to fp32 rounding (each is within 2e-5 of a double reference in the CPU tests): 5e-5;
+//   moe_experts: f32 weights 1e-5 (cuBLAS SGEMM without TF32); bf16 weights 1e-2 (the GPU rounds
+//     activations to bf16 before each GEMM, cf. kernels/cuda/linear.h);
+//   moe_topk_softmax: ids identical, weights within 1e-6 absolute.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "cuda/cuda_test_util.h"
+#include "ops/linear_attention_ops.h"
+#include "ops/moe_ops.h"
+
+namespace rlm {
+namespace {
+
+using testing::compare_poisoned;
+using testing::error_of;
+using testing::gpu;
+using testing::poisoned;
+using testing::random_dtype;
+using testing::random_normal;
+using testing::TestRng;
+using testing::to_cpu;
+using testing::to_gpu;
+
+constexpr double kF32Tol = 1e-5;
+constexpr double kChunkTol = 5e-5;
+constexpr double kBf16Tol = 1e-2;
+
+Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector(v); }
+
+Tensor uniform(TestRng& rng, Shape shape, double lo, double hi) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(rng.uniform(lo, hi));
+  return t;
+}
+
+// A batch of requests: their new-token counts, state slots (a permutation of part of the pool),
+// initial-state flags and snapshots (track slot, tokens before it), as CPU tensors.
+struct Batch {
+  std::vector<int32_t> lens, slots, has_init, track_slots, track_lens;
+  int64_t num_tokens = 0;
+  ops::StateSegments segments(Device device) const {
+    std::vector<int32_t> indptr{0};
+    for (int32_t l : lens) indptr.push_back(indptr.back() + l);
+    ops::StateSegments s;
+    s.qo_indptr = i32(indptr).to(device);
+    s.state_slots = i32(slots).to(device);
+    s.has_initial_state = i32(has_init).to(device);
+    if (!track_slots.empty()) {
+      s.track_slots = i32(track_slots).to(device);
+      s.track_lens = i32(track_lens).to(device);
+    }
+    return s;
+  }
+};
+
+// Requests of 1, 63, 64, 65, 200 and 0 tokens in a pool of 16 slots; slots 12..15 are never named.
+Batch make_batch(TestRng& rng, bool track) {
+  Batch b;
+  b.lens = {1, 63, 64, 0, 65, 200};
+  b.slots = {7, 2, 9, 4, 0, 5};
+  b.has_init = {1, 0, 1, 1, 0, 1};
+  if (track) {
+    b.track_slots = {-1, 3, 10, -1, 11, 1};
+    b.track_lens = {0, static_cast<int32_t>(rng.randint(1, 63)), 64, 0, 1, static_cast<int32_t>(rng.randint(65, 200))};
+  }
+  b.num_tokens = std::accumulate(b.lens.begin(), b.lens.end(), int64_t{0});
+  return b;
+}
+constexpr int64_t kSlots = 16;
+
+std::string compare(const Tensor& got_gpu, const Tensor& want_cpu, double tol) {
+  return compare_poisoned(to_cpu(got_gpu), want_cpu, tol);
+}
+
+TEST(LinearAttentionCuda, CausalConv1dMatchesCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t conv_dim = 300;  // three channel blocks, the last partial
+  for (int64_t kernel : {4, 2, 1}) {
+    for (DType wd : {DType::kF32, DType::kBF16}) {
+      for (bool track : {false, true}) {
+        for (bool in_place : {false, true}) {
+          SCOPED_TRACE(str("kernel ", kernel, " ", dtype_name(wd), " track ", track, " in_place ", in_place));
+          const Batch b = make_batch(rng, track);
+          const int64_t n = b.num_tokens;
+          // x is a strided view (row stride conv_dim + 5), like a slice of a projection.
+          const Tensor x_base = random_normal(rng, {n, conv_dim + 5});
+          const Tensor weight = random_dtype(rng, {conv_dim, kernel}, wd, 0.5f);
+          const Tensor bias = random_dtype(rng, {conv_dim}, wd, 0.5f);
+          const Tensor state = random_normal(rng, {kSlots, conv_dim, kernel - 1});
+          const bool silu = !in_place;
+          const std::optional<Tensor> cbias = track ? std::optional<Tensor>(bias) : std::nullopt;
+          const std::optional<Tensor> gbias = track ? std::optional<Tensor>(to_gpu(bias)) : std::nullopt;
+          Tensor cx = x_base.clone(), gx = to_gpu(x_base);
+          Tensor cstate = state.clone(), gstate = to_gpu(state);
+          Tensor cout = in_place ? cx : poisoned({n, conv_dim}, DType::kF32);
+          Tensor gout = in_place ? gx : to_gpu(cout);
+          const Tensor cxv = cx.slice(1, 0, conv_dim), gxv = gx.slice(1, 0, conv_dim);
+          ops::causal_conv1d(cxv, weight, cbias, cstate, b.segments(Device::cpu()), silu,
+                             in_place ? cxv : cout);
+          ops::causal_conv1d(gxv, to_gpu(weight), gbias, gstate, b.segments(gpu()), silu,
+                             in_place ? gxv : gout);
+          EXPECT_EQ(compare(gout, cout, kF32Tol), "");
+          EXPECT_EQ(compare(gstate, cstate, kF32Tol), "");
+        }
+      }
+    }
+  }
+}
+
+// q, k, v as strided per-head views of one flat buffer (the GDN backend's layout).
+struct GdrInputs {
+  Tensor flat, q, k, v, g, beta;
+};
+
+GdrInputs gdr_views(const Tensor& flat, const Tensor& g, const Tensor& beta, int64_t n, int64_t hk, int64_t hv,
+                    int64_t dk, int64_t dv) {
+  const int64_t row = 2 * hk * dk + hv * dv;
+  GdrInputs in;
+  in.flat = flat;
+  const Tensor rows = flat.view({n, row});
+  in.q = rows.slice(1, 0, hk * dk).view({n, hk, dk});
+  in.k = rows.slice(1, hk * dk, 2 * hk * dk).view({n, hk, dk});
+  in.v = rows.slice(1, 2 * hk * dk, row).view({n, hv, dv});
+  in.g = g;
+  in.beta = beta;
+  return in;
+}
+
+TEST(LinearAttentionCuda, GatedDeltaRuleMatchesCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  struct Dims {
+    int64_t hk, hv, dk, dv;
+  };
+  // The Qwen3-Next-80B head dims (grouped 2 value heads per key head), then odd small ones.
+  for (const Dims& d : {Dims{2, 4, 128, 128}, Dims{3, 3, 37, 20}, Dims{1, 3, 128, 9}}) {
+    for (bool chunked : {false, true}) {
+      for (bool track : {false, true}) {
+        for (bool l2norm : {true, false}) {
+          SCOPED_TRACE(str("hk ", d.hk, " hv ", d.hv, " dk ", d.dk, " dv ", d.dv, " chunked ", chunked, " track ",
+                           track, " l2norm ", l2norm));
+          const Batch b = make_batch(rng, track);
+          const int64_t n = b.num_tokens;
+          const Tensor flat = random_normal(rng, {n * (2 * d.hk * d.dk + d.hv * d.dv)}, l2norm ? 1.0f : 0.15f);
+          const Tensor g = uniform(rng, {n, d.hv}, -0.6, -0.01);
+          const Tensor beta = uniform(rng, {n, d.hv}, 0.05, 0.95);
+          const Tensor state = random_normal(rng, {kSlots, d.hv, d.dk, d.dv}, 0.5f);
+          const GdrInputs c = gdr_views(flat, g, beta, n, d.hk, d.hv, d.dk, d.dv);
+          const GdrInputs gg = gdr_views(to_gpu(flat), to_gpu(g), to_gpu(beta), n, d.hk, d.hv, d.dk, d.dv);
+          Tensor cstate = state.clone(), gstate = to_gpu(state);
+          Tensor cout = poisoned({n, d.hv, d.dv}, DType::kF32), gout = to_gpu(cout);
+          ops::GatedDeltaRuleParams p;
+          p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.dk)));
+          p.use_qk_l2norm = l2norm;
+          auto run = chunked ? ops::chunk_gated_delta_rule : ops::recurrent_gated_delta_rule;
+          run(c.q, c.k, c.v, c.g, c.beta, cstate, b.segments(Device::cpu()), p, cout);
+          run(gg.q, gg.k, gg.v, gg.g, gg.beta, gstate, b.segments(gpu()), p, gout);
+          const double tol = chunked ? kChunkTol : kF32Tol;
+          EXPECT_EQ(compare(gout, cout, tol), "");
+          EXPECT_EQ(compare(gstate, cstate, tol), "");
+        }
+      }
+    }
+  }
+}
+
+TEST(LinearAttentionCuda, DecodeBatchOfOneTokenRequests) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t hk = 4, hv = 8, dk = 128, dv = 128, bs = 37;
+  Batch b;
+  for (int64_t r = 0; r < bs; ++r) {
+    b.lens.push_back(1);
+    b.slots.push_back(static_cast<int32_t>(bs - 1 - r));
+    b.has_init.push_back(r % 5 == 0 ? 0 : 1);
+  }
+  b.num_tokens = bs;
+  const Tensor flat = random_normal(rng, {bs * (2 * hk * dk + hv * dv)});
+  const Tensor g = uniform(rng, {bs, hv}, -0.6, -0.01), beta = uniform(rng, {bs, hv}, 0.05, 0.95);
+  const Tensor state = random_normal(rng, {bs + 3, hv, dk, dv}, 0.5f);
+  const GdrInputs c = gdr_views(flat, g, beta, bs, hk, hv, dk, dv);
+  const GdrInputs gg = gdr_views(to_gpu(flat), to_gpu(g), to_gpu(beta), bs, hk, hv, dk, dv);
+  Tensor cstate = state.clone(), gstate = to_gpu(state);
+  Tensor cout = poisoned({bs, hv, dv}, DType::kF32), gout = to_gpu(cout);
+  ops::GatedDeltaRuleParams p;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  ops::recurrent_gated_delta_rule(c.q, c.k, c.v, c.g, c.beta, cstate, b.segments(Device::cpu()), p, cout);
+  ops::recurrent_gated_delta_rule(gg.q, gg.k, gg.v, gg.g, gg.beta, gstate, b.segments(gpu()), p, gout);
+  EXPECT_EQ(compare(gout, cout, kF32Tol), "");
+  EXPECT_EQ(compare(gstate, cstate, kF32Tol), "");
+}
+
+TEST(LinearAttentionCuda, BadSegmentsAreErrorsOnTheDevice) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t n = 5, dim = 8;
+  const Tensor x = to_gpu(random_normal(rng, {n, dim}));
+  const Tensor w = to_gpu(random_normal(rng, {dim, 4}));
+  const Tensor state = to_gpu(random_normal(rng, {4, dim, 3}));
+  Tensor out = Tensor::empty({n, dim}, DType::kF32, gpu());
+  auto conv = [&](const Batch& b) {
+    return error_of([&] { ops::causal_conv1d(x, w, std::nullopt, state, b.segments(gpu()), true, out); });
+  };
+  Batch ok{{2, 3}, {0, 1}, {0, 1}, {}, {}, n};
+  EXPECT_EQ(conv(ok), "");
+  Batch b = ok;
+  b.slots = {0, 4};
+  EXPECT_NE(conv(b).find("outside the state pool"), std::string::npos) << conv(b);
+  b = ok;
+  b.slots = {1, 1};
+  EXPECT_NE(conv(b).find("used twice"), std::string::npos) << conv(b);
+  b = ok;
+  b.lens = {2, 2};
+  EXPECT_NE(conv(b).find("num_tokens"), std::string::npos) << conv(b);
+  b = ok;
+  b.track_slots = {2, 0};
+  b.track_lens = {1, 1};
+  EXPECT_NE(conv(b).find("track slot of request 1 is used twice"), std::string::npos) << conv(b);
+  b.track_slots = {2, -1};
+  b.track_lens = {3, 0};
+  EXPECT_NE(conv(b).find("track length of request 0"), std::string::npos) << conv(b);
+}
+
+TEST(LinearAttentionCuda, GatesNormsAndSigmoidsMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (DType wd : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(wd));
+    // gdn_gating with a and b as the halves of one [n, 2 * hv] projection (strided views).
+    const int64_t n = 133, hv = 6;
+    const Tensor ba = random_normal(rng, {n, 2 * hv}, 12.0f);  // reaches the softplus threshold 20
+    const Tensor A_log = random_dtype(rng, {hv}, wd), dt_bias = random_dtype(rng, {hv}, wd);
+    const Tensor gba = to_gpu(ba);
+    Tensor cg = poisoned({n, hv}, DType::kF32), cb = poisoned({n, hv}, DType::kF32);
+    Tensor gg = to_gpu(cg), gb = to_gpu(cb);
+    ops::gdn_gating(ba.slice(1, hv, 2 * hv), ba.slice(1, 0, hv), A_log, dt_bias, cg, cb);
+    ops::gdn_gating(gba.slice(1, hv, 2 * hv), gba.slice(1, 0, hv), to_gpu(A_log), to_gpu(dt_bias), gg, gb);
+    EXPECT_EQ(compare(gg, cg, kF32Tol), "");
+    EXPECT_EQ(compare(gb, cb, kF32Tol), "");
+
+    // rms_norm_gated on [n, heads, d] (in place) and on an odd 2-D [n, d].
+    for (const Shape& shape : {Shape{41, 5, 128}, Shape{29, 37}}) {
+      const int64_t d = shape.back();
+      const Tensor x = random_normal(rng, shape, 2.0f), z = random_normal(rng, shape);
+      const Tensor w = random_dtype(rng, {d}, wd);
+      Tensor cx = x.clone(), gx = to_gpu(x);
+      Tensor cout = poisoned(shape, DType::kF32), gout = to_gpu(cout);
+      ops::rms_norm_gated(cx, z, w, 1e-6f, cout);
+      ops::rms_norm_gated(gx, to_gpu(z), to_gpu(w), 1e-6f, gout);
+      EXPECT_EQ(compare(gout, cout, kF32Tol), "");
+      ops::rms_norm_gated(cx, z, w, 1e-6f, cx);
+      ops::rms_norm_gated(gx, to_gpu(z), to_gpu(w), 1e-6f, gx);
+      EXPECT_EQ(compare(gx, cx, kF32Tol), "");
+    }
+  }
+  // sigmoid_mul on per-head views of a fused projection (gate heads after the value heads), in place.
+  const int64_t n = 53, heads = 3, d = 129;
+  const Tensor base = random_normal(rng, {n, 2 * heads, d}, 3.0f);
+  Tensor cbase = base.clone(), gbase = to_gpu(base);
+  const Tensor cx = cbase.slice(1, 0, heads), cgate = cbase.slice(1, heads, 2 * heads);
+  const Tensor gx = gbase.slice(1, 0, heads), ggate = gbase.slice(1, heads, 2 * heads);
+  Tensor cout = poisoned({n, heads, d}, DType::kF32), gout = to_gpu(cout);
+  ops::sigmoid_mul(cx, cgate, cout);
+  ops::sigmoid_mul(gx, ggate, gout);
+  EXPECT_EQ(compare(gout, cout, kF32Tol), "");
+  ops::sigmoid_mul(cx, cgate, cx);
+  ops::sigmoid_mul(gx, ggate, gx);
+  EXPECT_EQ(compare(gbase, cbase, kF32Tol), "");
+  // sigmoid_gate_add with the gate a column of a wider tensor.
+  const int64_t rows = 77, width = 130;
+  const Tensor sx = random_normal(rng, {rows, width}), acc = random_normal(rng, {rows, width});
+  const Tensor gates = random_normal(rng, {rows, 3}, 4.0f);
+  Tensor cacc = acc.clone(), gacc = to_gpu(acc);
+  ops::sigmoid_gate_add(sx, gates.slice(1, 1, 2), cacc);
+  ops::sigmoid_gate_add(to_gpu(sx), to_gpu(gates).slice(1, 1, 2), gacc);
+  EXPECT_EQ(compare(gacc, cacc, kF32Tol), "");
+}
+
+TEST(MoeCuda, TopkSoftmaxMatchesCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t experts : {8, 61, 512}) {
+    const int64_t n = 37;
+    Tensor logits = random_normal(rng, {n, experts + 3}, 2.0f);  // a strided view: 3 spare columns
+    for (int64_t e = 0; e < experts; ++e) logits.at<float>({0, e}) = 0.25f;  // all tied: lowest ids win
+    logits.at<float>({1, experts - 1}) = logits.at<float>({1, experts / 2}) = 9.0f;  // a tie at the top
+    const Tensor cl = logits.slice(1, 0, experts), gl = to_gpu(logits).slice(1, 0, experts);
+    for (int64_t top_k : {int64_t{1}, int64_t{3}, std::min<int64_t>(10, experts), experts}) {
+      if (top_k > 64) continue;
+      for (bool renorm : {false, true}) {
+        SCOPED_TRACE(str("experts ", experts, " top_k ", top_k, " renorm ", renorm));
+        Tensor cw = poisoned({n, top_k}, DType::kF32), cid = poisoned({n, top_k}, DType::kI32);
+        Tensor gw = to_gpu(cw), gid = to_gpu(cid);
+        ops::moe_topk_softmax(cl, renorm, cw, cid);
+        ops::moe_topk_softmax(gl, renorm, gw, gid);
+        EXPECT_EQ(testing::int_values(gid), testing::int_values(cid));
+        const Tensor hw = to_cpu(gw);
+        for (int64_t i = 0; i < cw.numel(); ++i) {
+          ASSERT_NEAR(hw.data<float>()[i], cw.data<float>()[i], 1e-6) << "entry " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(MoeCuda, ExpertsMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t hidden = 72, inter = 40, experts = 16, top_k = 4;
+  const Tensor w_gate_up = random_normal(rng, {experts, 2 * inter, hidden}, 0.2f);
+  const Tensor w_down = random_normal(rng, {experts, hidden, inter}, 0.2f);
+  for (int64_t n : {1, 37, 300, 2100}) {  // 2100 > the 2048-token chunk of the CUDA branch
+    const Tensor x_base = random_normal(rng, {n, hidden + 8});
+    const Tensor cx = x_base.slice(1, 0, hidden), gx = to_gpu(x_base).slice(1, 0, hidden);
+    Tensor w = Tensor::empty({n, top_k}, DType::kF32), ids = Tensor::empty({n, top_k}, DType::kI32);
+    ops::moe_topk_softmax(random_normal(rng, {n, experts}, 2.0f), true, w, ids);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(str("n ", n, " ", dtype_name(dt)));
+      const Tensor gu = w_gate_up.to(dt), dn = w_down.to(dt);
+      Tensor cout = poisoned({n, hidden}, DType::kF32), gout = to_gpu(cout);
+      ops::moe_experts(cx, gu, dn, w, ids, cout);
+      ops::moe_experts(gx, to_gpu(gu), to_gpu(dn), to_gpu(w), to_gpu(ids), gout);
+      EXPECT_EQ(compare(gout, cout, dt == DType::kF32 ? kF32Tol : kBf16Tol), "");
+    }
+  }
+  // Bad routes are errors found on the device.
+  const int64_t n = 3;
+  const Tensor gx = to_gpu(random_normal(rng, {n, hidden}));
+  const Tensor gw = to_gpu(random_normal(rng, {n, 2}));
+  Tensor gout = Tensor::empty({n, hidden}, DType::kF32, gpu());
+  auto run = [&](const std::vector<int32_t>& ids) {
+    return error_of([&] {
+      ops::moe_experts(gx, to_gpu(w_gate_up), to_gpu(w_down), gw, to_gpu(Tensor::from_vector(ids, {n, 2})), gout);
+    });
+  };
+  EXPECT_EQ(run({0, 1, 2, 3, 15, 14}), "");
+  EXPECT_NE(run({0, 1, 2, 16, 4, 5}).find("topk_ids[1, 1]"), std::string::npos) << run({0, 1, 2, 16, 4, 5});
+  EXPECT_NE(run({0, 1, 2, 3, 7, 7}).find("token 2 lists an expert twice"), std::string::npos) << run({0, 1, 2, 3, 7, 7});
+}
+
+}  // namespace
+}  // namespace rlm
