@@ -3,6 +3,7 @@
 // scheduler), with the decode step compared against its memory floor: (weight bytes + KV bytes
 // read) / copy bandwidth measured in the same run on the same device.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -10,6 +11,7 @@
 #include "cli/commands.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "model/qwen3_next.h"
 
 namespace rlm::cli {
 
@@ -40,6 +42,49 @@ double weight_bytes(const ModelConfig& c, DType dtype) {
   const double embed = static_cast<double>(c.vocab_size) * h;
   const double total = embed * (c.tie_word_embeddings ? 1.0 : 2.0) + layer * static_cast<double>(c.num_hidden_layers) + h;
   return total * static_cast<double>(dtype_size(dtype));
+}
+
+// Bytes one Qwen3-Next decode step of `batch` tokens reads: every non-expert weight (attention or
+// Gated DeltaNet projections, router, shared expert, lm_head) in `dtype`, the experts the step
+// routes to (top_k per layer at batch 1; for larger batches the expected number of distinct
+// experts under uniform routing, E * (1 - (1 - k/E)^batch)), the batch's embedding rows, the f32
+// norms / A_log / dt_bias, and each request's f32 conv + SSM states, read and written.
+StatusOr<double> qwen3_next_step_bytes(const ModelConfig& config, int64_t batch, DType dtype) {
+  ModelConfig c = config;
+  RLM_ASSIGN_OR_RETURN(const Qwen3NextSpec s, parse_qwen3_next_spec(c));
+  const double es = static_cast<double>(dtype_size(dtype)), h = static_cast<double>(c.hidden_size);
+  const double d = static_cast<double>(c.head_dim), hq = static_cast<double>(c.num_attention_heads);
+  const double hk = static_cast<double>(c.num_key_value_heads), b = static_cast<double>(batch);
+  const double key_dim = static_cast<double>(s.linear_num_key_heads * s.linear_key_head_dim);
+  const double value_dim = static_cast<double>(s.linear_num_value_heads * s.linear_value_head_dim);
+  const double conv_dim = 2.0 * key_dim + value_dim, hv = static_cast<double>(s.linear_num_value_heads);
+  const double e = static_cast<double>(s.num_experts), k = static_cast<double>(s.num_experts_per_tok);
+  const double experts_read = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, b)) : 0.0;
+  double weights = 0.0, f32 = 0.0, states = 0.0;
+  for (size_t l = 0; l < s.is_linear.size(); ++l) {
+    f32 += 2.0 * h;  // input / post-attention norms
+    if (s.is_linear[l]) {
+      weights += h * (conv_dim + value_dim + 2.0 * hv) + value_dim * h +
+                 conv_dim * static_cast<double>(s.linear_conv_kernel_dim);
+      f32 += 2.0 * hv + static_cast<double>(s.linear_value_head_dim);
+      states += b * (conv_dim * static_cast<double>(s.linear_conv_kernel_dim - 1) +
+                     hv * static_cast<double>(s.linear_key_head_dim * s.linear_value_head_dim));
+    } else {
+      weights += h * d * (2.0 * hq + 2.0 * hk) + hq * d * h;
+      f32 += 2.0 * d;  // q / k norms
+    }
+    if (s.is_moe[l]) {
+      weights += e * h + experts_read * 3.0 * h * static_cast<double>(s.moe_intermediate_size);
+      if (s.shared_expert_intermediate_size > 0) {
+        weights += 3.0 * h * static_cast<double>(s.shared_expert_intermediate_size) + h;
+      }
+    } else {
+      weights += 3.0 * h * static_cast<double>(c.intermediate_size);
+    }
+  }
+  weights += static_cast<double>(c.vocab_size) * h + b * h;  // lm_head + the embedding rows
+  f32 += h;                                                   // final norm
+  return weights * es + f32 * 4.0 + 2.0 * states * 4.0;
 }
 
 // Copy bandwidth (bytes read + written per second) of a 1 GiB (256 MiB on the CPU) buffer.
@@ -123,8 +168,14 @@ int run_one_batch(const OneBatchArgs& a) {
   const double mid_len = static_cast<double>(a.input_len) + static_cast<double>(a.output_len) / 2.0;
   // Dummy weights are made in bf16 (f32 when the config says so); loaded weights in the config's dtype.
   const DType wdt = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
-  const double decode_bytes =
-      weight_bytes(cfg, wdt) + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size);
+  // Qwen3-Next reads only the routed experts (and its recurrent states) per step.
+  double weights_read = weight_bytes(cfg, wdt);
+  if (cfg.architecture == "Qwen3NextForCausalLM") {
+    auto bytes = qwen3_next_step_bytes(cfg, a.batch_size, wdt);
+    if (!bytes.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", bytes.status().to_string().c_str()), 1;
+    weights_read = *bytes;
+  }
+  const double decode_bytes = weights_read + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size);
   // The copy's rate counts bytes read plus written; a decode step is a read stream, which runs at
   // about that total rate, so the floor is bytes / copy rate.
   const double floor_ms = decode_bytes / bw * 1e3;
@@ -136,8 +187,9 @@ int run_one_batch(const OneBatchArgs& a) {
               static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
   std::printf("decode step (median of %zu): %.3f ms (%.0f tok/s)\n", steps.size(), step_ms,
               static_cast<double>(a.batch_size) / (step_ms / 1e3));
-  std::printf("decode floor: %.2f GB read (weights + KV) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
-              decode_bytes / 1e9, bw / 1e9, floor_ms, step_ms / floor_ms);
+  std::printf("decode floor: %.2f GB read (weights + KV%s) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
+              decode_bytes / 1e9, cfg.architecture == "Qwen3NextForCausalLM" ? " + routed experts + states" : "",
+              bw / 1e9, floor_ms, step_ms / floor_ms);
   return 0;
 }
 

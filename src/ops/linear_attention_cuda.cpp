@@ -120,7 +120,7 @@ void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool
                            const Tensor& topk_ids) {
   const int64_t experts = router_logits.size(1), top_k = topk_ids.size(1);
   if (top_k > cuda::kMaxMoeTopK) c.fail_with(str("top_k = ", top_k, " exceeds ", cuda::kMaxMoeTopK, " on CUDA"));
-  if (experts > 12288) c.fail_with(str("num_experts = ", experts, " exceeds 12288 on CUDA"));
+  if (experts > 8192) c.fail_with(str("num_experts = ", experts, " exceeds 8192 on CUDA"));
   cuda::moe_topk_softmax(router_logits.device().index, router_logits.data<float>(),
                          stride_or(router_logits, 0, experts), router_logits.size(0), experts, top_k, renormalize,
                          topk_weights.data<float>(), topk_ids.data<int32_t>());

@@ -20,10 +20,13 @@ constexpr int kRouteThreads = 128;
 constexpr int32_t kNoError = 0x7f7f7f7f;  // the flag after memset(0x7f)
 constexpr int kBadId = 1, kRepeatedId = 2;
 
-// (p, id) ordering of the router: larger p first, ties to the lower id; taken entries hold p = -1.
+// (p, id) ordering of the router: larger p first, ties to the lower id. Taken entries hold
+// kTaken; a NaN probability ranks below every number but above taken entries.
+constexpr float kTaken = -2.0f;
 __device__ __forceinline__ bool better(float pa, int ia, float pb, int ib) {
   return pa > pb || (pa == pb && ia < ib);
 }
+__device__ __forceinline__ float rank_value(float p) { return isnan(p) ? -1.5f : p; }
 
 __global__ void topk_softmax_kernel(const float* logits, int64_t ld, int64_t num_experts, int64_t top_k,
                                     bool renormalize, float* weights, int32_t* ids) {
@@ -44,11 +47,11 @@ __global__ void topk_softmax_kernel(const float* logits, int64_t ld, int64_t num
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, num_warps = blockDim.x / 32;
   for (int64_t j = 0; j < top_k; ++j) {
-    float bp = -2.0f;
+    float bp = -INFINITY;  // every thread with an expert picks one (even a taken one) over this
     int bi = 0x7fffffff;
     for (int64_t e = threadIdx.x; e < num_experts; e += blockDim.x) {
-      if (better(p[e], static_cast<int>(e), bp, bi)) {
-        bp = p[e];
+      if (better(rank_value(p[e]), static_cast<int>(e), bp, bi)) {
+        bp = rank_value(p[e]);
         bi = static_cast<int>(e);
       }
     }
@@ -74,9 +77,9 @@ __global__ void topk_softmax_kernel(const float* logits, int64_t ld, int64_t num
           bi = best_i[w];
         }
       }
-      sel_p[j] = bp;
+      sel_p[j] = p[bi];
       sel_i[j] = bi;
-      p[bi] = -1.0f;  // taken
+      p[bi] = kTaken;
     }
     __syncthreads();
   }
@@ -193,7 +196,7 @@ void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, in
   if (n == 0) return;
   RLM_CHECK(n <= 0x7fffffff) << "moe_topk_softmax: " << n << " tokens";
   const size_t shared = static_cast<size_t>(num_experts) * sizeof(float);
-  RLM_CHECK(shared <= 48 * 1024) << "moe_topk_softmax: " << num_experts << " experts exceed the shared memory";
+  RLM_CHECK(shared <= 32 * 1024) << "moe_topk_softmax: " << num_experts << " experts exceed the shared memory";
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   topk_softmax_kernel<<<static_cast<unsigned>(n), kRouteThreads, shared, stream>>>(logits, ld, num_experts, top_k,
                                                                                   renormalize, weights, ids);
