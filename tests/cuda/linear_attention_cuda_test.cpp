@@ -80,6 +80,11 @@ Batch make_batch(TestRng& rng, bool track) {
 }
 constexpr int64_t kSlots = 16;
 
+std::vector<int32_t> ints(const Tensor& t) {
+  const Tensor c = to_cpu(t).contiguous();
+  return std::vector<int32_t>(c.data<int32_t>(), c.data<int32_t>() + c.numel());
+}
+
 std::string compare(const Tensor& got_gpu, const Tensor& want_cpu, double tol) {
   return compare_poisoned(to_cpu(got_gpu), want_cpu, tol);
 }
@@ -121,22 +126,34 @@ TEST(LinearAttentionCuda, CausalConv1dMatchesCpu) {
   }
 }
 
-// q, k, v as strided per-head views of one flat buffer (the GDN backend's layout).
+// q, k, v as strided per-head views (token stride != heads * dim), as the GDN backend passes
+// them: heads [1, 1 + h) of bases [n, h + 2, d].
 struct GdrInputs {
-  Tensor flat, q, k, v, g, beta;
+  Tensor q, k, v, g, beta;
 };
 
-GdrInputs gdr_views(const Tensor& flat, const Tensor& g, const Tensor& beta, int64_t n, int64_t hk, int64_t hv,
-                    int64_t dk, int64_t dv) {
-  const int64_t row = 2 * hk * dk + hv * dv;
+struct GdrBases {
+  Tensor q, k, v, g, beta;  // [n, hk + 2, dk], [n, hk + 2, dk], [n, hv + 2, dv], [n, hv], [n, hv]
+};
+
+GdrBases gdr_bases(TestRng& rng, int64_t n, int64_t hk, int64_t hv, int64_t dk, int64_t dv, float scale) {
+  GdrBases b;
+  b.q = random_normal(rng, {n, hk + 2, dk}, scale);
+  b.k = random_normal(rng, {n, hk + 2, dk}, scale);
+  b.v = random_normal(rng, {n, hv + 2, dv});
+  b.g = uniform(rng, {n, hv}, -0.6, -0.01);
+  b.beta = uniform(rng, {n, hv}, 0.05, 0.95);
+  return b;
+}
+
+GdrInputs gdr_views(const GdrBases& b, Device device) {
   GdrInputs in;
-  in.flat = flat;
-  const Tensor rows = flat.view({n, row});
-  in.q = rows.slice(1, 0, hk * dk).view({n, hk, dk});
-  in.k = rows.slice(1, hk * dk, 2 * hk * dk).view({n, hk, dk});
-  in.v = rows.slice(1, 2 * hk * dk, row).view({n, hv, dv});
-  in.g = g;
-  in.beta = beta;
+  const int64_t hk = b.q.size(1) - 2, hv = b.v.size(1) - 2;
+  in.q = b.q.to(device).slice(1, 1, 1 + hk);
+  in.k = b.k.to(device).slice(1, 1, 1 + hk);
+  in.v = b.v.to(device).slice(1, 1, 1 + hv);
+  in.g = b.g.to(device);
+  in.beta = b.beta.to(device);
   return in;
 }
 
@@ -156,12 +173,10 @@ TEST(LinearAttentionCuda, GatedDeltaRuleMatchesCpu) {
                            track, " l2norm ", l2norm));
           const Batch b = make_batch(rng, track);
           const int64_t n = b.num_tokens;
-          const Tensor flat = random_normal(rng, {n * (2 * d.hk * d.dk + d.hv * d.dv)}, l2norm ? 1.0f : 0.15f);
-          const Tensor g = uniform(rng, {n, d.hv}, -0.6, -0.01);
-          const Tensor beta = uniform(rng, {n, d.hv}, 0.05, 0.95);
+          const GdrBases bases = gdr_bases(rng, n, d.hk, d.hv, d.dk, d.dv, l2norm ? 1.0f : 0.15f);
           const Tensor state = random_normal(rng, {kSlots, d.hv, d.dk, d.dv}, 0.5f);
-          const GdrInputs c = gdr_views(flat, g, beta, n, d.hk, d.hv, d.dk, d.dv);
-          const GdrInputs gg = gdr_views(to_gpu(flat), to_gpu(g), to_gpu(beta), n, d.hk, d.hv, d.dk, d.dv);
+          const GdrInputs c = gdr_views(bases, Device::cpu());
+          const GdrInputs gg = gdr_views(bases, gpu());
           Tensor cstate = state.clone(), gstate = to_gpu(state);
           Tensor cout = poisoned({n, d.hv, d.dv}, DType::kF32), gout = to_gpu(cout);
           ops::GatedDeltaRuleParams p;
@@ -191,11 +206,10 @@ TEST(LinearAttentionCuda, DecodeBatchOfOneTokenRequests) {
     b.has_init.push_back(r % 5 == 0 ? 0 : 1);
   }
   b.num_tokens = bs;
-  const Tensor flat = random_normal(rng, {bs * (2 * hk * dk + hv * dv)});
-  const Tensor g = uniform(rng, {bs, hv}, -0.6, -0.01), beta = uniform(rng, {bs, hv}, 0.05, 0.95);
+  const GdrBases bases = gdr_bases(rng, bs, hk, hv, dk, dv, 1.0f);
   const Tensor state = random_normal(rng, {bs + 3, hv, dk, dv}, 0.5f);
-  const GdrInputs c = gdr_views(flat, g, beta, bs, hk, hv, dk, dv);
-  const GdrInputs gg = gdr_views(to_gpu(flat), to_gpu(g), to_gpu(beta), bs, hk, hv, dk, dv);
+  const GdrInputs c = gdr_views(bases, Device::cpu());
+  const GdrInputs gg = gdr_views(bases, gpu());
   Tensor cstate = state.clone(), gstate = to_gpu(state);
   Tensor cout = poisoned({bs, hv, dv}, DType::kF32), gout = to_gpu(cout);
   ops::GatedDeltaRuleParams p;
@@ -232,10 +246,10 @@ TEST(LinearAttentionCuda, BadSegmentsAreErrorsOnTheDevice) {
   b = ok;
   b.track_slots = {2, 0};
   b.track_lens = {1, 1};
-  EXPECT_NE(conv(b).find("track slot of request 1 is used twice"), std::string::npos) << conv(b);
+  EXPECT_NE(conv(b).find("track slot 0 of request 1 is used twice"), std::string::npos) << conv(b);
   b.track_slots = {2, -1};
   b.track_lens = {3, 0};
-  EXPECT_NE(conv(b).find("track length of request 0"), std::string::npos) << conv(b);
+  EXPECT_NE(conv(b).find("track length 3 of request 0 must be in [1, 2]"), std::string::npos) << conv(b);
 }
 
 TEST(LinearAttentionCuda, GatesNormsAndSigmoidsMatchCpu) {
@@ -312,7 +326,7 @@ TEST(MoeCuda, TopkSoftmaxMatchesCpu) {
         Tensor gw = to_gpu(cw), gid = to_gpu(cid);
         ops::moe_topk_softmax(cl, renorm, cw, cid);
         ops::moe_topk_softmax(gl, renorm, gw, gid);
-        EXPECT_EQ(testing::int_values(gid), testing::int_values(cid));
+        EXPECT_EQ(ints(gid), ints(cid));
         const Tensor hw = to_cpu(gw);
         for (int64_t i = 0; i < cw.numel(); ++i) {
           ASSERT_NEAR(hw.data<float>()[i], cw.data<float>()[i], 1e-6) << "entry " << i;
@@ -354,8 +368,8 @@ TEST(MoeCuda, ExpertsMatchCpu) {
     });
   };
   EXPECT_EQ(run({0, 1, 2, 3, 15, 14}), "");
-  EXPECT_NE(run({0, 1, 2, 16, 4, 5}).find("topk_ids[1, 1]"), std::string::npos) << run({0, 1, 2, 16, 4, 5});
-  EXPECT_NE(run({0, 1, 2, 3, 7, 7}).find("token 2 lists an expert twice"), std::string::npos) << run({0, 1, 2, 3, 7, 7});
+  EXPECT_NE(run({0, 1, 2, 16, 4, 5}).find("topk_ids[1, 1] = 16 is outside"), std::string::npos) << run({0, 1, 2, 16, 4, 5});
+  EXPECT_NE(run({0, 1, 2, 3, 7, 7}).find("token 2 lists expert 7 twice"), std::string::npos) << run({0, 1, 2, 3, 7, 7});
 }
 
 }  // namespace

@@ -142,6 +142,13 @@ __global__ void conv_state_kernel(const float* x, int64_t ldx, int64_t conv_dim,
   for (int64_t j = 0; j < width; ++j) state[c * width + j] = conv_input(x, ldx, begin, len + j, width, state, has_init, c);
 }
 
+// One i32 of device memory (error path only).
+int32_t read_i32(const int32_t* p, int64_t i) {
+  int32_t v = 0;
+  RLM_CUDA_CHECK(cudaMemcpy(&v, p + i, sizeof(v), cudaMemcpyDeviceToHost));
+  return v;
+}
+
 }  // namespace
 
 std::string check_segments(int device, const DeviceSegments& seg, int64_t num_tokens, int64_t num_slots) {
@@ -156,17 +163,30 @@ std::string check_segments(int device, const DeviceSegments& seg, int64_t num_to
   RLM_CUDA_CHECK(cudaMemcpyAsync(&first, flag, sizeof(first), cudaMemcpyDeviceToHost, stream));
   RLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (first == ~0ull) return "";
-  const int64_t claim = static_cast<int64_t>(first / 16), r = claim / 2;
+  // The messages of the CPU checker (ops/linear_attention_ops.cpp), values read back.
+  const int64_t claim = static_cast<int64_t>(first / 16), r = claim / 2, bs = seg.batch_size;
+  auto len = [&] { return static_cast<int64_t>(read_i32(seg.qo_indptr, r + 1)) - read_i32(seg.qo_indptr, r); };
   switch (static_cast<int>(first % 16)) {
-    case kIndptrStart: return "segments.qo_indptr[0] must be 0";
-    case kIndptrEnd: return str("segments.qo_indptr[", seg.batch_size, "] must equal num_tokens = ", num_tokens);
+    case kIndptrStart: return str("segments.qo_indptr[0] must be 0, got ", read_i32(seg.qo_indptr, 0));
+    case kIndptrEnd:
+      return str("segments.qo_indptr[", bs, "] = ", read_i32(seg.qo_indptr, bs), " must equal num_tokens = ",
+                 num_tokens);
     case kIndptrDecreases: return str("segments.qo_indptr decreases at request ", r);
-    case kStateSlotRange: return str("state slot of request ", r, " is outside the state pool [0, ", num_slots, ")");
-    case kStateSlotTwice: return str("state slot of request ", r, " is used twice in one call");
-    case kTrackSlotRange: return str("track slot of request ", r, " is outside the state pool [0, ", num_slots, ")");
-    case kTrackSlotTwice: return str("track slot of request ", r, " is used twice in one call");
-    case kTrackLen: return str("track length of request ", r, " must be in [1, its new tokens]");
-    case kTrackSlotNegative: return str("track slot of request ", r, " must be -1 (none) or a slot");
+    case kStateSlotRange:
+      return str("state slot ", read_i32(seg.state_slots, r), " of request ", r, " is outside the state pool [0, ",
+                 num_slots, ")");
+    case kStateSlotTwice:
+      return str("state slot ", read_i32(seg.state_slots, r), " of request ", r, " is used twice in one call");
+    case kTrackSlotRange:
+      return str("track slot ", read_i32(seg.track_slots, r), " of request ", r, " is outside the state pool [0, ",
+                 num_slots, ")");
+    case kTrackSlotTwice:
+      return str("track slot ", read_i32(seg.track_slots, r), " of request ", r, " is used twice in one call");
+    case kTrackLen:
+      return str("track length ", read_i32(seg.track_lens, r), " of request ", r, " must be in [1, ", len(),
+                 "] (its new tokens)");
+    case kTrackSlotNegative:
+      return str("track slot ", read_i32(seg.track_slots, r), " of request ", r, " must be -1 (none) or a slot");
     default: return str("segments: unknown check result ", first);
   }
 }

@@ -222,9 +222,13 @@ std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int6
   RLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   const int32_t flag = counts[num_experts];
   if (flag != kNoError) {
+    // The CPU checker's messages (ops/moe_ops.cpp), the id read back.
     const int64_t entry = flag / 4, t = entry / top_k, j = entry % top_k;
-    return flag % 4 == kBadId ? str("topk_ids[", t, ", ", j, "] is outside [0, num_experts = ", num_experts, ")")
-                              : str("token ", t, " lists an expert twice (at topk_ids[", t, ", ", j, "])");
+    int32_t id = 0;
+    RLM_CUDA_CHECK(cudaMemcpy(&id, ids + entry, sizeof(id), cudaMemcpyDeviceToHost));
+    return flag % 4 == kBadId
+               ? str("topk_ids[", t, ", ", j, "] = ", id, " is outside [0, num_experts = ", num_experts, ")")
+               : str("token ", t, " lists expert ", id, " twice");
   }
   group_kernel<<<static_cast<unsigned>(num_experts), kBlock, 0, stream>>>(ids, entries, top_k, ws.counts,
                                                                          ws.sorted_token, ws.row_of_entry);
