@@ -129,10 +129,16 @@ int run_one_batch(const OneBatchArgs& a) {
   auto slot = [&](int64_t b, int64_t pos) { return static_cast<int32_t>(b * pages_per_req * a.page_size + pos); };
   std::vector<int32_t> req_slots;
   for (int64_t b = 0; b < a.batch_size; ++b) req_slots.push_back(r.req_to_token().alloc());
+  // Hybrid models (Qwen3-Next): each request's recurrent state lives in a MambaPool slot.
+  std::vector<int32_t> mamba_slots(a.batch_size, -1);
+  if (MambaPool* pool = r.mamba_pool()) {
+    for (auto& m : mamba_slots) m = pool->alloc();
+  }
   std::vector<BatchEntry> prefill;
   for (int64_t b = 0; b < a.batch_size; ++b) {
     BatchEntry e;
     e.req_slot = req_slots[b];
+    e.mamba_slot = mamba_slots[b];
     for (int64_t i = 0; i < a.input_len; ++i) {
       e.new_ids.push_back(tok(rng));
       e.new_slots.push_back(slot(b, i));
@@ -151,6 +157,7 @@ int run_one_batch(const OneBatchArgs& a) {
     for (int64_t b = 0; b < a.batch_size; ++b) {
       BatchEntry e;
       e.req_slot = req_slots[b];
+      e.mamba_slot = mamba_slots[b];
       e.prefix_len = static_cast<int32_t>(a.input_len + s);
       e.new_ids = {next[b]};
       e.new_slots = {slot(b, a.input_len + s)};
