@@ -27,13 +27,6 @@ std::vector<std::string> f32_golden_models() {
   std::vector<std::string> names;
   for (const auto& n : index["models"]) {
     std::ifstream g(root + "/" + n.get<std::string>() + "/golden.json");
-    std::ifstream cfg(root + "/" + n.get<std::string>() + "/config.json");
-    const nlohmann::json c = nlohmann::json::parse(cfg);
-    // The native (CUDA paged) backend runs head_dim 64, 128 and 256 only.
-    const int64_t head_dim = c.contains("head_dim") && !c["head_dim"].is_null()
-                                 ? c["head_dim"].get<int64_t>()
-                                 : c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
-    if (head_dim != 64 && head_dim != 128 && head_dim != 256) continue;
     if (nlohmann::json::parse(g)["disk_dtype"] == "float32") names.push_back(n.get<std::string>());
   }
   return names;

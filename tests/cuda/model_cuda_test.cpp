@@ -36,26 +36,13 @@ std::vector<std::string> golden_models() {
   return names;
 }
 
-// The CUDA paged attention runs head_dim 64, 128 and 256. Goldens with other head dims (the tiny
-// Qwen3-Next ones) use the host attention backend on copies of the device KV cache, so every
-// other op (projections, norms, the Gated DeltaNet and MoE kernels) still runs on the GPU.
-std::string attention_backend_for(const std::string& dir) {
-  std::ifstream in(dir + "/config.json");
-  const nlohmann::json c = nlohmann::json::parse(in);
-  const int64_t head_dim = c.contains("head_dim") && !c["head_dim"].is_null()
-                               ? c["head_dim"].get<int64_t>()
-                               : c["hidden_size"].get<int64_t>() / c["num_attention_heads"].get<int64_t>();
-  return head_dim == 64 || head_dim == 128 || head_dim == 256 ? "native" : "cpu";
-}
-
-std::unique_ptr<ModelRunner> make_runner(const std::string& path, Device device, int64_t page_size,
-                                         const std::string& backend = "") {
+std::unique_ptr<ModelRunner> make_runner(const std::string& path, Device device, int64_t page_size) {
   auto loaded = load_model(path);
   EXPECT_TRUE(loaded.is_ok()) << loaded.status().to_string();
   if (!loaded.is_ok()) return nullptr;
   ModelRunnerConfig rc;
   rc.device = device;
-  rc.attention_backend = backend.empty() ? default_attention_backend(device) : backend;
+  rc.attention_backend = default_attention_backend(device);
   rc.page_size = page_size;
   rc.max_requests = 8;
   rc.max_context_len = 160;
@@ -76,7 +63,7 @@ TEST_P(ModelCuda, LogitsAndGreedyMatchTransformers) {
   std::ifstream gin(dir + "/golden.json");
   const nlohmann::json g = nlohmann::json::parse(gin);
   const bool f32_weights = g["disk_dtype"] == "float32";
-  auto runner = make_runner(dir, Device::cuda(0), 16, attention_backend_for(dir));
+  auto runner = make_runner(dir, Device::cuda(0), 16);
   ASSERT_NE(runner, nullptr);
   Generator gen(*runner);
   std::vector<GenerateRequest> reqs;
