@@ -183,21 +183,6 @@ MODELS = [
               covers="Qwen3-Next: explicit layer_types starting with full attention, MHA with "
                      "q/k/v/o bias, 3 value heads per key head, conv kernel 3, MoE only on odd "
                      "layers (decoder_sparse_step 2) with top-1, tied embeddings, eps 1e-5"),
-    ModelSpec("qwen3next_hd64_vgroup2_moe8top2", "Qwen3NextForCausalLM", 4004,
-              dict(hidden_size=96, intermediate_size=128, num_hidden_layers=4,
-                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                   linear_num_key_heads=2, linear_num_value_heads=4,
-                   linear_key_head_dim=32, linear_value_head_dim=24, linear_conv_kernel_dim=4,
-                   full_attention_interval=2, num_experts=8, num_experts_per_tok=2,
-                   norm_topk_prob=True, moe_intermediate_size=40,
-                   shared_expert_intermediate_size=56, tie_word_embeddings=False,
-                   rms_norm_eps=1e-6,
-                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                    "partial_rotary_factor": 0.25}),
-              prompt_lengths=PROMPT_LENGTHS + [100],
-              covers="Qwen3-Next with attention head_dim 64 (a head size the CUDA paged attention "
-                     "runs, so the GPU model test covers a hybrid model), grouped value heads "
-                     "(4 value / 2 key, dk 32 != dv 24), MoE 8 experts top-2 + shared expert"),
 ]
 
 
