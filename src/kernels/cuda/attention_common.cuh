@@ -22,6 +22,8 @@
 namespace rlm::cuda::attn {
 
 constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kLog2e = 1.4426950408889634f;  // the fast kernels keep scores in log2 units (exp2f)
+constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ float load_f32(const float* p) { return *p; }
 __device__ __forceinline__ float load_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
@@ -41,13 +43,31 @@ __device__ __forceinline__ float warp_max(float v) {
 
 // Score transforms: s = scale * q.k, then (optionally) cap * tanh(s / cap).
 struct NoSoftCap {
+  static constexpr bool kEnabled = false;
   float cap;
   __device__ __forceinline__ float operator()(float s) const { return s; }
 };
 struct SoftCap {
+  static constexpr bool kEnabled = true;
   float cap;
   __device__ __forceinline__ float operator()(float s) const { return cap * tanhf(s / cap); }
 };
+
+// The log2-domain score convention of the vectorised decode and tensor-core prefill kernels: q is
+// multiplied by q_prescale(scale) once, and score_log2(cap, q'.k) = log2(e) * cap(scale * q.k).
+// Without a soft-cap log2(e) is folded into q, so the inner loop does no extra multiply.
+template <typename Cap>
+__host__ __device__ __forceinline__ float q_prescale(float scale) {
+  return Cap::kEnabled ? scale : scale * kLog2e;
+}
+template <typename Cap>
+__device__ __forceinline__ float score_log2(const Cap& cap, float dot) {
+  if constexpr (Cap::kEnabled) {
+    return cap(dot) * kLog2e;
+  } else {
+    return dot;
+  }
+}
 
 // Device pointers and sizes of one call (strides in elements; last strides are 1).
 struct DeviceArgs {
