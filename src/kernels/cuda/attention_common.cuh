@@ -41,6 +41,14 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// 2^x with one MUFU instruction (ex2.approx.ftz: relative error ~2^-22, 2^-inf = 0, subnormal
+// results flushed to 0), for the softmax numerators of the fast kernels.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Score transforms: s = scale * q.k, then (optionally) cap * tanh(s / cap).
 struct NoSoftCap {
   static constexpr bool kEnabled = false;

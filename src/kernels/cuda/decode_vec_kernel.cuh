@@ -184,11 +184,11 @@ __global__ void __launch_bounds__(kVecThreads)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
       const float base_m = mx == kNegInf ? 0.0f : mx;  // no key of this slot seen yet
-      const float alpha = exp2f(m[h] - base_m);
+      const float alpha = fast_exp2(m[h] - base_m);
       float sum = 0.0f;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        p[u][h] = exp2f(s[u][h] - base_m);
+        p[u][h] = fast_exp2(s[u][h] - base_m);
         sum += p[u][h];
       }
       m[h] = mx;
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kVecThreads)
     float den = 0.0f, num = 0.0f;
 #pragma unroll
     for (int sl = 0; sl < S::kSlots; ++sl) {
-      const float w = exp2f(s_m[sl][h] - mx);  // 0 for a slot without keys (m = -inf)
+      const float w = fast_exp2(s_m[sl][h] - mx);  // 0 for a slot without keys (m = -inf)
       den += w * s_l[sl][h];
       num += w * s_acc[sl][h][c];
     }

@@ -211,12 +211,12 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float base = mx == kNegInf ? 0.0f : mx;  // nothing visible to this row yet
-        const float alpha = exp2f(m_run[mi][hr] - base);
+        const float alpha = fast_exp2(m_run[mi][hr] - base);
         m_run[mi][hr] = mx;
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kKeys / 8; ++n) {
-          const float p0 = exp2f(s[mi][n][2 * hr] - base), p1 = exp2f(s[mi][n][2 * hr + 1] - base);
+          const float p0 = fast_exp2(s[mi][n][2 * hr] - base), p1 = fast_exp2(s[mi][n][2 * hr + 1] - base);
           s[mi][n][2 * hr] = p0;
           s[mi][n][2 * hr + 1] = p1;
           sum += p0 + p1;
