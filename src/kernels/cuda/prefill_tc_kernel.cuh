@@ -10,8 +10,9 @@
 // the page table with 16-byte cp.async (zero-filled past the last visible key), two tiles in
 // flight. Each warp owns 16 * kM query rows: S = Q K^T and O += P V by mma.sync m16n8k16 (ldmatrix,
 // XOR-swizzled tiles), the online softmax in log2 units on the accumulator fragments (each row's
-// max over its quad of lanes), P reused from the S registers as the A operand of P V. Masks
-// (causal, sliding window, keys past the tile's end) are applied only on tiles that need them.
+// max over its quad of lanes; O rescaled only when a max grew), P reused from the S registers as
+// the A operand of P V. Masks (causal, sliding window, keys past the tile's end) are applied only
+// on tiles that need them.
 #pragma once
 
 #include "kernels/cuda/attention_common.cuh"
@@ -200,19 +201,45 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
     }
 
     // Online softmax: row g uses elements 0, 1 and row g + 8 elements 2, 3 of each n-tile; a row
-    // is spread over the 4 lanes of a quad.
+    // is spread over the 4 lanes of a quad. Lazy rescaling: O and l are rescaled only when some
+    // row max of the warp grew (alpha is exactly 1 for the rows whose max did not).
+    float mx[kM][2];
+    bool grow = false;
 #pragma unroll
     for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        float mx = m_run[mi][hr];
+        float x = m_run[mi][hr];
 #pragma unroll
-        for (int n = 0; n < kKeys / 8; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * hr], s[mi][n][2 * hr + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = mx == kNegInf ? 0.0f : mx;  // nothing visible to this row yet
-        const float alpha = fast_exp2(m_run[mi][hr] - base);
-        m_run[mi][hr] = mx;
+        for (int n = 0; n < kKeys / 8; ++n) x = fmaxf(x, fmaxf(s[mi][n][2 * hr], s[mi][n][2 * hr + 1]));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[mi][hr] = x;
+        grow = grow || x > m_run[mi][hr];
+      }
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          // m_run = -inf (nothing visible to this row yet): l and O are 0 and stay so.
+          const float alpha = mx[mi][hr] == m_run[mi][hr] ? 1.0f : fast_exp2(m_run[mi][hr] - mx[mi][hr]);
+          m_run[mi][hr] = mx[mi][hr];
+          l_run[mi][hr] *= alpha;
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            o[mi][n][2 * hr] *= alpha;
+            o[mi][n][2 * hr + 1] *= alpha;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float base = m_run[mi][hr] == kNegInf ? 0.0f : m_run[mi][hr];  // nothing visible yet
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < kKeys / 8; ++n) {
@@ -221,12 +248,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
           s[mi][n][2 * hr + 1] = p1;
           sum += p0 + p1;
         }
-        l_run[mi][hr] = l_run[mi][hr] * alpha + sum;  // this lane's part of the row sum
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          o[mi][n][2 * hr] *= alpha;
-          o[mi][n][2 * hr + 1] *= alpha;
-        }
+        l_run[mi][hr] += sum;  // this lane's part of the row sum
       }
     }
 
