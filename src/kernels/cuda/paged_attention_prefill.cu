@@ -205,9 +205,9 @@ bool tc_device() {
   return major >= 8;
 }
 
-template <int D, typename T, typename Cap>
+template <int D, typename T, bool kWindow, typename Cap>
 void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
-  auto* kernel = prefill_tc_kernel<D, T, Cap>;
+  auto* kernel = prefill_tc_kernel<D, T, kWindow, Cap>;
   constexpr size_t smem = TcShape<D>::kSmemBytes;
   RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,
@@ -217,15 +217,20 @@ void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
 }
 
 template <int D, typename T>
-void launch_tc_cap(const DeviceArgs& a, int64_t max_qo_len) {
-  if (a.soft_cap > 0.0f) return launch_tc<D, T>(a, SoftCap{a.soft_cap}, max_qo_len);
-  return launch_tc<D, T>(a, NoSoftCap{0.0f}, max_qo_len);
+void launch_tc_variant(const DeviceArgs& a, int64_t max_qo_len) {
+  const bool window = a.sliding_window > 0;
+  if (a.soft_cap > 0.0f) {
+    if (window) return launch_tc<D, T, true>(a, SoftCap{a.soft_cap}, max_qo_len);
+    return launch_tc<D, T, false>(a, SoftCap{a.soft_cap}, max_qo_len);
+  }
+  if (window) return launch_tc<D, T, true>(a, NoSoftCap{0.0f}, max_qo_len);
+  return launch_tc<D, T, false>(a, NoSoftCap{0.0f}, max_qo_len);
 }
 
 template <int D>
 void launch_tc_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
-  if (dtype == DType::kBF16) return launch_tc_cap<D, __nv_bfloat16>(a, max_qo_len);
-  return launch_tc_cap<D, __half>(a, max_qo_len);
+  if (dtype == DType::kBF16) return launch_tc_variant<D, __nv_bfloat16>(a, max_qo_len);
+  return launch_tc_variant<D, __half>(a, max_qo_len);
 }
 
 }  // namespace

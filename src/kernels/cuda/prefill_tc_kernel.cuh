@@ -38,7 +38,8 @@ struct TcShape {
   static_assert((kKeys * kChunks) % kTcThreads == 0 && kKeys % 16 == 0, "tile shape");
 };
 
-template <int D, typename T, typename Cap>
+// kWindow: sliding window on (a.sliding_window > 0), a compile-time variant like the soft-cap.
+template <int D, typename T, bool kWindow, typename Cap>
 __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Cap cap) {
   using S = TcShape<D>;
   using M = Mma<T>;
@@ -56,8 +57,8 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   const int seq_len = a.seq_lens[r];
   const int pos0 = seq_len - qo_len + q0;   // position of the block's first query
   const int pos_last = pos0 + S::kRows - 1;  // of its last row (rows past qo_len are padding)
-  const int window = a.sliding_window;
-  const int k_lo = window > 0 ? max(0, pos0 - window + 1) : 0;
+  const int window = kWindow ? a.sliding_window : 0;
+  const int k_lo = kWindow ? max(0, pos0 - window + 1) : 0;
   const int k_hi = min(seq_len, pos_last + 1);  // keys [k_lo, k_hi) are visible to some row
   const int t_begin = k_lo / kKeys * kKeys;
   const int n_tiles = (k_hi - t_begin + kKeys - 1) / kKeys;  // >= 1: row 0 sees key pos0
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
 
     // Scores in log2 units, masked where needed.
     const int t0 = t_begin + it * kKeys;
-    const bool need_mask = t0 + kKeys - 1 > pos0 || (window > 0 && t0 <= pos_last - window);
+    const bool need_mask = t0 + kKeys - 1 > pos0 || (kWindow && t0 <= pos_last - window);
 #pragma unroll
     for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
           if (need_mask) {
             const int pos = pos0 + wrow + mi * 16 + g + (e >= 2 ? 8 : 0);
             const int key = t0 + n * 8 + 2 * tq + (e & 1);
-            const bool visible = key <= pos && key < k_hi && (window <= 0 || key > pos - window);
+            const bool visible = key <= pos && key < k_hi && (!kWindow || key > pos - window);
             if (!visible) x = kNegInf;
           }
           s[mi][n][e] = x;
