@@ -6,7 +6,8 @@
 //    the summation order;
 //  - the tensor-core prefill kernel (bf16/f16 caches): q and the softmax numerators P are rounded to
 //    the cache's type (8 significant bits for bf16, 11 for f16) before the matrix products, so
-//    2e-2 for bf16 and 1e-2 for f16 (the measured error is expected near a quarter of that).
+//    2e-2 for bf16 and 5e-3 for f16. A float64 simulation of that rounding on these tests' inputs
+//    (q scale up to 4, soft-cap, window) gave 2-3e-3 for bf16 and 3-4e-4 for f16.
 // The fallback kernels (cache strides not 16-byte aligned) are covered by MisalignedCachesUseFallbacks.
 // Timings: --gtest_also_run_disabled_tests --gtest_filter='*Timing*'; `radixlm bench attention`
 // is the benchmark.
@@ -186,7 +187,7 @@ double tolerance(const Problem& pr) { return pr.k.dtype() == DType::kF32 ? 1e-4 
 double prefill_tolerance(const Problem& pr) {
   switch (pr.k.dtype()) {
     case DType::kBF16: return 2e-2;
-    case DType::kF16: return 1e-2;
+    case DType::kF16: return 5e-3;
     default: return 1e-4;
   }
 }
