@@ -348,16 +348,19 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
 }
 
 // Group sizes whose heads-per-block choice is not the whole group (3 -> 1, 6 -> 2, 16 -> 8 x 2
-// blocks), for every head_dim and cache dtype of the vectorised decode kernel.
+// blocks), for every head_dim and cache dtype of the vectorised decode kernel; page sizes 16 and
+// 24 (not a power of two: the kernels' general page-lookup path).
 TEST(AttentionCuda, DecodeGroupSizes) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
+  int i = 0;
   for (int64_t group : {3, 6, 16}) {
     for (int64_t d : {64, 128, 256}) {
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-        const Problem pr = make_problem(rng, decode_requests(rng, 4, 1500), 16, 2, group, d, dt);
+        const int64_t page_size = (i++ % 2) ? 24 : 16;
+        const Problem pr = make_problem(rng, decode_requests(rng, 4, 1500), page_size, 2, group, d, dt);
         SCOPED_TRACE(describe(pr));
         const Tensor want = cpu_out(pr);
         expect_close(gpu_out(pr), want, tolerance(pr), "dispatcher");
@@ -369,13 +372,14 @@ TEST(AttentionCuda, DecodeGroupSizes) {
 
 // The tensor-core prefill kernel on every head_dim x cache dtype x variant (window, soft-cap), with
 // a long fresh prompt (several query tiles, causal diagonal), an extend over a long prefix (many
-// key tiles, double buffering) and odd lengths around the tile sizes.
+// key tiles, double buffering) and odd lengths around the tile sizes; page sizes 1, 16, 64 and 24
+// (not a power of two).
 TEST(AttentionCuda, TensorCorePrefillVariants) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
-  const int64_t page_sizes[] = {1, 16, 64};
+  const int64_t page_sizes[] = {1, 16, 64, 24};
   int i = 0;
   for (int64_t d : {64, 128, 256}) {
     for (DType dt : {DType::kBF16, DType::kF16}) {
@@ -385,7 +389,9 @@ TEST(AttentionCuda, TensorCorePrefillVariants) {
         const std::vector<std::pair<int32_t, int32_t>> reqs = {
             {fresh, fresh}, {static_cast<int32_t>(rng.randint(900, 1500)) + ext, ext}, {64, 64}, {129, 65},
             {static_cast<int32_t>(rng.randint(2, 50)), 1}};
-        Problem pr = make_problem(rng, reqs, page_sizes[i++ % 3], 2, 4, d, dt, variant & 2 ? 4.0f : 1.0f);
+        const int64_t page_size = page_sizes[(i / 4 + i) % 4];  // every variant meets every page size
+        ++i;
+        Problem pr = make_problem(rng, reqs, page_size, 2, 4, d, dt, variant & 2 ? 4.0f : 1.0f);
         if (variant & 1) pr.p.sliding_window = rng.randint(1, 300);
         if (variant & 2) pr.p.logit_soft_cap = 5.0f;
         SCOPED_TRACE(describe(pr));

@@ -105,6 +105,24 @@ __device__ __forceinline__ int64_t slot_of(const int32_t* pages, int32_t page_si
   return static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
 }
 
+// The page table of one request, with a shift/mask fast path when page_size is a power of two
+// (the usual 1, 16, 64; decided once per block, uniform, so no divergence).
+struct PageMap {
+  const int32_t* pages;
+  int32_t page_size;
+  int32_t shift;  // log2(page_size), or -1 when page_size is not a power of two
+
+  __device__ __forceinline__ PageMap(const int32_t* p, int32_t ps) : pages(p), page_size(ps), shift(-1) {
+#ifdef __CUDA_ARCH__
+    if ((ps & (ps - 1)) == 0) shift = __ffs(ps) - 1;
+#endif
+  }
+  __device__ __forceinline__ int64_t slot(int32_t pos) const {
+    if (shift >= 0) return (static_cast<int64_t>(pages[pos >> shift]) << shift) | (pos & (page_size - 1));
+    return slot_of(pages, page_size, pos);
+  }
+};
+
 // Packs the host-side descriptions (all pointers on the device) into kernel arguments.
 DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                             const cpu::PagedBatch& b, const cpu::AttnConfig& cfg, float* out, int64_t out_ts,

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kVecThreads)
     if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
     return;
   }
-  const int32_t* pages = a.kv_indices + a.kv_indptr[r];
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
   const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + col;
   const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + col;
 
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kVecThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int key = base + u * S::kSlots + slot;
-      sl[u] = key < k_end ? slot_of(pages, a.page_size, key) : -1;
+      sl[u] = key < k_end ? pages.slot(key) : -1;
     }
   };
   int64_t next[U];

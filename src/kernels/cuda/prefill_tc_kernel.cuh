@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   const int t_begin = k_lo / kKeys * kKeys;
   const int n_tiles = (k_hi - t_begin + kKeys - 1) / kKeys;  // >= 1: row 0 sees key pos0
   const int kv_head = h / (a.num_qo_heads / a.num_kv_heads);
-  const int32_t* pages = a.kv_indices + a.kv_indptr[r];
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
   const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs;
   const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
       const int j = i / S::kChunks, col = (i % S::kChunks) * 8;
       const int key = t0 + j;
       const bool ok = key < k_hi;
-      const int64_t slot = ok ? slot_of(pages, a.page_size, key) : 0;
+      const int64_t slot = ok ? pages.slot(key) : 0;
       cp_async16(dk + swizzle<D>(j, col), ok ? kc + slot * a.k_ts + col : kc, ok ? 16 : 0);
       cp_async16(dv + swizzle<D>(j, col), ok ? vc + slot * a.v_ts + col : vc, ok ? 16 : 0);
     }
