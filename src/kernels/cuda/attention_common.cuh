@@ -117,9 +117,20 @@ struct PageMap {
     if ((ps & (ps - 1)) == 0) shift = __ffs(ps) - 1;
 #endif
   }
+  // Index into `pages` and offset within the page of key position `pos` (arithmetic only).
+  __device__ __forceinline__ void locate(int32_t pos, int32_t& index, int32_t& offset) const {
+    if (shift >= 0) {
+      index = pos >> shift;
+      offset = pos & (page_size - 1);
+    } else {
+      index = pos / page_size;
+      offset = pos - index * page_size;
+    }
+  }
   __device__ __forceinline__ int64_t slot(int32_t pos) const {
-    if (shift >= 0) return (static_cast<int64_t>(pages[pos >> shift]) << shift) | (pos & (page_size - 1));
-    return slot_of(pages, page_size, pos);
+    int32_t index, offset;
+    locate(pos, index, offset);
+    return static_cast<int64_t>(pages[index]) * page_size + offset;
   }
 };
 

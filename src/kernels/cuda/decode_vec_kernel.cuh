@@ -141,10 +141,14 @@ __global__ void __launch_bounds__(kVecThreads)
 
   // Slot of each of this lane's keys of the step at `base` (-1: past the split's end).
   auto slots_of = [&](int base, int64_t (&sl)[U]) {
+    int32_t index[U], offset[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + u * S::kSlots + slot;
-      sl[u] = key < k_end ? pages.slot(key) : -1;
+    for (int u = 0; u < U; ++u) pages.locate(base + u * S::kSlots + slot, index[u], offset[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // the page-id loads, all in flight together
+      sl[u] = base + u * S::kSlots + slot < k_end
+                  ? static_cast<int64_t>(pages.pages[index[u]]) * a.page_size + offset[u]
+                  : -1;
     }
   };
   int64_t next[U];

@@ -35,7 +35,7 @@ struct TcShape {
   static constexpr bool kQInRegs = D <= 64;              // Q fragments kept in registers
   static constexpr int kChunks = D / 8;                  // 16-byte chunks per row
   static constexpr size_t kSmemBytes = (size_t{kRows} * D + 4 * size_t{kKeys} * D) * 2;  // Q, 2 x (K, V)
-  static_assert((kKeys * kChunks) % kTcThreads == 0 && kKeys % 16 == 0, "tile shape");
+  static_assert(kTcThreads % kChunks == 0 && kKeys % (kTcThreads / kChunks) == 0 && kKeys % 16 == 0, "tile shape");
 };
 
 // kWindow: sliding window on (a.sliding_window > 0), a compile-time variant like the soft-cap.
@@ -70,19 +70,32 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   const int g = lane / 4, tq = lane % 4;
   const int wrow = warp * 16 * kM;  // the warp's first row in the block
 
-  // Gathers key tile `tile` into buffer `buf`; rows past k_hi are zero-filled (never NaN).
+  // Gathers key tile `tile` into buffer `buf`; rows past k_hi are zero-filled (never NaN). Thread
+  // tid copies column chunk tid % kChunks of rows tid / kChunks + k * kRowsPerPass: all its page
+  // lookups are issued before its copies.
+  constexpr int kRowsPerPass = kTcThreads / S::kChunks;
+  constexpr int kPasses = kKeys / kRowsPerPass;
+  const int ld_col = (tid % S::kChunks) * 8, ld_row = tid / S::kChunks;
   auto load_tile = [&](int tile, int buf) {
     const int t0 = t_begin + tile * kKeys;
     T* dk = s_k + buf * kKeys * D;
     T* dv = s_v + buf * kKeys * D;
+    int32_t index[kPasses], offset[kPasses];
+    int64_t slot[kPasses];
 #pragma unroll
-    for (int i = tid; i < kKeys * S::kChunks; i += kTcThreads) {
-      const int j = i / S::kChunks, col = (i % S::kChunks) * 8;
-      const int key = t0 + j;
-      const bool ok = key < k_hi;
-      const int64_t slot = ok ? pages.slot(key) : 0;
-      cp_async16(dk + swizzle<D>(j, col), ok ? kc + slot * a.k_ts + col : kc, ok ? 16 : 0);
-      cp_async16(dv + swizzle<D>(j, col), ok ? vc + slot * a.v_ts + col : vc, ok ? 16 : 0);
+    for (int k = 0; k < kPasses; ++k) pages.locate(t0 + ld_row + k * kRowsPerPass, index[k], offset[k]);
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {  // the page-id loads, all in flight together
+      slot[k] = t0 + ld_row + k * kRowsPerPass < k_hi
+                    ? static_cast<int64_t>(pages.pages[index[k]]) * a.page_size + offset[k]
+                    : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int j = ld_row + k * kRowsPerPass;
+      const bool ok = slot[k] >= 0;
+      cp_async16(dk + swizzle<D>(j, ld_col), ok ? kc + slot[k] * a.k_ts + ld_col : kc, ok ? 16 : 0);
+      cp_async16(dv + swizzle<D>(j, ld_col), ok ? vc + slot[k] * a.v_ts + ld_col : vc, ok ? 16 : 0);
     }
   };
   load_tile(0, 0);
