@@ -125,6 +125,46 @@ else
   FAILED=1
 fi
 
+
+if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
+  echo "== benchmarks ($(elapsed))"
+  RLM="$BUILD/radixlm"
+  bench_row() {  # name log pattern
+    local v; v=$(grep -E "$3" "$2" | tail -3 | tr '\n' ' ' | sed 's/  */ /g')
+    if [ -n "$v" ]; then row "$1" ok "${v:0:400}"; else row "$1" FAIL "see $(basename "$2")"; FAILED=1; fi
+  }
+  timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
+  bench_row bench-attention "$OUT/bench_attention.log" 'ratio|TFLOP'
+  timeout 200 python3 "$ROOT/tools/sdpa_bench.py" --json "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1
+  bench_row sdpa "$OUT/sdpa.log" 'TFLOP|tflops'
+  for spec in "llama-3.1-8b 1" "qwen3-0.6b 1" "qwen3-0.6b 32"; do
+    set -- $spec
+    log="$OUT/one_batch_$1_bs$2.log"
+    timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/$1" --device cuda --batch-size "$2" --input-len 512 \
+      --output-len 32 > "$log" 2>&1
+    bench_row "one-batch $1 bs$2" "$log" 'decode step|floor'
+  done
+  if [ -d "$ROOT/configs/qwen3-next-shape-12l" ]; then
+    log="$OUT/one_batch_qwen3next.log"
+    timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/qwen3-next-shape-12l" --device cuda --batch-size 1 \
+      --input-len 512 --output-len 16 > "$log" 2>&1
+    bench_row "one-batch qwen3-next-12l bs1" "$log" 'decode step|floor'
+  fi
+  # Offline throughput vs transformers.generate on the same prompts (Qwen3-0.6B shape, random weights).
+  log="$OUT/offline_radixlm.log"
+  timeout 240 "$RLM" bench offline --model "$ROOT/configs/qwen3-0.6b" --device cuda --num-prompts 128 --input-len 256 \
+    --output-len 64 --random-range-ratio 0.5 --max-running-requests 64 --dataset-out "$OUT/offline_ds.json" \
+    --result-out "$OUT/offline_radixlm.json" > "$log" 2>&1
+  bench_row "offline radixlm" "$log" 'throughput'
+  timeout 300 python3 "$ROOT/tools/hf_offline_bench.py" --model "$ROOT/configs/qwen3-0.6b" --dataset "$OUT/offline_ds.json" \
+    --device cuda --dtype bfloat16 --batch-size 64 --result-out "$OUT/offline_hf.json" > "$OUT/offline_hf.log" 2>&1
+  bench_row "offline transformers" "$OUT/offline_hf.log" 'output_throughput'
+  if [ -f "$OUT/offline_radixlm.json" ] && [ -f "$OUT/offline_hf.json" ]; then
+    ratio=$(python3 -c "import json;a=json.load(open('$OUT/offline_radixlm.json'));b=json.load(open('$OUT/offline_hf.json'));print(f\"{a['output_throughput']/b['output_throughput']:.2f}\")")
+    row "offline radixlm/transformers" ok "output throughput ratio $ratio"
+  fi
+fi
+
 row total "$( [ $FAILED -eq 0 ] && echo ok || echo FAIL )" "$(elapsed)"
 echo
 echo "== summary (logs in $OUT)"

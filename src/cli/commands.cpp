@@ -15,6 +15,7 @@ void register_commands(CLI::App& app) {
   add_serve_command(app, runners());
   add_chat_command(app, runners());
   add_bench_command(app, runners());
+  add_bench_attention_command(*app.get_subcommand("bench"), runners());  // `bench attention`
 }
 
 int run_selected(CLI::App& app) {

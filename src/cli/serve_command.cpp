@@ -29,6 +29,7 @@ struct ServeArgs {
   uint64_t seed = 0;
   std::string attention_backend;
   bool disable_overlap_schedule = false;
+  int64_t max_mamba_cache_size = 0;  // hybrid models: recurrent-state slots (0: 3 x max running requests)
   std::string prefill_attention_backend;  // "": as attention_backend
   std::string decode_attention_backend;
   std::string device = "auto";
@@ -80,6 +81,7 @@ int run_serve(const ServeArgs& a) {
   rc.page_size = a.page_size;
   rc.max_requests = a.max_running_requests;
   rc.max_context_len = context;
+  rc.mamba_slots = a.max_mamba_cache_size;
   rc.num_pages = std::max<int64_t>(1, a.max_total_tokens / a.page_size);
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) {
@@ -153,6 +155,10 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
                  "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
   s->add_flag("--disable-overlap-schedule", a->disable_overlap_schedule,
               "Run each decode step to completion before scheduling the next (no CPU/GPU overlap)");
+  s->add_option("--max-mamba-cache-size", a->max_mamba_cache_size,
+                "Hybrid linear-attention models: recurrent-state slots (working, tracking and cached snapshots; "
+                "0: 3 x --max-running-requests)")
+      ->check(CLI::NonNegativeNumber);
   s->add_option("--page-size", a->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   s->add_option("--max-total-tokens", a->max_total_tokens, "KV cache capacity in tokens")->check(CLI::PositiveNumber);
   s->add_option("--max-running-requests", a->max_running_requests, "Most requests decoding at once")

@@ -51,7 +51,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   r->req_to_token_ = std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len);
   if (const std::optional<MambaShape> ms = model->mamba_shape()) {
     if (r->config_.mamba_slots < 0) return invalid_argument("mamba_slots must not be negative");
-    if (r->config_.mamba_slots == 0) r->config_.mamba_slots = 2 * r->config_.max_requests;
+    if (r->config_.mamba_slots == 0) r->config_.mamba_slots = 3 * r->config_.max_requests;
     r->mamba_pool_ = std::make_unique<MambaPool>(*ms, r->config_.mamba_slots, config.device);
     // Full-attention layers keep the configured backend; the Gated DeltaNet layers get theirs.
     r->backend_ = std::make_unique<HybridLinearAttnBackend>(std::move(r->backend_),

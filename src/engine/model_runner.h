@@ -25,7 +25,7 @@ struct ModelRunnerConfig {
   int64_t max_context_len = 0;  // 0: the model's max_position_embeddings
   DType kv_dtype = DType::kF32;
   Device device = Device::cpu();  // where weights, KV cache and activations live
-  int64_t mamba_slots = 0;  // hybrid models: MambaPool slots; 0: 2 * max_requests (working + snapshots)
+  int64_t mamba_slots = 0;  // hybrid models: MambaPool slots; 0: 3 * max_requests (working, tracking, cached)
 };
 
 // One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and

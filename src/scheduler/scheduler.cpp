@@ -301,6 +301,9 @@ bool Scheduler::decode_items(int64_t ahead, std::vector<StepItem>& items) {
 
 bool Scheduler::overlap_ok() const {
   if (!config_.overlap_schedule || !exec_.supports_overlap()) return false;
+  // Hybrid models keep one snapshot slot per request, which a step launched ahead could overwrite
+  // before the previous step's snapshot is cached (SGLang uses ping-pong slots): no overlap yet.
+  if (mamba_ != nullptr) return false;
   for (const auto& r : running_) {
     if (!device_sampling_ok(r->params)) return false;
   }

@@ -1,8 +1,16 @@
 // CUDA paged attention (split-KV decode, flash-style prefill, the ops dispatcher) against the CPU
 // kernel on random page tables, and the GPU kv_indices builder against a host reference.
-// Tolerances (relative L2 against the CPU kernel on the same cache values): 1e-4 for f32 caches and
-// 5e-3 for bf16 caches; both kernels widen the cache exactly and accumulate in f32, so the only
-// difference is the summation order. Timings: --gtest_also_run_disabled_tests --gtest_filter='*Timing*'.
+// Tolerances (relative L2 against the CPU kernel on the same cache values):
+//  - decode (both split-KV kernels) and the FMA prefill kernel: 1e-4 for f32 caches, 5e-3 for
+//    16-bit caches; they widen the cache exactly and accumulate in f32, so the only difference is
+//    the summation order;
+//  - the tensor-core prefill kernel (bf16/f16 caches): q and the softmax numerators P are rounded to
+//    the cache's type (8 significant bits for bf16, 11 for f16) before the matrix products, so
+//    2e-2 for bf16 and 5e-3 for f16. A float64 simulation of that rounding on these tests' inputs
+//    (q scale up to 4, soft-cap, window) gave 2-3e-3 for bf16 and 3-4e-4 for f16.
+// The fallback kernels (cache strides not 16-byte aligned) are covered by MisalignedCachesUseFallbacks.
+// Timings: --gtest_also_run_disabled_tests --gtest_filter='*Timing*'; `radixlm bench attention`
+// is the benchmark.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -120,9 +128,23 @@ Tensor gpu_out(const Problem& pr) {
 
 enum class Kernel { kDecode, kPrefill };
 
+// A GPU copy of cache `c` [slots, hk, d] as a view with head stride d + pad (pad columns NaN), so
+// that pad > 0 not a multiple of 8 gives rows that are not 16-byte aligned.
+Tensor padded_gpu_cache(const Tensor& c, int64_t pad) {
+  Tensor wide = Tensor::empty({c.size(0), c.size(1), c.size(2) + pad}, c.dtype());
+  testing::poison(wide);
+  wide.slice(2, 0, c.size(2)).copy_(c);
+  return on_gpu(wide).slice(2, 0, c.size(2));
+}
+
 // Straight to one kernel (num_kv_splits only for the decode kernel; 0 = the split rule).
-Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0) {
-  const GpuProblem g(pr);
+// cache_pad > 0 passes the caches as padded views (see padded_gpu_cache).
+Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0, int64_t cache_pad = 0) {
+  GpuProblem g(pr);
+  if (cache_pad > 0) {
+    g.k = padded_gpu_cache(pr.k, cache_pad);
+    g.v = padded_gpu_cache(pr.v, cache_pad);
+  }
   const Tensor out = poisoned_gpu_out(pr);
   cpu::PagedBatch hb;
   hb.batch_size = static_cast<int64_t>(pr.b.seq_lens.size());
@@ -159,7 +181,16 @@ Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0) {
   return out.to(Device::cpu());
 }
 
+// Decode kernels and the FMA prefill kernel (exact widening, f32 sums).
 double tolerance(const Problem& pr) { return pr.k.dtype() == DType::kF32 ? 1e-4 : 5e-3; }
+// The prefill dispatch: the tensor-core kernel for bf16/f16 caches (q and P rounded to 16 bits).
+double prefill_tolerance(const Problem& pr) {
+  switch (pr.k.dtype()) {
+    case DType::kBF16: return 2e-2;
+    case DType::kF16: return 5e-3;
+    default: return 1e-4;
+  }
+}
 
 void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
   EXPECT_LE(testing::rel_l2(got, testing::to_doubles(want)), tol) << what;
@@ -196,7 +227,7 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
           for (int splits : {1, 3, 64}) {
             expect_close(gpu_kernel_out(pr, Kernel::kDecode, splits), want, tolerance(pr), str("splits ", splits));
           }
-          expect_close(gpu_kernel_out(pr, Kernel::kPrefill), want, tolerance(pr), "prefill kernel on decode");
+          expect_close(gpu_kernel_out(pr, Kernel::kPrefill), want, prefill_tolerance(pr), "prefill kernel on decode");
         }
       }
     }
@@ -228,11 +259,11 @@ TEST(AttentionCuda, PrefillMatchesCpu) {
   int i = 0;
   for (int64_t group : {1, 4, 8}) {
     for (int64_t d : {64, 128, 256}) {
-      for (DType dt : {DType::kF32, DType::kBF16}) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
         const Problem pr = make_problem(rng, mixed_requests(rng), page_sizes[i++ % 3], 2, group, d, dt);
         SCOPED_TRACE(describe(pr));
         const Tensor want = cpu_out(pr);
-        expect_close(gpu_out(pr), want, tolerance(pr), "dispatcher");
+        expect_close(gpu_out(pr), want, prefill_tolerance(pr), "dispatcher");
       }
     }
   }
@@ -257,7 +288,7 @@ TEST(AttentionCuda, SlidingWindowAndSoftCap) {
         if (variant & 2) pr.p.logit_soft_cap = 5.0f;
         SCOPED_TRACE(describe(pr));
         const Tensor want = cpu_out(pr);
-        expect_close(gpu_out(pr), want, tolerance(pr), "dispatcher");
+        expect_close(gpu_out(pr), want, decode ? tolerance(pr) : prefill_tolerance(pr), "dispatcher");
         if (decode) expect_close(gpu_kernel_out(pr, Kernel::kDecode, 7), want, tolerance(pr), "decode, 7 splits");
       }
     }
@@ -281,7 +312,7 @@ TEST(AttentionCuda, F16CacheAndStridedQ) {
     const Tensor q_gpu = qkv_gpu.slice(1, 0, pr.hq);
     const Tensor out = poisoned_gpu_out(pr);
     ops::paged_attention(q_gpu, g.k, g.v, g.qo, g.kv, g.idx, g.sl, pr.page_size, pr.p, out);
-    expect_close(out.to(Device::cpu()), want, 5e-3, decode ? "f16 decode" : "f16 prefill");
+    expect_close(out.to(Device::cpu()), want, decode ? 5e-3 : prefill_tolerance(pr), decode ? "f16 decode" : "f16 prefill");
   }
 }
 
@@ -290,9 +321,12 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
-  for (bool decode : {true, false}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool decode = variant % 2 == 0;
+    const DType dt = variant < 2 ? DType::kF32 : DType::kBF16;  // bf16 prefill: the tensor-core kernel
     const Problem pr = make_problem(rng, decode ? decode_requests(rng, 6, 4000) : mixed_requests(rng), 16, 2, 4, 128,
-                                    DType::kF32);
+                                    dt);
+    SCOPED_TRACE(describe(pr));
     const Tensor batched = gpu_out(pr);
     for (size_t r = 0; r < pr.b.seq_lens.size(); ++r) {
       const int32_t q0 = pr.b.qo_indptr[r], q1 = pr.b.qo_indptr[r + 1];
@@ -304,8 +338,90 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
       one.b.seq_lens = {pr.b.seq_lens[r]};
       one.b.num_tokens = q1 - q0;
       one.q = pr.q.slice(0, q0, q1).clone();
-      // Split counts depend on the batch's longest sequence, so agreement is to the f32 tolerance.
-      expect_close(gpu_out(one), batched.slice(0, q0, q1).clone(), 1e-5, str("request ", r));
+      // Decode split counts depend on the batch, so agreement is to the f32 tolerance.
+      // A lone decode row goes to the decode kernel (exact widening) while in the bf16 mixed batch
+      // it ran through the tensor-core prefill kernel (q rounded to bf16).
+      const double tol = (dt == DType::kBF16 && !decode && q1 - q0 == 1) ? prefill_tolerance(pr) : 1e-5;
+      expect_close(gpu_out(one), batched.slice(0, q0, q1).clone(), tol, str("request ", r));
+    }
+  }
+}
+
+// Group sizes whose heads-per-block choice is not the whole group (3 -> 1, 6 -> 2, 16 -> 8 x 2
+// blocks), for every head_dim and cache dtype of the vectorised decode kernel; page sizes 16 and
+// 24 (not a power of two: the kernels' general page-lookup path).
+TEST(AttentionCuda, DecodeGroupSizes) {
+  SKIP_WITHOUT_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
+  int i = 0;
+  for (int64_t group : {3, 6, 16}) {
+    for (int64_t d : {64, 128, 256}) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const int64_t page_size = (i++ % 2) ? 24 : 16;
+        const Problem pr = make_problem(rng, decode_requests(rng, 4, 1500), page_size, 2, group, d, dt);
+        SCOPED_TRACE(describe(pr));
+        const Tensor want = cpu_out(pr);
+        expect_close(gpu_out(pr), want, tolerance(pr), "dispatcher");
+        expect_close(gpu_kernel_out(pr, Kernel::kDecode, 5), want, tolerance(pr), "5 splits");
+      }
+    }
+  }
+}
+
+// The tensor-core prefill kernel on every head_dim x cache dtype x variant (window, soft-cap), with
+// a long fresh prompt (several query tiles, causal diagonal), an extend over a long prefix (many
+// key tiles, double buffering) and odd lengths around the tile sizes; page sizes 1, 16, 64 and 24
+// (not a power of two).
+TEST(AttentionCuda, TensorCorePrefillVariants) {
+  SKIP_WITHOUT_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
+  const int64_t page_sizes[] = {1, 16, 64, 24};
+  int i = 0;
+  for (int64_t d : {64, 128, 256}) {
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const int32_t fresh = static_cast<int32_t>(rng.randint(300, 700));
+        const int32_t ext = static_cast<int32_t>(rng.randint(60, 200));
+        const std::vector<std::pair<int32_t, int32_t>> reqs = {
+            {fresh, fresh}, {static_cast<int32_t>(rng.randint(900, 1500)) + ext, ext}, {64, 64}, {129, 65},
+            {static_cast<int32_t>(rng.randint(2, 50)), 1}};
+        const int64_t page_size = page_sizes[(i / 4 + i) % 4];  // every variant meets every page size
+        ++i;
+        Problem pr = make_problem(rng, reqs, page_size, 2, 4, d, dt, variant & 2 ? 4.0f : 1.0f);
+        if (variant & 1) pr.p.sliding_window = rng.randint(1, 300);
+        if (variant & 2) pr.p.logit_soft_cap = 5.0f;
+        SCOPED_TRACE(describe(pr));
+        const Tensor want = cpu_out(pr);
+        expect_close(gpu_kernel_out(pr, Kernel::kPrefill), want, prefill_tolerance(pr), "tensor-core prefill");
+      }
+    }
+  }
+}
+
+// Caches whose head stride is not a multiple of 16 bytes take the scalar fallback kernels (decode
+// and prefill); the padding columns are NaN, so a read past head_dim shows.
+TEST(AttentionCuda, MisalignedCachesUseFallbacks) {
+  SKIP_WITHOUT_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      const int64_t pad = dt == DType::kF32 ? 1 : 4;  // 4 or 8 bytes past each head row
+      const Problem dec = make_problem(rng, decode_requests(rng, 4, 2000), 16, 2, 4, d, dt);
+      SCOPED_TRACE(describe(dec));
+      const Tensor want_dec = cpu_out(dec);
+      for (int splits : {0, 3}) {
+        expect_close(gpu_kernel_out(dec, Kernel::kDecode, splits, pad), want_dec, tolerance(dec),
+                     str("fallback decode, splits ", splits));
+      }
+      const Problem pre = make_problem(rng, mixed_requests(rng), 16, 2, 4, d, dt);
+      const Tensor want_pre = cpu_out(pre);
+      expect_close(gpu_kernel_out(pre, Kernel::kPrefill, 0, pad), want_pre, tolerance(pre), "fallback prefill");
     }
   }
 }

@@ -60,7 +60,7 @@ TEST_P(BackendCompare, SameGreedyTokens) {
     rc.decode_attention_backend = decode;
     rc.page_size = 16;
     rc.max_requests = 8;
-    rc.max_context_len = 160;
+    rc.max_context_len = 192;
     auto runner = ModelRunner::create(std::move(loaded->model), rc);
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
     Generator gen(**runner);

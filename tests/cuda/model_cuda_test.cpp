@@ -45,7 +45,7 @@ std::unique_ptr<ModelRunner> make_runner(const std::string& path, Device device,
   rc.attention_backend = default_attention_backend(device);
   rc.page_size = page_size;
   rc.max_requests = 8;
-  rc.max_context_len = 160;
+  rc.max_context_len = 192;
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
   return runner.is_ok() ? std::move(runner).value() : nullptr;

@@ -22,6 +22,8 @@
 namespace rlm::cuda::attn {
 
 constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kLog2e = 1.4426950408889634f;  // the fast kernels keep scores in log2 units (exp2f)
+constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ float load_f32(const float* p) { return *p; }
 __device__ __forceinline__ float load_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
@@ -39,15 +41,41 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// 2^x with one MUFU instruction (ex2.approx.ftz: relative error ~2^-22, 2^-inf = 0, subnormal
+// results flushed to 0), for the softmax numerators of the fast kernels.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Score transforms: s = scale * q.k, then (optionally) cap * tanh(s / cap).
 struct NoSoftCap {
+  static constexpr bool kEnabled = false;
   float cap;
   __device__ __forceinline__ float operator()(float s) const { return s; }
 };
 struct SoftCap {
+  static constexpr bool kEnabled = true;
   float cap;
   __device__ __forceinline__ float operator()(float s) const { return cap * tanhf(s / cap); }
 };
+
+// The log2-domain score convention of the vectorised decode and tensor-core prefill kernels: q is
+// multiplied by q_prescale(scale) once, and score_log2(cap, q'.k) = log2(e) * cap(scale * q.k).
+// Without a soft-cap log2(e) is folded into q, so the inner loop does no extra multiply.
+template <typename Cap>
+__host__ __device__ __forceinline__ float q_prescale(float scale) {
+  return Cap::kEnabled ? scale : scale * kLog2e;
+}
+template <typename Cap>
+__device__ __forceinline__ float score_log2(const Cap& cap, float dot) {
+  if constexpr (Cap::kEnabled) {
+    return cap(dot) * kLog2e;
+  } else {
+    return dot;
+  }
+}
 
 // Device pointers and sizes of one call (strides in elements; last strides are 1).
 struct DeviceArgs {
@@ -76,6 +104,35 @@ struct DeviceArgs {
 __device__ __forceinline__ int64_t slot_of(const int32_t* pages, int32_t page_size, int32_t pos) {
   return static_cast<int64_t>(pages[pos / page_size]) * page_size + pos % page_size;
 }
+
+// The page table of one request, with a shift/mask fast path when page_size is a power of two
+// (the usual 1, 16, 64; decided once per block, uniform, so no divergence).
+struct PageMap {
+  const int32_t* pages;
+  int32_t page_size;
+  int32_t shift;  // log2(page_size), or -1 when page_size is not a power of two
+
+  __device__ __forceinline__ PageMap(const int32_t* p, int32_t ps) : pages(p), page_size(ps), shift(-1) {
+#ifdef __CUDA_ARCH__
+    if ((ps & (ps - 1)) == 0) shift = __ffs(ps) - 1;
+#endif
+  }
+  // Index into `pages` and offset within the page of key position `pos` (arithmetic only).
+  __device__ __forceinline__ void locate(int32_t pos, int32_t& index, int32_t& offset) const {
+    if (shift >= 0) {
+      index = pos >> shift;
+      offset = pos & (page_size - 1);
+    } else {
+      index = pos / page_size;
+      offset = pos - index * page_size;
+    }
+  }
+  __device__ __forceinline__ int64_t slot(int32_t pos) const {
+    int32_t index, offset;
+    locate(pos, index, offset);
+    return static_cast<int64_t>(pages[index]) * page_size + offset;
+  }
+};
 
 // Packs the host-side descriptions (all pointers on the device) into kernel arguments.
 DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,

@@ -1,11 +1,16 @@
-// Split-KV paged decode (one query token per request), GQA-aware. Grid (num_splits, num_kv_heads *
-// head_blocks, bs): one block scores one KV split of one request against up to kMaxHeads qo heads
-// of one kv head, with an online softmax over tiles of kTile keys, and writes the split's
-// normalised partial output and log-sum-exp to a workspace; merge_kernel then combines the splits.
+// Split-KV paged decode (one query token per request), GQA-aware, two kernels:
+//  - decode_vec_kernel (decode_vec_kernel.cuh): 16-byte loads, per-request even splits computed on
+//    the device, per-slot online softmax in registers; used whenever the caches are 16-byte aligned
+//    (their base, token and head strides), which contiguous caches of head_dim 64/128/256 always are.
+//  - decode_split_kernel below (scalar loads, splits of a host-computed size): the fallback for
+//    other cache layouts.
+// Both write each split's normalised partial output and log-sum-exp to a workspace that
+// merge_kernel combines.
 #include <algorithm>
 #include <limits>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/decode_vec_kernel.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace rlm::cuda {
@@ -208,6 +213,71 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int heads_per_block, int num
   }
 }
 
+// ---- the vectorised kernel ----
+
+bool vec_aligned(const cpu::AttnRows& c) {
+  const int64_t elems = 16 / static_cast<int64_t>(dtype_size(c.dtype));  // elements per 16 bytes
+  return reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && c.token_stride % elems == 0 && c.head_stride % elems == 0;
+}
+
+// Splits when the caller gives none: enough blocks for two waves of the resident capacity, at
+// least kMinSplitKeys keys per split of the longest request.
+int vec_auto_splits(const void* kernel, int64_t blocks, int64_t max_seq_len) {
+  int device = 0, sms = 0, per_sm = 0;
+  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
+  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kVecThreads, 0));
+  const int64_t capacity = static_cast<int64_t>(std::max(sms, 1)) * std::max(per_sm, 1);
+  const int64_t max_splits = std::clamp<int64_t>((max_seq_len + kMinSplitKeys - 1) / kMinSplitKeys, 1, kMaxSplits);
+  return static_cast<int>(std::clamp<int64_t>((2 * capacity + blocks - 1) / blocks, 1, max_splits));
+}
+
+template <int D, int HB, typename T, typename Cap>
+void launch_vec(const DeviceArgs& a, Cap cap, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
+  auto* kernel = decode_vec_kernel<D, HB, T, Cap>;
+  const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
+  const int64_t blocks = static_cast<int64_t>(a.batch_size) * a.num_kv_heads * head_blocks;
+  const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxSplits)
+                                              : vec_auto_splits(reinterpret_cast<const void*>(kernel), blocks, max_seq_len);
+  const int64_t rows = num_splits > 1 ? int64_t{a.batch_size} * a.num_qo_heads * num_splits : 0;
+  const AsyncBuffer buf(static_cast<size_t>(rows * (head_dim + 1)) * sizeof(float));
+  float* partial = static_cast<float*>(buf.data());
+  float* lse = partial + rows * head_dim;
+  const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
+  kernel<<<grid, kVecThreads>>>(a, cap, num_splits, partial, lse);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  if (num_splits > 1) {
+    merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D>>>(a, num_splits, partial, lse);
+    RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  }
+}
+
+// Heads per block: the largest of 8, 4, 2, 1 that divides the group.
+template <int D, typename T, typename Cap>
+void launch_vec_heads(const DeviceArgs& a, Cap cap, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  if (group % 8 == 0) return launch_vec<D, 8, T>(a, cap, head_dim, requested_splits, max_seq_len);
+  if (group % 4 == 0) return launch_vec<D, 4, T>(a, cap, head_dim, requested_splits, max_seq_len);
+  if (group % 2 == 0) return launch_vec<D, 2, T>(a, cap, head_dim, requested_splits, max_seq_len);
+  return launch_vec<D, 1, T>(a, cap, head_dim, requested_splits, max_seq_len);
+}
+
+template <int D, typename T>
+void launch_vec_cap(const DeviceArgs& a, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
+  if (a.soft_cap > 0.0f) return launch_vec_heads<D, T>(a, SoftCap{a.soft_cap}, head_dim, requested_splits, max_seq_len);
+  return launch_vec_heads<D, T>(a, NoSoftCap{0.0f}, head_dim, requested_splits, max_seq_len);
+}
+
+template <int D>
+void launch_vec_dtype(DType dtype, const DeviceArgs& a, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
+  switch (dtype) {
+    case DType::kF32: return launch_vec_cap<D, float>(a, head_dim, requested_splits, max_seq_len);
+    case DType::kBF16: return launch_vec_cap<D, __nv_bfloat16>(a, head_dim, requested_splits, max_seq_len);
+    case DType::kF16: return launch_vec_cap<D, __half>(a, head_dim, requested_splits, max_seq_len);
+    default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));
+  }
+}
+
 }  // namespace
 
 int decode_num_kv_splits(int64_t max_seq_len) {
@@ -225,6 +295,16 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
                                               << device_batch.batch_size << " requests is over 65535";
   const DeviceArgs a =
       make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
+  if (cfg.head_dim != 64 && cfg.head_dim != 128 && cfg.head_dim != 256) {
+    fail(str("cuda::paged_attention_decode: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
+  }
+  if (vec_aligned(k_cache) && vec_aligned(v_cache)) {
+    switch (cfg.head_dim) {
+      case 64: return launch_vec_dtype<64>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
+      case 128: return launch_vec_dtype<128>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
+      default: return launch_vec_dtype<256>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
+    }
+  }
   const int group = static_cast<int>(cfg.num_qo_heads / cfg.num_kv_heads);
   int heads_per_block = std::min(group, kMaxHeads);
   while (group % heads_per_block != 0) --heads_per_block;
@@ -242,9 +322,7 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   switch (cfg.head_dim) {
     case 64: launch_dtype<64>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
     case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
-    case 256: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
-    default:
-      fail(str("cuda::paged_attention_decode: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
+    default: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
   }
 }
 

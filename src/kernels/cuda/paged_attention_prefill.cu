@@ -1,11 +1,17 @@
-// Flash-attention style extend/prefill over a paged KV cache (plain FMA, f32 accumulation). Grid
-// (ceil(max_qo_len / kRows), num_qo_heads, bs): a block takes kRows consecutive queries of one
-// request and one qo head, walks the visible keys in tiles of kKeys(D) rows gathered through the
-// page table into shared memory (widened to f32), and keeps an online softmax per query row.
-// Decode batches run here too (qo_len == 1) when the split-KV kernel does not apply.
+// Extend/prefill over a paged KV cache, two kernels:
+//  - prefill_tc_kernel (prefill_tc_kernel.cuh): tensor cores (mma.sync m16n8k16, q rounded to the
+//    cache's 16-bit type, f32 accumulation) for bf16/f16 caches whose base, token and head strides
+//    are 16-byte aligned (contiguous caches always are), on sm_80 and later;
+//  - prefill_kernel below (plain FMA, everything f32): f32 caches and the other cases.
+// prefill_kernel: grid (ceil(max_qo_len / kRows), num_qo_heads, bs): a block takes kRows
+// consecutive queries of one request and one qo head, walks the visible keys in tiles of kKeys(D)
+// rows gathered through the page table into shared memory (widened to f32), and keeps an online
+// softmax per query row. Decode batches run here too (qo_len == 1) when the split-KV kernel does
+// not apply.
 #include <algorithm>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/prefill_tc_kernel.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace rlm::cuda {
@@ -186,6 +192,47 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
   }
 }
 
+// ---- the tensor-core kernel ----
+
+bool tc_aligned(const cpu::AttnRows& c) {
+  return reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && c.token_stride % 8 == 0 && c.head_stride % 8 == 0;
+}
+
+bool tc_device() {
+  int device = 0, major = 0;
+  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
+  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
+template <int D, typename T, bool kWindow, typename Cap>
+void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
+  auto* kernel = prefill_tc_kernel<D, T, kWindow, Cap>;
+  constexpr size_t smem = TcShape<D>::kSmemBytes;
+  RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,
+                  a.batch_size);
+  kernel<<<grid, kTcThreads, smem>>>(a, cap);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+}
+
+template <int D, typename T>
+void launch_tc_variant(const DeviceArgs& a, int64_t max_qo_len) {
+  const bool window = a.sliding_window > 0;
+  if (a.soft_cap > 0.0f) {
+    if (window) return launch_tc<D, T, true>(a, SoftCap{a.soft_cap}, max_qo_len);
+    return launch_tc<D, T, false>(a, SoftCap{a.soft_cap}, max_qo_len);
+  }
+  if (window) return launch_tc<D, T, true>(a, NoSoftCap{0.0f}, max_qo_len);
+  return launch_tc<D, T, false>(a, NoSoftCap{0.0f}, max_qo_len);
+}
+
+template <int D>
+void launch_tc_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
+  if (dtype == DType::kBF16) return launch_tc_variant<D, __nv_bfloat16>(a, max_qo_len);
+  return launch_tc_variant<D, __half>(a, max_qo_len);
+}
+
 }  // namespace
 
 void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
@@ -197,6 +244,16 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
                                               << device_batch.batch_size << " requests is over 65535";
   const DeviceArgs a =
       make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
+  const bool tc = (k_cache.dtype == DType::kBF16 || k_cache.dtype == DType::kF16) && tc_aligned(k_cache) &&
+                  tc_aligned(v_cache) && tc_device();
+  if (tc) {
+    switch (cfg.head_dim) {
+      case 64: return launch_tc_dtype<64>(k_cache.dtype, a, plan.max_qo_len);
+      case 128: return launch_tc_dtype<128>(k_cache.dtype, a, plan.max_qo_len);
+      case 256: return launch_tc_dtype<256>(k_cache.dtype, a, plan.max_qo_len);
+      default: break;  // the error below
+    }
+  }
   switch (cfg.head_dim) {
     case 64: return launch_dtype<64>(k_cache.dtype, a, plan.max_qo_len);
     case 128: return launch_dtype<128>(k_cache.dtype, a, plan.max_qo_len);

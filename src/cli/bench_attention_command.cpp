@@ -1,0 +1,294 @@
+// `radixlm bench attention`: the CUDA paged-attention kernels on fixed shapes, each time printed
+// beside a reference measured in the same run (METHOD: a ratio, never a bare time):
+//  - decode (split-KV kernel): KV bytes read per second against a cudaMemcpy device-to-device copy
+//    of the same bytes (read + write), for the automatic split count and a sweep of fixed ones;
+//  - prefill/extend (tensor-core kernel for bf16/f16 caches): causal TFLOP/s at each length, to be
+//    divided by tools/sdpa_bench.py's PyTorch SDPA numbers on the same shapes.
+// Times are medians over --iters runs bracketed by CUDA events, after warm-up. Inputs are uniform
+// random (never zeros); the page table is a random permutation of pages. --json writes the numbers.
+// Causal FLOPs = 4 * num_qo_heads * head_dim * sum over queries of visible keys (L (L + 1) / 2 per
+// request), the count tools/sdpa_bench.py uses.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/tensor.h"
+
+#ifdef RADIXLM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/paged_attention.h"
+#endif
+
+namespace rlm::cli {
+
+namespace {
+
+struct BenchAttentionArgs {
+  int64_t decode_batch = 32;
+  int64_t decode_len = 2048;
+  std::vector<int64_t> prefill_lens{1024, 4096};
+  int64_t prefill_tokens = 16384;  // batch = max(1, prefill_tokens / len)
+  int64_t num_qo_heads = 32;
+  int64_t num_kv_heads = 8;
+  int64_t head_dim = 128;
+  int64_t page_size = 16;
+  std::string dtype = "bf16";
+  int iters = 20;
+  std::string json_path;
+};
+
+#ifdef RADIXLM_WITH_CUDA
+
+void cuda_ok(cudaError_t e, const char* what) {
+  RLM_CHECK(e == cudaSuccess) << "radixlm bench attention: " << what << ": " << cudaGetErrorString(e);
+}
+
+// Median seconds of fn() over `iters` runs (each bracketed by events), after 3 warm-up runs.
+template <typename F>
+double median_seconds(int iters, F&& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  cuda_ok(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t start{}, stop{};
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    cuda_ok(cudaEventRecord(start), "cudaEventRecord");
+    fn();
+    cuda_ok(cudaEventRecord(stop), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    t.push_back(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// A CUDA tensor of `shape` with uniform [-1, 1) values in `dtype`.
+Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data<float>();
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+  return (dtype == DType::kF32 ? t : t.to(dtype)).to(Device::cuda(0));
+}
+
+Tensor gpu_i32(const std::vector<int32_t>& v) { return Tensor::from_vector(v).to(Device::cuda(0)); }
+
+cpu::AttnRows rows(const Tensor& t) { return cpu::AttnRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; }
+
+// One batch of `bs` requests, each with seq_len keys and qo_len queries (its last tokens), its
+// pages a random permutation of the pool, on the GPU.
+struct Workload {
+  std::vector<int32_t> qo_indptr{0}, kv_indptr{0}, kv_indices, seq_lens;
+  Tensor q, k, v, out, qo_g, kv_g, idx_g, sl_g;
+  cpu::PagedBatch batch;  // device pointers
+  cpu::AttnConfig cfg;
+  cuda::AttentionPlan plan;
+
+  Workload(std::mt19937& rng, const BenchAttentionArgs& a, DType dtype, int64_t bs, int64_t seq_len, int64_t qo_len) {
+    const int64_t pages_per_req = (seq_len + a.page_size - 1) / a.page_size;
+    std::vector<int32_t> perm(static_cast<size_t>(bs * pages_per_req));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t r = 0; r < bs; ++r) {
+      kv_indices.insert(kv_indices.end(), perm.begin() + r * pages_per_req, perm.begin() + (r + 1) * pages_per_req);
+      kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
+      qo_indptr.push_back(static_cast<int32_t>(qo_indptr.back() + qo_len));
+      seq_lens.push_back(static_cast<int32_t>(seq_len));
+    }
+    const int64_t slots = static_cast<int64_t>(perm.size()) * a.page_size;
+    k = random_gpu(rng, {slots, a.num_kv_heads, a.head_dim}, dtype);
+    v = random_gpu(rng, {slots, a.num_kv_heads, a.head_dim}, dtype);
+    q = random_gpu(rng, {bs * qo_len, a.num_qo_heads, a.head_dim}, DType::kF32);
+    out = Tensor::empty({bs * qo_len, a.num_qo_heads, a.head_dim}, DType::kF32, Device::cuda(0));
+    qo_g = gpu_i32(qo_indptr);
+    kv_g = gpu_i32(kv_indptr);
+    idx_g = gpu_i32(kv_indices);
+    sl_g = gpu_i32(seq_lens);
+    cpu::PagedBatch host;
+    host.batch_size = bs;
+    host.qo_indptr = qo_indptr.data();
+    host.seq_lens = seq_lens.data();
+    plan = cuda::make_attention_plan(host);
+    batch = host;
+    batch.qo_indptr = qo_g.data<int32_t>();
+    batch.kv_indptr = kv_g.data<int32_t>();
+    batch.kv_indices = idx_g.data<int32_t>();
+    batch.seq_lens = sl_g.data<int32_t>();
+    batch.num_pages_indexed = static_cast<int64_t>(kv_indices.size());
+    batch.page_size = a.page_size;
+    batch.num_slots = slots;
+    batch.num_tokens = bs * qo_len;
+    cfg.num_qo_heads = a.num_qo_heads;
+    cfg.num_kv_heads = a.num_kv_heads;
+    cfg.head_dim = a.head_dim;
+    cfg.scale = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  }
+
+  void decode(int num_kv_splits) const {
+    cuda::paged_attention_decode(rows(q), rows(k), rows(v), batch, cfg, plan, out.data<float>(), out.stride(0),
+                                 out.stride(1), num_kv_splits);
+  }
+  void prefill() const {
+    cuda::paged_attention_prefill(rows(q), rows(k), rows(v), batch, cfg, plan, out.data<float>(), out.stride(0),
+                                  out.stride(1));
+  }
+  // Every output element finite (the kernels wrote them all and nothing overflowed).
+  bool output_finite() const {
+    const Tensor h = out.to(Device::cpu());
+    const float* p = h.data<float>();
+    for (int64_t i = 0; i < h.numel(); ++i) {
+      if (!std::isfinite(p[i])) return false;
+    }
+    return true;
+  }
+};
+
+int run_bench_attention(const BenchAttentionArgs& a) {
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "radixlm bench attention: no CUDA device\n");
+    return 2;
+  }
+  DType dtype;
+  if (a.dtype == "bf16") {
+    dtype = DType::kBF16;
+  } else if (a.dtype == "f16") {
+    dtype = DType::kF16;
+  } else if (a.dtype == "f32") {
+    dtype = DType::kF32;
+  } else {
+    std::fprintf(stderr, "radixlm bench attention: --dtype must be bf16, f16 or f32, got %s\n", a.dtype.c_str());
+    return 2;
+  }
+  if (a.num_kv_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0) {
+    std::fprintf(stderr, "radixlm bench attention: --num-qo-heads must be a multiple of --num-kv-heads\n");
+    return 2;
+  }
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::mt19937 rng(1234);
+  nlohmann::json j;
+  j["device"] = prop.name;
+  j["sm_count"] = prop.multiProcessorCount;
+  j["dtype"] = a.dtype;
+  j["num_qo_heads"] = a.num_qo_heads;
+  j["num_kv_heads"] = a.num_kv_heads;
+  j["head_dim"] = a.head_dim;
+  j["page_size"] = a.page_size;
+  std::printf("device %s (%d SMs); %s caches, %lld q / %lld kv heads, head_dim %lld, page size %lld\n", prop.name,
+              prop.multiProcessorCount, a.dtype.c_str(), static_cast<long long>(a.num_qo_heads),
+              static_cast<long long>(a.num_kv_heads), static_cast<long long>(a.head_dim),
+              static_cast<long long>(a.page_size));
+
+  // ---- decode ----
+  {
+    const Workload w(rng, a, dtype, a.decode_batch, a.decode_len, 1);
+    const double kv_bytes = 2.0 * static_cast<double>(a.decode_batch * a.decode_len * a.num_kv_heads * a.head_dim) *
+                            static_cast<double>(dtype_size(dtype));
+    void* dst = nullptr;
+    const size_t copy_bytes = static_cast<size_t>(w.k.numel()) * dtype_size(dtype);  // = one cache; twice below
+    cuda_ok(cudaMalloc(&dst, 2 * copy_bytes), "cudaMalloc");
+    const double t_copy = median_seconds(a.iters, [&] {
+      cuda_ok(cudaMemcpyAsync(dst, w.k.data_ptr(), copy_bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+      cuda_ok(cudaMemcpyAsync(static_cast<char*>(dst) + copy_bytes, w.v.data_ptr(), copy_bytes,
+                              cudaMemcpyDeviceToDevice),
+              "cudaMemcpyAsync");
+    });
+    cuda_ok(cudaFree(dst), "cudaFree");
+    const double copied = 2.0 * static_cast<double>(copy_bytes);
+    const double copy_gbs = 2.0 * copied / t_copy / 1e9;  // read + write
+    std::printf("decode bs %lld x %lld keys: KV %.1f MiB; cudaMemcpy D2D of the caches (%.1f MiB): %.3f ms, %.0f GB/s "
+                "(read+write)\n",
+                static_cast<long long>(a.decode_batch), static_cast<long long>(a.decode_len), kv_bytes / 1048576.0,
+                copied / 1048576.0, t_copy * 1e3, copy_gbs);
+    j["decode"]["batch"] = a.decode_batch;
+    j["decode"]["seq_len"] = a.decode_len;
+    j["decode"]["kv_bytes"] = kv_bytes;
+    j["decode"]["copy_ms"] = t_copy * 1e3;
+    j["decode"]["copy_gbs"] = copy_gbs;
+    std::printf("  %-8s %10s %10s %8s\n", "splits", "ms", "GB/s", "ratio");
+    for (int splits : {0, 1, 2, 4, 8, 16, 32}) {
+      const double t = median_seconds(a.iters, [&] { w.decode(splits); });
+      const double gbs = kv_bytes / t / 1e9;
+      const std::string name = splits == 0 ? "auto" : std::to_string(splits);
+      std::printf("  %-8s %10.4f %10.0f %8.3f\n", name.c_str(), t * 1e3, gbs, gbs / copy_gbs);
+      nlohmann::json row{{"splits", name}, {"ms", t * 1e3}, {"gbs", gbs}, {"ratio_to_copy", gbs / copy_gbs}};
+      j["decode"]["runs"].push_back(row);
+    }
+    const bool finite = w.output_finite();
+    std::printf("  output finite: %s\n", finite ? "yes" : "NO");
+    j["decode"]["output_finite"] = finite;
+  }
+
+  // ---- prefill ----
+  std::printf("prefill (causal, fresh prompts):\n  %-6s %-6s %10s %10s\n", "len", "batch", "ms", "TFLOP/s");
+  for (int64_t len : a.prefill_lens) {
+    const int64_t bs = std::max<int64_t>(1, a.prefill_tokens / len);
+    const Workload w(rng, a, dtype, bs, len, len);
+    const double flops = 4.0 * static_cast<double>(a.num_qo_heads * a.head_dim) * static_cast<double>(bs) *
+                         (static_cast<double>(len) * static_cast<double>(len + 1) / 2.0);
+    const double t = median_seconds(a.iters, [&] { w.prefill(); });
+    const bool finite = w.output_finite();
+    std::printf("  %-6lld %-6lld %10.3f %10.1f%s\n", static_cast<long long>(len), static_cast<long long>(bs), t * 1e3,
+                flops / t / 1e12, finite ? "" : "  (output NOT finite)");
+    nlohmann::json row{{"seq_len", len}, {"batch", bs}, {"ms", t * 1e3}, {"tflops", flops / t / 1e12},
+                       {"output_finite", finite}};
+    j["prefill"].push_back(row);
+  }
+  if (!a.json_path.empty()) {
+    std::ofstream f(a.json_path);
+    f << j.dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "radixlm bench attention: cannot write %s\n", a.json_path.c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", a.json_path.c_str());
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+#else
+
+int run_bench_attention(const BenchAttentionArgs&) {
+  std::fprintf(stderr, "radixlm bench attention: this binary was built without CUDA\n");
+  return 2;
+}
+
+#endif
+
+}  // namespace
+
+void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out) {
+  auto a = std::make_shared<BenchAttentionArgs>();
+  CLI::App* s = bench.add_subcommand("attention", "CUDA paged-attention kernels: decode GB/s vs copy, prefill TFLOP/s");
+  s->add_option("--decode-batch", a->decode_batch, "Decode requests")->check(CLI::PositiveNumber);
+  s->add_option("--decode-len", a->decode_len, "Keys per decode request")->check(CLI::PositiveNumber);
+  s->add_option("--prefill-lens", a->prefill_lens, "Prompt lengths of the causal prefill runs")->delimiter(',');
+  s->add_option("--prefill-tokens", a->prefill_tokens, "Tokens per prefill batch (batch = this / len, at least 1)")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--num-qo-heads", a->num_qo_heads, "Query heads")->check(CLI::PositiveNumber);
+  s->add_option("--num-kv-heads", a->num_kv_heads, "KV heads")->check(CLI::PositiveNumber);
+  s->add_option("--head-dim", a->head_dim, "64, 128 or 256");
+  s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
+  s->add_option("--dtype", a->dtype, "Cache dtype: bf16 (default), f16, f32");
+  s->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::PositiveNumber);
+  s->add_option("--json", a->json_path, "Write the numbers to this JSON file");
+  out.emplace_back(s, [a] { return run_bench_attention(*a); });
+}
+
+}  // namespace rlm::cli

@@ -1,0 +1,266 @@
+// The vectorised split-KV decode kernel (one query token per request), included by
+// paged_attention_decode.cu. Grid (num_splits, num_kv_heads * head_blocks, bs), kVecThreads threads.
+//
+// A block scores one KV split of one request against HB qo heads of one kv head (GQA: the K/V rows
+// of the group are read once). Each key row is read by a "key group" of D / C lanes, each lane
+// holding C (16, or 8 when HB = 8) consecutive columns in C * sizeof(T) / 16 16-byte loads, so a
+// warp reads 32 / (D / C) keys per step and the block kVecWarps times that (kSlots key slots). A
+// slot walks its keys kUnroll at a time, all loads issued before the first use, the page ids of
+// the next step fetched one step ahead, and keeps its own online softmax (max, sum, C output
+// columns per head; rescaled only when the max grows) in registers: no barrier in the main loop.
+// At the end the slots are merged through shared memory; the block writes out directly when
+// num_splits == 1, else the split's normalised partial output and its log-sum-exp (natural log)
+// for merge_kernel.
+//
+// Keys of a request are divided evenly among the num_splits splits per request (on the device,
+// from seq_lens), so a fixed num_splits serves any batch; a split without keys writes lse = -inf
+// and returns at once (merge_kernel skips it). Scores are in log2 units (see score_log2).
+#pragma once
+
+#include "kernels/cuda/attention_common.cuh"
+
+namespace rlm::cuda::attn {
+
+constexpr int kVecThreads = 128;
+constexpr int kVecWarps = kVecThreads / 32;
+
+// C consecutive cache elements of one lane as raw 16-byte words (C * sizeof(T) / 16 loads).
+template <typename T, int C>
+struct RawCols {
+  static constexpr int kWords = C * static_cast<int>(sizeof(T)) / 16;
+  uint4 w[kWords];
+};
+
+template <typename T, int C>
+__device__ __forceinline__ void load_cols(const T* p, RawCols<T, C>& r) {
+  const uint4* v = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < RawCols<T, C>::kWords; ++i) r.w[i] = __ldg(v + i);
+}
+
+__device__ __forceinline__ float2 widen2(uint32_t w, const __nv_bfloat16*) {
+  __nv_bfloat162 h;
+  memcpy(&h, &w, sizeof(h));
+  return __bfloat1622float2(h);
+}
+__device__ __forceinline__ float2 widen2(uint32_t w, const __half*) {
+  __half2 h;
+  memcpy(&h, &w, sizeof(h));
+  return __half22float2(h);
+}
+
+// The C raw elements as f32.
+template <typename T, int C>
+__device__ __forceinline__ void widen_cols(const RawCols<T, C>& r, float (&x)[C]) {
+#pragma unroll
+  for (int i = 0; i < RawCols<T, C>::kWords; ++i) {
+    const uint32_t u[4] = {r.w[i].x, r.w[i].y, r.w[i].z, r.w[i].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (sizeof(T) == 4) {
+        x[i * 4 + j] = __uint_as_float(u[j]);
+      } else {
+        const float2 f = widen2(u[j], static_cast<const T*>(nullptr));
+        x[i * 8 + 2 * j] = f.x;
+        x[i * 8 + 2 * j + 1] = f.y;
+      }
+    }
+  }
+}
+
+// Columns per lane: 16 (fewer lanes share a key, so less of the per-key work -- page lookup,
+// softmax, shuffles -- is replicated across them) unless 8 heads per block would need too many
+// registers. kUnroll keeps 2 * kUnroll * C * sizeof(T) bytes of K and V loads in flight per lane.
+template <int D, int HB>
+struct VecShape {
+  static_assert(D % 64 == 0 && D <= 256, "head_dim must be 64, 128 or 256");
+  static constexpr int kCols = HB >= 8 ? 8 : 16;
+  static constexpr int kUnroll = kCols == 16 ? 2 : 4;      // keys per slot per step
+  static constexpr int kLanesPerKey = D / kCols;           // 4..32, a power of two
+  static constexpr int kKeysPerWarp = 32 / kLanesPerKey;
+  static constexpr int kSlots = kVecWarps * kKeysPerWarp;  // key slots per block
+  static constexpr int kStep = kSlots * kUnroll;           // keys per block step
+};
+
+// Visible keys [lo, seq_len) of request r's single query, split s of num_splits: [begin, end).
+__device__ __forceinline__ void split_range(int seq_len, int sliding_window, int num_splits, int split, int& begin,
+                                            int& end) {
+  const int lo = sliding_window > 0 ? max(0, seq_len - sliding_window) : 0;
+  const int n = seq_len - lo;
+  const int per = (n + num_splits - 1) / num_splits;
+  begin = lo + split * per;
+  end = min(seq_len, begin + per);
+}
+
+template <int D, int HB, typename T, typename Cap>
+__global__ void __launch_bounds__(kVecThreads)
+    decode_vec_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse) {
+  using S = VecShape<D, HB>;
+  constexpr int G = S::kLanesPerKey, C = S::kCols, U = S::kUnroll;
+  __shared__ float s_m[S::kSlots][HB], s_l[S::kSlots][HB];
+  __shared__ __align__(16) float s_acc[S::kSlots][HB][D];
+
+  const int split = blockIdx.x;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const int head_blocks = group / HB;
+  const int kv_head = blockIdx.y / head_blocks;
+  const int h0 = kv_head * group + (blockIdx.y % head_blocks) * HB;
+  const int r = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int slot = warp * S::kKeysPerWarp + lane / G;
+  const int col = (lane % G) * C;
+
+  const int seq_len = a.seq_lens[r];
+  int k_begin, k_end;
+  split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
+  const int row = a.qo_indptr[r];
+  if (k_begin >= k_end) {  // uniform for the block, before any barrier
+    if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
+    return;
+  }
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
+  const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + col;
+  const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + col;
+
+  float q[HB][C];
+  const float qs = q_prescale<Cap>(a.scale);
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+    const float* qr = a.q + static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + h) * a.q_hs + col;
+#pragma unroll
+    for (int e = 0; e < C; ++e) q[h][e] = qr[e] * qs;
+  }
+  float m[HB], l[HB], acc[HB][C];
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+    m[h] = kNegInf;
+    l[h] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < C; ++e) acc[h][e] = 0.0f;
+  }
+
+  // Slot of each of this lane's keys of the step at `base` (-1: past the split's end).
+  auto slots_of = [&](int base, int64_t (&sl)[U]) {
+    int32_t index[U], offset[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) pages.locate(base + u * S::kSlots + slot, index[u], offset[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // the page-id loads, all in flight together
+      sl[u] = base + u * S::kSlots + slot < k_end
+                  ? static_cast<int64_t>(pages.pages[index[u]]) * a.page_size + offset[u]
+                  : -1;
+    }
+  };
+  int64_t next[U];
+  slots_of(k_begin, next);
+  for (int base = k_begin; base < k_end; base += S::kStep) {
+    int64_t cur[U];
+    RawCols<T, C> kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      cur[u] = next[u];
+      if (cur[u] >= 0) {
+        load_cols(kc + cur[u] * a.k_ts, kr[u]);
+        load_cols(vc + cur[u] * a.v_ts, vr[u]);
+      } else {  // zeros: the math below runs unconditionally (score masked, p = 0)
+#pragma unroll
+        for (int i = 0; i < RawCols<T, C>::kWords; ++i) kr[u].w[i] = vr[u].w[i] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    slots_of(base + S::kStep, next);  // page ids one step ahead
+
+    float s[U][HB];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float kf[C];
+      widen_cols(kr[u], kf);
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < C; ++e) dot += q[h][e] * kf[e];
+        // Sum over the key group's G lanes (contiguous, G a power of two); every lane takes part.
+#pragma unroll
+        for (int o = G / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+        s[u][h] = cur[u] >= 0 ? score_log2(cap, dot) : kNegInf;
+      }
+    }
+    // Lazy rescaling: the running max rarely grows after the first keys, so the accumulators are
+    // rescaled only when it grows for some lane of the warp (alpha is exactly 1 for the others).
+    float mx[HB];
+    bool grow = false;
+#pragma unroll
+    for (int h = 0; h < HB; ++h) {
+      mx[h] = m[h];
+#pragma unroll
+      for (int u = 0; u < U; ++u) mx[h] = fmaxf(mx[h], s[u][h]);
+      grow = grow || mx[h] > m[h];
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+        // m = -inf (no key of this slot seen yet): l and acc are 0 and stay so.
+        const float alpha = mx[h] == m[h] ? 1.0f : fast_exp2(m[h] - mx[h]);
+        m[h] = mx[h];
+        l[h] *= alpha;
+#pragma unroll
+        for (int e = 0; e < C; ++e) acc[h][e] *= alpha;
+      }
+    }
+    float p[U][HB];
+#pragma unroll
+    for (int h = 0; h < HB; ++h) {
+      const float base_m = m[h] == kNegInf ? 0.0f : m[h];  // no key of this slot seen yet
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        p[u][h] = fast_exp2(s[u][h] - base_m);
+        l[h] += p[u][h];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float vf[C];
+      widen_cols(vr[u], vf);
+#pragma unroll
+      for (int h = 0; h < HB; ++h) {
+#pragma unroll
+        for (int e = 0; e < C; ++e) acc[h][e] += p[u][h] * vf[e];
+      }
+    }
+  }
+
+  // Merge the slots. Slot 0 saw key k_begin, so the block max is finite.
+#pragma unroll
+  for (int h = 0; h < HB; ++h) {
+    if (lane % G == 0) {
+      s_m[slot][h] = m[h];
+      s_l[slot][h] = l[h];
+    }
+    float4* dst = reinterpret_cast<float4*>(&s_acc[slot][h][col]);
+#pragma unroll
+    for (int e = 0; e < C / 4; ++e) dst[e] = make_float4(acc[h][4 * e], acc[h][4 * e + 1], acc[h][4 * e + 2], acc[h][4 * e + 3]);
+  }
+  __syncthreads();
+  for (int i = tid; i < HB * D; i += kVecThreads) {
+    const int h = i / D, c = i % D;
+    float mx = kNegInf;
+#pragma unroll
+    for (int sl = 0; sl < S::kSlots; ++sl) mx = fmaxf(mx, s_m[sl][h]);
+    float den = 0.0f, num = 0.0f;
+#pragma unroll
+    for (int sl = 0; sl < S::kSlots; ++sl) {
+      const float w = fast_exp2(s_m[sl][h] - mx);  // 0 for a slot without keys (m = -inf)
+      den += w * s_l[sl][h];
+      num += w * s_acc[sl][h][c];
+    }
+    if (num_splits == 1) {
+      a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] = num / den;
+    } else {
+      const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
+      partial[w * D + c] = num / den;
+      if (c == 0) lse[w] = (mx + log2f(den)) * kLn2;
+    }
+  }
+}
+
+}  // namespace rlm::cuda::attn

@@ -1,0 +1,316 @@
+// The tensor-core flash-attention extend/prefill kernel over a paged KV cache (bf16 or f16 caches),
+// included by paged_attention_prefill.cu. Grid (ceil(max_qo_len / kRows), num_qo_heads, bs), 128
+// threads (4 warps), dynamic shared memory TcShape<D>::kSmemBytes.
+//
+// A block takes kRows consecutive queries of one request and one qo head (the heaviest causal
+// tiles first: blockIdx.x counts from the request's end). Its queries are read as f32, multiplied
+// by q_prescale(scale) and rounded to the cache's 16-bit type into shared memory: this is the
+// precision of the tensor-core path (q in bf16/f16, K and V exact, P = softmax numerators rounded
+// to bf16/f16, all sums in f32). Visible keys are walked in tiles of kKeys rows gathered through
+// the page table with 16-byte cp.async (zero-filled past the last visible key), two tiles in
+// flight. Each warp owns 16 * kM query rows: S = Q K^T and O += P V by mma.sync m16n8k16 (ldmatrix,
+// XOR-swizzled tiles), the online softmax in log2 units on the accumulator fragments (each row's
+// max over its quad of lanes; O rescaled only when a max grew), P reused from the S registers as
+// the A operand of P V. Masks (causal, sliding window, keys past the tile's end) are applied only
+// on tiles that need them.
+#pragma once
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/mma_sm80.cuh"
+
+namespace rlm::cuda::attn {
+
+constexpr int kTcThreads = 128;
+
+// Per head_dim 64 / 128 / 256 (chosen from ptxas reports: no spills, <= 255 registers): 32 / 32 /
+// 16 query rows per warp (more rows per warp = fewer shared-memory fragment loads and fewer K/V
+// tile loads per FLOP), 64 / 32 / 32 keys per tile (bounds the S registers), Q fragments kept in
+// registers only for 64 (reloaded with ldmatrix per k-step otherwise).
+template <int D>
+struct TcShape {
+  static constexpr int kWarps = kTcThreads / 32;
+  static constexpr int kM = D == 256 ? 1 : 2;            // 16-row m-tiles per warp
+  static constexpr int kRows = kWarps * 16 * kM;         // queries per block: 128, 128, 64
+  static constexpr int kKeys = D == 64 ? 64 : 32;        // keys per tile
+  static constexpr bool kQInRegs = D <= 64;              // Q fragments kept in registers
+  static constexpr int kChunks = D / 8;                  // 16-byte chunks per row
+  static constexpr size_t kSmemBytes = (size_t{kRows} * D + 4 * size_t{kKeys} * D) * 2;  // Q, 2 x (K, V)
+  static_assert(kTcThreads % kChunks == 0 && kKeys % (kTcThreads / kChunks) == 0 && kKeys % 16 == 0, "tile shape");
+};
+
+// kWindow: sliding window on (a.sliding_window > 0), a compile-time variant like the soft-cap.
+template <int D, typename T, bool kWindow, typename Cap>
+__global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Cap cap) {
+  using S = TcShape<D>;
+  using M = Mma<T>;
+  constexpr int kM = S::kM, kKeys = S::kKeys;
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  T* s_q = reinterpret_cast<T*>(tc_smem);  // [kRows][D] swizzled
+  T* s_k = s_q + S::kRows * D;             // [2][kKeys][D]
+  T* s_v = s_k + 2 * kKeys * D;            // [2][kKeys][D]
+
+  const int r = blockIdx.z, h = blockIdx.y;
+  const int qo_begin = a.qo_indptr[r];
+  const int qo_len = a.qo_indptr[r + 1] - qo_begin;
+  const int q0 = static_cast<int>(gridDim.x - 1 - blockIdx.x) * S::kRows;
+  if (q0 >= qo_len) return;  // uniform for the block, before any barrier
+  const int seq_len = a.seq_lens[r];
+  const int pos0 = seq_len - qo_len + q0;   // position of the block's first query
+  const int pos_last = pos0 + S::kRows - 1;  // of its last row (rows past qo_len are padding)
+  const int window = kWindow ? a.sliding_window : 0;
+  const int k_lo = kWindow ? max(0, pos0 - window + 1) : 0;
+  const int k_hi = min(seq_len, pos_last + 1);  // keys [k_lo, k_hi) are visible to some row
+  const int t_begin = k_lo / kKeys * kKeys;
+  const int n_tiles = (k_hi - t_begin + kKeys - 1) / kKeys;  // >= 1: row 0 sees key pos0
+  const int kv_head = h / (a.num_qo_heads / a.num_kv_heads);
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
+  const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs;
+  const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, tq = lane % 4;
+  const int wrow = warp * 16 * kM;  // the warp's first row in the block
+
+  // Gathers key tile `tile` into buffer `buf`; rows past k_hi are zero-filled (never NaN). Thread
+  // tid copies column chunk tid % kChunks of rows tid / kChunks + k * kRowsPerPass: all its page
+  // lookups are issued before its copies.
+  constexpr int kRowsPerPass = kTcThreads / S::kChunks;
+  constexpr int kPasses = kKeys / kRowsPerPass;
+  const int ld_col = (tid % S::kChunks) * 8, ld_row = tid / S::kChunks;
+  auto load_tile = [&](int tile, int buf) {
+    const int t0 = t_begin + tile * kKeys;
+    T* dk = s_k + buf * kKeys * D;
+    T* dv = s_v + buf * kKeys * D;
+    int32_t index[kPasses], offset[kPasses];
+    int64_t slot[kPasses];
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) pages.locate(t0 + ld_row + k * kRowsPerPass, index[k], offset[k]);
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {  // the page-id loads, all in flight together
+      slot[k] = t0 + ld_row + k * kRowsPerPass < k_hi
+                    ? static_cast<int64_t>(pages.pages[index[k]]) * a.page_size + offset[k]
+                    : -1;
+    }
+#pragma unroll
+    for (int k = 0; k < kPasses; ++k) {
+      const int j = ld_row + k * kRowsPerPass;
+      const bool ok = slot[k] >= 0;
+      cp_async16(dk + swizzle<D>(j, ld_col), ok ? kc + slot[k] * a.k_ts + ld_col : kc, ok ? 16 : 0);
+      cp_async16(dv + swizzle<D>(j, ld_col), ok ? vc + slot[k] * a.v_ts + ld_col : vc, ok ? 16 : 0);
+    }
+  };
+  load_tile(0, 0);
+  cp_async_commit();
+
+  // Q -> shared (scaled, rounded to T); padding rows are zero.
+  const float qs = q_prescale<Cap>(a.scale);
+  for (int i = tid; i < S::kRows * S::kChunks; i += kTcThreads) {
+    const int row = i / S::kChunks, col = (i % S::kChunks) * 8;
+    uint4 packed = make_uint4(0, 0, 0, 0);
+    if (q0 + row < qo_len) {
+      const float* src =
+          a.q + static_cast<int64_t>(qo_begin + q0 + row) * a.q_ts + static_cast<int64_t>(h) * a.q_hs + col;
+      packed.x = M::pack(src[0] * qs, src[1] * qs);
+      packed.y = M::pack(src[2] * qs, src[3] * qs);
+      packed.z = M::pack(src[4] * qs, src[5] * qs);
+      packed.w = M::pack(src[6] * qs, src[7] * qs);
+    }
+    *reinterpret_cast<uint4*>(s_q + swizzle<D>(row, col)) = packed;
+  }
+
+  float o[kM][D / 8][4];
+  float m_run[kM][2], l_run[kM][2];
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][n][e] = 0.0f;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      m_run[mi][hr] = kNegInf;
+      l_run[mi][hr] = 0.0f;
+    }
+  }
+  constexpr int kQFrags = S::kQInRegs ? D / 16 : 1;
+  uint32_t qf[kM][kQFrags][4];
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int buf = it & 1;
+    if (it + 1 < n_tiles) {
+      load_tile(it + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile `it` (and on the first pass s_q) visible to every warp
+    if constexpr (S::kQInRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk) {
+            ldmatrix_x4(qf[mi][kk], s_q + swizzle<D>(wrow + mi * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+          }
+        }
+      }
+    }
+    const T* bk = s_k + buf * kKeys * D;
+    const T* bv = s_v + buf * kKeys * D;
+
+    // S = Q K^T
+    float s[kM][kKeys / 8][4];
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][n][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t af[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+        if constexpr (S::kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) af[mi][e] = qf[mi][kk][e];
+        } else {
+          ldmatrix_x4(af[mi], s_q + swizzle<D>(wrow + mi * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8));
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, bk + swizzle<D>(np * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 16 + ((lane >> 3) & 1) * 8));
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          M::mma(s[mi][2 * np], af[mi], b[0], b[1]);
+          M::mma(s[mi][2 * np + 1], af[mi], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scores in log2 units, masked where needed.
+    const int t0 = t_begin + it * kKeys;
+    const bool need_mask = t0 + kKeys - 1 > pos0 || (kWindow && t0 <= pos_last - window);
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = score_log2(cap, s[mi][n][e]);
+          if (need_mask) {
+            const int pos = pos0 + wrow + mi * 16 + g + (e >= 2 ? 8 : 0);
+            const int key = t0 + n * 8 + 2 * tq + (e & 1);
+            const bool visible = key <= pos && key < k_hi && (!kWindow || key > pos - window);
+            if (!visible) x = kNegInf;
+          }
+          s[mi][n][e] = x;
+        }
+      }
+    }
+
+    // Online softmax: row g uses elements 0, 1 and row g + 8 elements 2, 3 of each n-tile; a row
+    // is spread over the 4 lanes of a quad. Lazy rescaling: O and l are rescaled only when some
+    // row max of the warp grew (alpha is exactly 1 for the rows whose max did not).
+    float mx[kM][2];
+    bool grow = false;
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float x = m_run[mi][hr];
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n) x = fmaxf(x, fmaxf(s[mi][n][2 * hr], s[mi][n][2 * hr + 1]));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[mi][hr] = x;
+        grow = grow || x > m_run[mi][hr];
+      }
+    }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          // m_run = -inf (nothing visible to this row yet): l and O are 0 and stay so.
+          const float alpha = mx[mi][hr] == m_run[mi][hr] ? 1.0f : fast_exp2(m_run[mi][hr] - mx[mi][hr]);
+          m_run[mi][hr] = mx[mi][hr];
+          l_run[mi][hr] *= alpha;
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            o[mi][n][2 * hr] *= alpha;
+            o[mi][n][2 * hr + 1] *= alpha;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float base = m_run[mi][hr] == kNegInf ? 0.0f : m_run[mi][hr];  // nothing visible yet
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kKeys / 8; ++n) {
+          const float p0 = fast_exp2(s[mi][n][2 * hr] - base), p1 = fast_exp2(s[mi][n][2 * hr + 1] - base);
+          s[mi][n][2 * hr] = p0;
+          s[mi][n][2 * hr + 1] = p1;
+          sum += p0 + p1;
+        }
+        l_run[mi][hr] += sum;  // this lane's part of the row sum
+      }
+    }
+
+    // O += P V
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t pa[kM][4];
+#pragma unroll
+      for (int mi = 0; mi < kM; ++mi) {
+        pa[mi][0] = M::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        pa[mi][1] = M::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        pa[mi][2] = M::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        pa[mi][3] = M::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, bv + swizzle<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dp * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int mi = 0; mi < kM; ++mi) {
+          M::mma(o[mi][2 * dp], pa[mi], b[0], b[1]);
+          M::mma(o[mi][2 * dp + 1], pa[mi], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with buffer `buf` before it is refilled
+  }
+
+#pragma unroll
+  for (int mi = 0; mi < kM; ++mi) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float l = l_run[mi][hr];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = wrow + mi * 16 + g + 8 * hr;
+      if (q0 + row < qo_len) {
+        const float inv = 1.0f / l;
+        float* dst = a.out + static_cast<int64_t>(qo_begin + q0 + row) * a.out_ts +
+                     static_cast<int64_t>(h) * a.out_hs + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          dst[n * 8] = o[mi][n][2 * hr] * inv;
+          dst[n * 8 + 1] = o[mi][n][2 * hr + 1] * inv;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace rlm::cuda::attn
