@@ -8,6 +8,8 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/runner_flags.h"
+#include "engine/cuda_graph_runner.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 
@@ -26,6 +28,7 @@ struct OneBatchArgs {
   int64_t output_len = 32;
   int64_t page_size = 16;
   uint64_t seed = 0;
+  RunnerFlags runner;
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -73,11 +76,18 @@ int run_one_batch(const OneBatchArgs& a) {
   rc.page_size = a.page_size;
   rc.max_requests = a.batch_size;
   rc.max_context_len = a.input_len + a.output_len;
+  a.runner.apply(rc, /*size_from_memory=*/true);  // CUDA: the pool is sized like serve's
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
   ModelRunner& r = **runner;
   const int64_t ctx = rc.max_context_len;
   const int64_t pages_per_req = (ctx + a.page_size - 1) / a.page_size;
+  if (r.kv_pool().config().num_pages < pages_per_req * a.batch_size) {
+    std::fprintf(stderr, "radixlm bench one-batch: the KV pool holds %lld pages but the batch needs %lld\n",
+                 static_cast<long long>(r.kv_pool().config().num_pages),
+                 static_cast<long long>(pages_per_req * a.batch_size));
+    return 1;
+  }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
   // Request b owns pages [b * pages_per_req, (b + 1) * pages_per_req).
@@ -134,7 +144,13 @@ int run_one_batch(const OneBatchArgs& a) {
               static_cast<long long>(a.page_size));
   std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
               static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
-  std::printf("decode step (median of %zu): %.3f ms (%.0f tok/s)\n", steps.size(), step_ms,
+  const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
+  std::string graphs = "eager";
+  if (!graph_sizes.empty()) {
+    const int64_t padded = padded_batch_size(graph_sizes, a.batch_size);
+    graphs = padded > 0 ? str("CUDA graph, padded to ", padded) : str("eager (batch > --cuda-graph-max-bs)");
+  }
+  std::printf("decode step (median of %zu, %s): %.3f ms (%.0f tok/s)\n", steps.size(), graphs.c_str(), step_ms,
               static_cast<double>(a.batch_size) / (step_ms / 1e3));
   std::printf("decode floor: %.2f GB read (weights + KV) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
               decode_bytes / 1e9, bw / 1e9, floor_ms, step_ms / floor_ms);
@@ -154,6 +170,7 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--output-len", a->output_len, "Tokens generated per request")->check(CLI::PositiveNumber);
   s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
   s->add_option("--seed", a->seed, "Seed for dummy weights and prompts");
+  a->runner.add_to(s);
   out.emplace_back(s, [a] { return run_one_batch(*a); });
 }
 

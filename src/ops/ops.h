@@ -92,6 +92,21 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
                      int64_t page_size, const AttentionParams& params, const Tensor& out);
 
+// What the caller already knows about a paged-attention batch on the host (the ModelRunner's *_cpu
+// vectors). With it the CUDA path copies nothing to the host and never synchronises, so the call
+// can be captured in a CUDA graph; the device index arrays are then trusted, not re-validated (the
+// caller built them from validated host data). The CPU path ignores the plan and validates.
+struct PagedAttentionPlan {
+  int64_t max_qo_len = 0;   // longest query run of the batch
+  int64_t max_seq_len = 0;  // longest KV sequence (an upper bound for decode with num_kv_splits > 0)
+  bool all_decode = false;  // every request has exactly one query token
+  int num_kv_splits = 0;    // decode: > 0 fixes the split count (graph-safe); 0 picks by max_seq_len
+};
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                     int64_t page_size, const AttentionParams& params, const Tensor& out,
+                     const PagedAttentionPlan& plan);
+
 // Row-wise softmax / log-softmax in place (max-subtracted).   x: f32 [n, v].
 void softmax(const Tensor& x);
 void log_softmax(const Tensor& x);
