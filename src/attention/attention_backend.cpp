@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "attention/cpu_backend.h"
 #include "attention/paged_backend.h"
 
 namespace rlm {
@@ -11,7 +12,7 @@ namespace {
 // static library would drop); others may be added with register_attention_backend.
 std::map<std::string, AttentionBackendFactory>& registry() {
   static std::map<std::string, AttentionBackendFactory> r = {
-      {"cpu", [] { return std::make_unique<PagedAttentionBackend>("cpu", DeviceType::kCPU); }},
+      {"cpu", [] { return std::make_unique<CpuAttentionBackend>(); }},
 #ifdef RADIXLM_WITH_CUDA
       {"native", [] { return std::make_unique<PagedAttentionBackend>("native", DeviceType::kCUDA); }},
 #endif

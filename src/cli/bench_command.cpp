@@ -224,6 +224,7 @@ void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   bench->require_subcommand(1);
   add_bench_serve_command(*bench, out);
   add_bench_one_batch_command(*bench, out);
+  add_bench_offline_command(*bench, out);
 }
 
 }  // namespace rlm::cli

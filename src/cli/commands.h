@@ -21,5 +21,6 @@ void add_chat_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_bench_serve_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
+void add_bench_offline_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
 
 }  // namespace rlm::cli

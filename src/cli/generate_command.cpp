@@ -34,6 +34,8 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::string load_format = "auto";
   std::string attention_backend;  // "" = default for the device
+  std::string prefill_attention_backend;  // "": as attention_backend
+  std::string decode_attention_backend;
   std::string device = "auto";
   int64_t page_size = 16;
   int64_t max_batch_size = 0;
@@ -160,6 +162,8 @@ int run_generate(const GenerateArgs& a) {
   ModelRunnerConfig rc;
   rc.device = *device;
   rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
+  rc.prefill_attention_backend = a.prefill_attention_backend;
+  rc.decode_attention_backend = a.decode_attention_backend;
   rc.page_size = a.page_size;
   rc.max_requests = std::max<int64_t>(1, std::min<int64_t>(64, static_cast<int64_t>(reqs->size())));
   int64_t longest = 0;
@@ -208,6 +212,10 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   sub->add_option("--load-format", args->load_format, "auto | safetensors | gguf | dummy");
   sub->add_option("--device", args->device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
   sub->add_option("--attention-backend", args->attention_backend, "Attention backend (default: native on CUDA, cpu)");
+  sub->add_option("--prefill-attention-backend", args->prefill_attention_backend,
+                 "Backend for prefill/extend steps (default: --attention-backend)");
+  sub->add_option("--decode-attention-backend", args->decode_attention_backend,
+                 "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
   sub->add_option("--page-size", args->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   sub->add_option("--max-batch-size", args->max_batch_size, "Prompts per batch (0: all)");
   sub->add_option("--max-context-len", args->max_context_len, "Context length (0: from the prompts)");

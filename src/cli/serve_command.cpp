@@ -29,6 +29,8 @@ struct ServeArgs {
   std::string load_format = "auto";
   uint64_t seed = 0;
   std::string attention_backend;
+  std::string prefill_attention_backend;  // "": as attention_backend
+  std::string decode_attention_backend;
   std::string device = "auto";
   int64_t page_size = 1;
   int64_t max_total_tokens = 0;  // 0: from --mem-fraction-static on CUDA, 32768 on the CPU
@@ -74,6 +76,8 @@ int run_serve(const ServeArgs& a) {
   ModelRunnerConfig rc;
   rc.device = *device;
   rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
+  rc.prefill_attention_backend = a.prefill_attention_backend;
+  rc.decode_attention_backend = a.decode_attention_backend;
   rc.page_size = a.page_size;
   rc.max_requests = a.max_running_requests;
   rc.max_context_len = context;
@@ -148,6 +152,10 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--seed", a->seed, "Seed for dummy weights");
   s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
   s->add_option("--attention-backend", a->attention_backend, "Attention backend (default: native on CUDA, cpu)");
+  s->add_option("--prefill-attention-backend", a->prefill_attention_backend,
+                 "Backend for prefill/extend steps (default: --attention-backend)");
+  s->add_option("--decode-attention-backend", a->decode_attention_backend,
+                 "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
   s->add_option("--page-size", a->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   s->add_option("--max-total-tokens", a->max_total_tokens,
                  "KV cache capacity in tokens (default: from --mem-fraction-static on CUDA, 32768 on the CPU)")

@@ -10,6 +10,7 @@
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/index_check.h"
 #endif
+#include "attention/hybrid_backend.h"
 
 namespace rlm {
 
@@ -84,7 +85,8 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     const int64_t pages_per_req = (r->config_.max_context_len + r->config_.page_size - 1) / r->config_.page_size;
     r->config_.num_pages = pages_per_req * r->config_.max_requests;
   }
-  RLM_ASSIGN_OR_RETURN(r->backend_, create_attention_backend(config.attention_backend));
+  RLM_ASSIGN_OR_RETURN(r->backend_, make_attention_backend(config.attention_backend, config.prefill_attention_backend,
+                                                           config.decode_attention_backend));
   const KVShape kv = model->kv_shape();
   if (config.device.is_cuda() && config.device.index >= cuda_device_count()) {
     return invalid_argument(str("device ", config.device.to_string(), " is not available (",
@@ -111,11 +113,10 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   r->req_to_token_->set_slot_limit(r->kv_pool_->num_slots());
   r->model_ = std::move(model);
   const int64_t graph_bs = std::min(config.cuda_graph_max_bs, r->config_.max_requests);
-  if (config.cuda_graph && config.device.is_cuda() && r->mamba_pool_ == nullptr && graph_bs >= 1) {
-    if (!r->backend_->supports_cuda_graph()) {
-      return invalid_argument(str("attention backend '", r->backend_->name(),
-                                  "' does not support CUDA graphs; use --disable-cuda-graph"));
-    }
+  // Hybrid linear-attention models and backends without graph support (the `cpu` reference on a
+  // GPU pool) decode eagerly.
+  if (config.cuda_graph && config.device.is_cuda() && r->mamba_pool_ == nullptr && graph_bs >= 1 &&
+      r->backend_->supports_cuda_graph()) {
     CudaGraphRunner::Deps deps;
     deps.model = r->model_.get();
     deps.backend = r->backend_.get();

@@ -17,6 +17,8 @@ namespace rlm {
 
 struct ModelRunnerConfig {
   std::string attention_backend = "cpu";
+  std::string prefill_attention_backend;  // "": attention_backend; differing names give `hybrid`
+  std::string decode_attention_backend;   // "": attention_backend
   int64_t page_size = 1;
   int64_t num_pages = 0;        // KV capacity in pages; 0: enough for max_requests * max_context_len
   int64_t max_requests = 64;    // rows of req_to_token
