@@ -83,7 +83,13 @@ class CudaRawAllocator : public RawAllocator {
   void* raw_alloc(size_t nbytes) override {
     RLM_CUDART_CHECK(cudaSetDevice(device_));
     void* p = nullptr;
+    // A CUDA-graph capture counts cudaMalloc as unsafe (it is not a stream operation). New blocks of
+    // a graph's private pool are made during capture on purpose (the graph keeps them for ever), so
+    // the call runs in relaxed mode, as PyTorch's allocator does.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    RLM_CUDART_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t e = cudaMalloc(&p, nbytes);
+    RLM_CUDART_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     if (e == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();  // clear the sticky-free error so later calls do not report it
       return nullptr;

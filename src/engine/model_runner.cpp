@@ -209,11 +209,21 @@ Tensor ModelRunner::forward(ForwardBatch& batch) {
     return model_->forward(batch);
   }
 #ifdef RADIXLM_WITH_CUDA
+  const int device = config_.device.index;
+  // Callers that copy logits to the host themselves (the scheduler) see an error recorded by the
+  // previous step here, without a sync of their own; sample() reports it at once.
+  if (auto err = cuda::poll_device_error(device)) fail("device-side check failed in the previous step: " + *err);
   req_to_token_->sync_device();
-  if (graph_runner_ != nullptr && graph_runner_->can_run(batch)) return graph_runner_->replay(batch);
-  cuda::DeferredIndexChecks deferred;
-  backend_->init_forward_metadata(batch);
-  return model_->forward(batch);
+  Tensor logits;
+  if (graph_runner_ != nullptr && graph_runner_->can_run(batch)) {
+    logits = graph_runner_->replay(batch);
+  } else {
+    cuda::DeferredIndexChecks deferred;
+    backend_->init_forward_metadata(batch);
+    logits = model_->forward(batch);
+  }
+  cuda::enqueue_error_readback(device);
+  return logits;
 #else
   fail("ModelRunner::forward: radixlm was built without CUDA");
 #endif

@@ -1,6 +1,7 @@
 #include "kernels/cuda/index_check.h"
 
 #include <array>
+#include <cstring>
 #include <mutex>
 
 #include "core/cuda_check.h"
@@ -60,39 +61,82 @@ BadIndex find_out_of_range(int device, const void* idx, DType dtype, int64_t n, 
   return bad;
 }
 
-DeviceErrorRecord* device_error_record(int device) {
-  static std::array<DeviceErrorRecord*, 64> records{};
+namespace {
+
+struct ErrorBuffers {
+  DeviceErrorRecord* device = nullptr;  // raw cudaMalloc: graphs reference it for ever
+  DeviceErrorRecord* pinned = nullptr;  // host copy written by enqueue_error_readback
+};
+
+ErrorBuffers& error_buffers(int device) {
+  static std::array<ErrorBuffers, 64> buffers{};
   static std::mutex mutex;
   RLM_CHECK(device >= 0 && device < 64) << "CUDA device index " << device << " out of range";
   std::lock_guard<std::mutex> lock(mutex);
-  if (records[device] == nullptr) {
+  ErrorBuffers& b = buffers[device];
+  if (b.device == nullptr) {
     set_device(device);
     void* p = nullptr;
-    RLM_CUDA_CHECK(cudaMalloc(&p, sizeof(DeviceErrorRecord)));  // raw: graphs reference it for ever
+    RLM_CUDA_CHECK(cudaMalloc(&p, sizeof(DeviceErrorRecord)));
     RLM_CUDA_CHECK(cudaMemset(p, 0, sizeof(DeviceErrorRecord)));
-    records[device] = static_cast<DeviceErrorRecord*>(p);
+    void* h = nullptr;
+    RLM_CUDA_CHECK(cudaMallocHost(&h, sizeof(DeviceErrorRecord)));
+    *static_cast<DeviceErrorRecord*>(h) = DeviceErrorRecord{};
+    b.device = static_cast<DeviceErrorRecord*>(p);
+    b.pinned = static_cast<DeviceErrorRecord*>(h);
   }
-  return records[device];
+  return b;
 }
 
-DeferredIndexChecks::DeferredIndexChecks() { ++g_deferred_depth; }
-DeferredIndexChecks::~DeferredIndexChecks() { --g_deferred_depth; }
-bool DeferredIndexChecks::active() { return g_deferred_depth > 0; }
-
-std::optional<std::string> take_device_error(int device) {
-  DeviceErrorRecord* rec = device_error_record(device);
-  const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
-  DeviceErrorRecord host;
-  RLM_CUDA_CHECK(cudaMemcpyAsync(&host, rec, sizeof(host), cudaMemcpyDeviceToHost, stream));
-  RLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+std::optional<std::string> describe_error(const DeviceErrorRecord& host) {
   if (host.op == 0 && host.kv_indices == 0) return std::nullopt;
-  RLM_CUDA_CHECK(cudaMemsetAsync(rec, 0, sizeof(DeviceErrorRecord), stream));
   if (host.op == 0) {
     return str("build_kv_indices: request ", host.kv_indices - 1,
                " of the batch has a bad req_to_token row or seq_len, or its pages overflow the index buffer");
   }
   return str(op_name(host.op), " ", host.value, " at position ", host.position, " is outside [0, ", host.limit,
              ") (found on the device; the step's results are invalid)");
+}
+
+}  // namespace
+
+DeviceErrorRecord* device_error_record(int device) { return error_buffers(device).device; }
+
+DeferredIndexChecks::DeferredIndexChecks() { ++g_deferred_depth; }
+DeferredIndexChecks::~DeferredIndexChecks() { --g_deferred_depth; }
+bool DeferredIndexChecks::active() { return g_deferred_depth > 0; }
+
+std::optional<std::string> take_device_error(int device) {
+  ErrorBuffers& b = error_buffers(device);
+  const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
+  DeviceErrorRecord host;
+  RLM_CUDA_CHECK(cudaMemcpyAsync(&host, b.device, sizeof(host), cudaMemcpyDeviceToHost, stream));
+  RLM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::optional<std::string> msg = describe_error(host);
+  if (msg) {
+    RLM_CUDA_CHECK(cudaMemsetAsync(b.device, 0, sizeof(DeviceErrorRecord), stream));
+    *b.pinned = DeviceErrorRecord{};
+  }
+  return msg;
+}
+
+void enqueue_error_readback(int device) {
+  ErrorBuffers& b = error_buffers(device);
+  const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
+  RLM_CUDA_CHECK(cudaMemcpyAsync(b.pinned, b.device, sizeof(DeviceErrorRecord), cudaMemcpyDeviceToHost, stream));
+}
+
+std::optional<std::string> poll_device_error(int device) {
+  ErrorBuffers& b = error_buffers(device);
+  DeviceErrorRecord copy;
+  std::memcpy(&copy, b.pinned, sizeof(copy));  // written by the DMA queued in enqueue_error_readback
+  std::optional<std::string> msg = describe_error(copy);
+  if (msg) {
+    const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
+    RLM_CUDA_CHECK(cudaMemsetAsync(b.device, 0, sizeof(DeviceErrorRecord), stream));
+    *b.pinned = DeviceErrorRecord{};
+  }
+  return msg;
 }
 
 }  // namespace rlm::cuda

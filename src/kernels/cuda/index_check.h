@@ -58,4 +58,11 @@ class DeferredIndexChecks {
 // and returns a message naming the op, the position and the value. Not inside a capture.
 std::optional<std::string> take_device_error(int device);
 
+// Without a sync: enqueue_error_readback queues a copy of the record into pinned host memory on the
+// device's stream (call it at the end of a step); poll_device_error reads that host copy — current
+// once the caller synchronised with the stream after the enqueue (e.g. by copying the step's logits
+// to the host) — and, when it holds an error, clears both copies and returns the message.
+void enqueue_error_readback(int device);
+std::optional<std::string> poll_device_error(int device);
+
 }  // namespace rlm::cuda
