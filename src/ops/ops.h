@@ -65,6 +65,8 @@ void silu_and_mul(const Tensor& x, const Tensor& out);
 //   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
 //   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout);
 //   out_cache_loc: i32/i64 [num_tokens]. A slot outside [0, num_slots) is an error (nothing written).
+// On CUDA inside a ModelRunner step (deferred checks, kernels/cuda/index_check.h) a bad slot is
+// skipped and reported at the step's end instead, and -1 marks a padded CUDA-graph row (skipped).
 void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& out_cache_loc);
 

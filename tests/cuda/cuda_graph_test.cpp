@@ -3,7 +3,8 @@
 //    5 -> 8) and that shrink as requests of different lengths finish;
 //  - logits of every decode step, graph vs eager on identical state (two runners fed the same
 //    tokens): f32 models within 1e-4 max abs (at a captured size the same kernels run on the same
-//    data; padded sizes may pick other GEMM kernels), 16-bit models within rel. L2 1e-4;
+//    data; padded sizes may pick other GEMM kernels, which changes f32 rounding only), 16-bit models
+//    within rel. L2 2e-3 (a last-bit difference can flip the 16-bit rounding of an activation);
 //  - padded rows write nothing into the KV pool;
 //  - the caching allocator makes no raw allocation in steady-state decode and leaks nothing;
 //  - --mem-fraction-static sizes the KV pool from the memory left after the weights.
@@ -139,7 +140,9 @@ TEST_P(CudaGraphModels, GreedyTokensGraphEqualsEagerEqualsCpu) {
     EXPECT_EQ(replays, reqs.back().max_tokens - 1);
     const auto want = generate(*eager, reqs);
     EXPECT_EQ(got, want) << "graph vs eager";
-    if (cpu) EXPECT_EQ(got, generate(*cpu, reqs)) << "graph vs CPU";
+    if (cpu) {
+      EXPECT_EQ(got, generate(*cpu, reqs)) << "graph vs CPU";
+    }
   }
 }
 
@@ -210,7 +213,7 @@ TEST_P(CudaGraphModels, DecodeLogitsGraphMatchEager) {
       if (f32_weights) {
         EXPECT_LE(max_abs, 1e-4) << "step " << step;
       } else {
-        EXPECT_LE(std::sqrt(err2 / ref2), 1e-4) << "step " << step;
+        EXPECT_LE(std::sqrt(err2 / ref2), 2e-3) << "step " << step;
       }
       next = graph->sample(graph->forward(dg), greedy);  // a second replay of the same step: same KV slots
       (void)eager->sample(eager->forward(de), greedy);

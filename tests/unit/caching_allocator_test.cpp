@@ -93,13 +93,16 @@ TEST(CachingAllocator, BestFitWithBoundedSlack) {
   EXPECT_NE(small, big);
   void* near = f.alloc.allocate(3 * kMiB + 100);  // rounds to 4 MiB: reused
   EXPECT_EQ(near, big);
-  // Best fit: of 6 MiB and 5 MiB cached blocks, a 5 MiB request takes the 5 MiB one.
+  // Best fit: with 8 MiB and 6 MiB blocks cached (the larger one first), a 5 MiB request (6 MiB
+  // bucket) takes the 6 MiB block; a second one finds only 8 MiB > 6 MiB * 5/4 and gets a new block.
+  void* eight = f.alloc.allocate(8 * kMiB);
   void* six = f.alloc.allocate(6 * kMiB);
-  void* five = f.alloc.allocate(5 * kMiB);
+  f.alloc.free(eight);
   f.alloc.free(six);
-  f.alloc.free(five);
-  EXPECT_EQ(f.alloc.allocate(5 * kMiB), five);
-  EXPECT_EQ(f.alloc.allocate(5 * kMiB), six);  // within 5/4 of 5 MiB rounded (6 MiB)
+  EXPECT_EQ(f.alloc.allocate(5 * kMiB), six);
+  void* fresh = f.alloc.allocate(5 * kMiB);
+  EXPECT_NE(fresh, eight);
+  EXPECT_EQ(f.alloc.allocate(7 * kMiB), eight);  // 8 MiB bucket
 }
 
 TEST(CachingAllocator, SteadyStateStepsMakeNoRawCalls) {
