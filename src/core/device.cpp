@@ -152,6 +152,7 @@ CachingAllocator& cuda_allocator(int index) { fail("cuda_allocator: radixlm was 
 void device_synchronize(Device device) {
   if (device.is_cpu()) return;
 #ifdef RADIXLM_WITH_CUDA
+  RLM_CUDART_CHECK(cudaSetDevice(device.index));
   RLM_CUDART_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(cuda_stream(device.index))));
 #endif
 }
@@ -206,6 +207,7 @@ void device_memcpy(void* dst, Device dst_device, const void* src, Device src_dev
     return;
   }
   const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  RLM_CUDART_CHECK(cudaSetDevice(index));  // the stream belongs to that device (any host thread)
   const auto stream = static_cast<cudaStream_t>(cuda_stream(index));
   RLM_CUDART_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
   if (dst_device.is_cpu() || src_device.is_cpu()) RLM_CUDART_CHECK(cudaStreamSynchronize(stream));
@@ -221,6 +223,7 @@ void device_memset(void* dst, Device device, int value, size_t nbytes) {
     return;
   }
 #ifdef RADIXLM_WITH_CUDA
+  RLM_CUDART_CHECK(cudaSetDevice(device.index));
   RLM_CUDART_CHECK(cudaMemsetAsync(dst, value, nbytes, static_cast<cudaStream_t>(cuda_stream(device.index))));
 #else
   fail("device_memset: CUDA device used but radixlm was built without CUDA");
