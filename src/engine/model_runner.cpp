@@ -215,7 +215,7 @@ Tensor ModelRunner::forward(ForwardBatch& batch) {
   if (auto err = cuda::poll_device_error(device)) fail("device-side check failed in the previous step: " + *err);
   req_to_token_->sync_device();
   Tensor logits;
-  if (graph_runner_ != nullptr && graph_runner_->can_run(batch)) {
+  if (use_cuda_graph_ && graph_runner_ != nullptr && graph_runner_->can_run(batch)) {
     logits = graph_runner_->replay(batch);
   } else {
     cuda::DeferredIndexChecks deferred;

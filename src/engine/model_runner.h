@@ -95,6 +95,9 @@ class ModelRunner {
   std::vector<int64_t> cuda_graph_batch_sizes() const;
   // nullptr when CUDA graphs are off.
   const CudaGraphRunner* cuda_graph_runner() const { return graph_runner_.get(); }
+  // Turns replays off (eager decode) or back on, e.g. to compare both on the same state; no-op
+  // without captured graphs.
+  void set_use_cuda_graph(bool on) { use_cuda_graph_ = on; }
 
  private:
   ModelRunner() = default;
@@ -106,6 +109,7 @@ class ModelRunner {
   std::unique_ptr<ReqToTokenPool> req_to_token_;
   std::unique_ptr<MambaPool> mamba_pool_;
   std::unique_ptr<AttentionBackend> backend_;
+  bool use_cuda_graph_ = true;
   std::unique_ptr<CudaGraphRunner> graph_runner_;  // last: destroyed first (its graphs use the rest)
 };
 
