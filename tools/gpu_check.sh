@@ -8,6 +8,10 @@
 #   OUT=/some/dir bash tools/gpu_check.sh            # build dir: <repo>/build-gpu
 #   OUT=/some/dir JOBS=16 ARCHS=90a BUILD=/tmp/b bash tools/gpu_check.sh
 #   SKIP_BUILD=1 ... reruns the tests on an existing build dir.
+# Build dependencies: when .gpu_deps.tar.xz (tools/gpu_deps_pack.sh, made on a machine set up by
+# scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
+# libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
+# Debian libraries. BENCH=0 skips the benchmarks section.
 # Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
@@ -33,12 +37,27 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 command -v nvcc >/dev/null && nvcc --version > "$OUT/nvcc.txt" 2>&1
 [ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version >> "$OUT/nvcc.txt" 2>&1
 
+CMAKE_EXTRA=()
+DEPS_TAR=${DEPS_TAR:-$ROOT/.gpu_deps.tar.xz}
+if [ -f "$DEPS_TAR" ]; then
+  DEPS=/tmp/rlmdeps
+  mkdir -p "$DEPS" && tar -C "$DEPS" -xJf "$DEPS_TAR"
+  ARCHLIB=x86_64-linux-gnu
+  export LD_LIBRARY_PATH="$DEPS/usr/lib/$ARCHLIB:$DEPS/usr/lib/$ARCHLIB/openblas-pthread:$DEPS/lib/$ARCHLIB:${LD_LIBRARY_PATH:-}"
+  export PKG_CONFIG_LIBDIR="$DEPS/usr/lib/$ARCHLIB/pkgconfig:$DEPS/usr/lib/$ARCHLIB/openblas-pthread/pkgconfig:$DEPS/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$DEPS"
+  CMAKE_EXTRA=(-DCMAKE_PREFIX_PATH="$DEPS/usr" -DPKG_CONFIG_EXECUTABLE="$DEPS/usr/bin/pkgconf"
+               -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include"
+               -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/usr/lib/$ARCHLIB:$DEPS/lib/$ARCHLIB")
+  row deps ok "unpacked $(basename "$DEPS_TAR") into $DEPS"
+fi
+
 if [ "${SKIP_BUILD:-0}" = 1 ]; then
   row build skipped "SKIP_BUILD=1"
 else
 echo "== configure ($(elapsed))"
 if cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRADIXLM_CUDA=ON \
-     -DRADIXLM_CUDA_ARCHS="$ARCHS" > "$OUT/configure.log" 2>&1; then
+     -DRADIXLM_CUDA_ARCHS="$ARCHS" "${CMAKE_EXTRA[@]}" > "$OUT/configure.log" 2>&1; then
   row configure ok "$(grep -m1 'CUDA backend' "$OUT/configure.log" | sed 's/^-- //')"
 else
   tail -30 "$OUT/configure.log"

@@ -2,7 +2,36 @@
 
 #include "cache/kv_pool.h"
 
+#include <cstring>
+
 namespace rlm {
+
+namespace {
+
+// A contiguous host copy of a 3-D device tensor with a unit last stride (e.g. q, a strided view
+// into the fused QKV buffer): the byte span its elements cover is copied, then compacted.
+Tensor to_host_3d(const Tensor& t) {
+  if (t.is_contiguous()) return t.to(Device::cpu());
+  RLM_CHECK(t.dim() == 3 && t.stride(2) == 1 && t.stride(0) >= 0 && t.stride(1) >= 0)
+      << "cpu attention backend: cannot copy " << t.describe() << " to the host";
+  const int64_t n = t.size(0), h = t.size(1), d = t.size(2);
+  Tensor out = Tensor::empty({n, h, d}, t.dtype());
+  if (t.numel() == 0) return out;
+  const int64_t extent = (n - 1) * t.stride(0) + (h - 1) * t.stride(1) + d;
+  const size_t es = t.element_size();
+  std::vector<char> span(static_cast<size_t>(extent) * es);
+  device_memcpy(span.data(), Device::cpu(), t.data_ptr(), t.device(), span.size());
+  char* dst = static_cast<char*>(out.data_ptr());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < h; ++j) {
+      std::memcpy(dst + static_cast<size_t>((i * h + j) * d) * es,
+                  span.data() + static_cast<size_t>(i * t.stride(0) + j * t.stride(1)) * es, static_cast<size_t>(d) * es);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 void CpuAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
   RLM_CHECK(batch.kv_pool != nullptr && batch.req_to_token != nullptr) << "ForwardBatch without KV pool";
@@ -31,7 +60,7 @@ Tensor CpuAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tens
   const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
   ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc);
-  const Tensor q_host = q.contiguous().to(Device::cpu());  // [num_tokens, num_qo_heads, head_dim]
+  const Tensor q_host = to_host_3d(q);  // [num_tokens, num_qo_heads, head_dim]
   const Tensor k_host = k_cache.to(Device::cpu());
   const Tensor v_host = v_cache.to(Device::cpu());
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32);

@@ -32,10 +32,18 @@
 //   Accounting. Free pages + total_size() / page_size + pages held by requests == all pages;
 //   the room available for new work is free pages * page_size + evictable_size().
 //
+// Hybrid (linear-attention) models. A request can only resume where the cache also holds a
+// snapshot of the recurrent state (a MambaPool slot), so a hybrid cache (HybridRadixCache, see
+// hybrid_radix_cache.h and docs/design/hybrid_radix_cache.md) reports, besides the KV match, the
+// deepest matched prefix with a snapshot (MatchResult::mamba_handle / mamba_slot), and
+// insert_with_snapshot() can hand it a snapshot slot. Caches without snapshots (radix, naive)
+// report mamba_len() == 0 and never take a snapshot slot, so a scheduler drives all three alike.
+//
 // Threading: not thread-safe; the scheduler thread owns the cache.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,14 +67,24 @@ struct CacheHandle {
 struct MatchResult {
   CacheHandle handle;          // the last matched node; handle.length == slots.size()
   std::vector<int32_t> slots;  // [handle.length] KV slots of the matched prefix
+  // Hybrid caches: the deepest prefix of the match whose node holds a recurrent-state snapshot
+  // (the root, length 0, when none; always the root for caches without snapshots). A hybrid
+  // model resumes there: slots[0, mamba_len()) and the state in mamba_slot.
+  CacheHandle mamba_handle;
+  int32_t mamba_slot = -1;     // MambaPool slot with the state after mamba_len() tokens; -1 at 0
   int32_t length() const { return handle.length; }
+  int32_t mamba_len() const { return mamba_handle.length; }
 };
 
 struct InsertResult {
   int32_t prefix_len = 0;  // tokens that were already cached before this insert (page multiple)
   CacheHandle handle;      // the cached prefix this insert ends at; length = page-aligned n
                            // (0 for NaiveCache, which caches nothing)
+  bool mamba_taken = false;  // insert_with_snapshot: the cache now owns the snapshot slot
 };
+
+// Gives a MambaPool slot that a hybrid cache owned back to its pool (eviction, reset).
+using MambaSlotRelease = std::function<void(int32_t slot)>;
 
 class PrefixCache {
  public:
@@ -99,12 +117,35 @@ class PrefixCache {
   virtual int64_t protected_size() const = 0;  // cached tokens under a lock
   int64_t total_size() const { return evictable_size() + protected_size(); }
 
+  // --- recurrent-state snapshots (hybrid caches; the defaults store none) ---
+  // Snapshot positions are multiples of this (0: the cache stores no snapshots).
+  virtual int32_t mamba_align() const { return 0; }
+  // insert() that also offers mamba_slot (-1: none), the state after all of tokens; with a snapshot
+  // tokens.size() must be a positive multiple of mamba_align(). The cache takes the slot
+  // (mamba_taken) unless that prefix already has a snapshot; a slot not taken stays the caller's.
+  virtual InsertResult insert_with_snapshot(std::span<const int32_t> tokens, std::span<const int32_t> slots,
+                                            int32_t mamba_slot) {
+    (void)mamba_slot;
+    return insert(tokens, slots);
+  }
+  // Frees up to num_snapshots least-recently-used snapshots (their slots go to the release
+  // callback). Returns the KV slots that were freed with them (an unlocked leaf goes whole).
+  virtual std::vector<int32_t> evict_mamba(int64_t num_snapshots) {
+    (void)num_snapshots;
+    return {};
+  }
+  virtual int64_t mamba_size() const { return 0; }  // snapshots held
+
   // Checks every structural invariant; a failure names the first broken one.
   virtual Status check_integrity() const = 0;
   virtual std::string to_string() const = 0;
 };
 
-// kind: "radix" or "naive". page_size >= 1.
-StatusOr<std::unique_ptr<PrefixCache>> make_prefix_cache(std::string_view kind, int32_t page_size);
+// kind: "radix" or "naive". page_size >= 1. For a hybrid model pass mamba_chunk > 0 (snapshot
+// granularity, 64 for FLA kernels) and the callback that frees a snapshot slot: "radix" is then a
+// HybridRadixCache; "naive" stays NaiveCache (no sharing, no snapshots).
+StatusOr<std::unique_ptr<PrefixCache>> make_prefix_cache(std::string_view kind, int32_t page_size,
+                                                         int32_t mamba_chunk = 0,
+                                                         MambaSlotRelease release_mamba = nullptr);
 
 }  // namespace rlm

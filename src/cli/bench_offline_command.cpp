@@ -27,6 +27,7 @@ struct OfflineArgs {
   std::string load_format = "dummy";
   std::string device = "auto";
   std::string attention_backend;
+  bool disable_overlap_schedule = false;
   std::string prefill_attention_backend;  // "": as attention_backend
   std::string decode_attention_backend;
   int64_t num_prompts = 64;
@@ -153,6 +154,7 @@ int run_offline(const OfflineArgs& a) {
   sc.max_running_requests = a.max_running_requests;
   sc.chunked_prefill_size = a.chunked_prefill_size;
   sc.max_prefill_tokens = a.max_prefill_tokens;
+  sc.overlap_schedule = !a.disable_overlap_schedule;
   sc.max_context_len = longest;
   sc.max_queued_requests = static_cast<int64_t>(data.prompts.size()) + 8;
   sc.check_integrity_when_idle = false;
@@ -233,6 +235,8 @@ void add_bench_offline_command(CLI::App& bench, std::vector<std::pair<CLI::App*,
                  "Backend for prefill/extend steps (default: --attention-backend)");
   s->add_option("--decode-attention-backend", a->decode_attention_backend,
                  "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
+  s->add_flag("--disable-overlap-schedule", a->disable_overlap_schedule,
+              "Run each decode step to completion before scheduling the next (no CPU/GPU overlap)");
   s->add_option("--num-prompts", a->num_prompts, "Requests")->check(CLI::PositiveNumber);
   s->add_option("--input-len", a->input_len, "Longest prompt")->check(CLI::PositiveNumber);
   s->add_option("--output-len", a->output_len, "Longest output")->check(CLI::PositiveNumber);

@@ -29,6 +29,7 @@ struct ServeArgs {
   std::string load_format = "auto";
   uint64_t seed = 0;
   std::string attention_backend;
+  bool disable_overlap_schedule = false;
   std::string prefill_attention_backend;  // "": as attention_backend
   std::string decode_attention_backend;
   std::string device = "auto";
@@ -95,6 +96,7 @@ int run_serve(const ServeArgs& a) {
   sc.max_running_requests = a.max_running_requests;
   sc.chunked_prefill_size = a.chunked_prefill_size;
   sc.max_prefill_tokens = a.max_prefill_tokens;
+  sc.overlap_schedule = !a.disable_overlap_schedule;
   sc.policy = a.schedule_policy;
   sc.cache = a.cache;
   sc.max_context_len = context;
@@ -156,6 +158,8 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
                  "Backend for prefill/extend steps (default: --attention-backend)");
   s->add_option("--decode-attention-backend", a->decode_attention_backend,
                  "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
+  s->add_flag("--disable-overlap-schedule", a->disable_overlap_schedule,
+              "Run each decode step to completion before scheduling the next (no CPU/GPU overlap)");
   s->add_option("--page-size", a->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   s->add_option("--max-total-tokens", a->max_total_tokens,
                  "KV cache capacity in tokens (default: from --mem-fraction-static on CUDA, 32768 on the CPU)")

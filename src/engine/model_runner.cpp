@@ -11,6 +11,7 @@
 #include "kernels/cuda/index_check.h"
 #endif
 #include "attention/hybrid_backend.h"
+#include "ops/token_ops.h"
 
 namespace rlm {
 
@@ -111,6 +112,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   r->req_to_token_ =
       std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len, config.device);
   r->req_to_token_->set_slot_limit(r->kv_pool_->num_slots());
+  r->future_tokens_ = Tensor::zeros({r->config_.max_requests}, DType::kI32, config.device);
   r->model_ = std::move(model);
   const int64_t graph_bs = std::min(config.cuda_graph_max_bs, r->config_.max_requests);
   // Hybrid linear-attention models and backends without graph support (the `cpu` reference on a
@@ -135,15 +137,22 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   std::vector<int32_t> ids, positions, slots, qo_indptr{0}, logits_rows, seq_lens, req_idx;
   const bool hybrid = mamba_pool_ != nullptr;
   const int64_t vocab = model_->config().vocab_size;
+  bool has_future = false;
   for (const BatchEntry& e : entries) {
     for (int32_t id : e.new_ids) {
-      RLM_CHECK(id >= 0 && id < vocab) << "token id " << id << " of request slot " << e.req_slot
-                                       << " is outside the vocabulary [0, " << vocab << ")";
+      // kFutureToken is resolved on the device from tokens the sampler wrote (always in range).
+      RLM_CHECK((id >= 0 && id < vocab) || (id == kFutureToken && mode == ForwardMode::kDecode))
+          << "token id " << id << " of request slot " << e.req_slot << " is outside the vocabulary [0, " << vocab
+          << ")";
     }
     RLM_CHECK_EQ(e.new_ids.size(), e.new_slots.size()) << " batch entry for request slot " << e.req_slot;
     RLM_CHECK(!e.new_ids.empty()) << "batch entry with no new tokens (request slot " << e.req_slot << ")";
     RLM_CHECK(mode != ForwardMode::kDecode || e.new_ids.size() == 1) << "decode entry with several tokens";
     const int32_t n = static_cast<int32_t>(e.new_ids.size());
+    if (e.new_ids[0] == kFutureToken) {
+      RLM_CHECK(mode == ForwardMode::kDecode) << "a future token in a non-decode entry (request slot " << e.req_slot << ")";
+      has_future = true;
+    }
     req_to_token_->write(e.req_slot, e.prefix_len, e.new_slots);
     const int32_t row0 = static_cast<int32_t>(ids.size());
     for (int32_t i = 0; i < n; ++i) {
@@ -194,6 +203,7 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   b.qo_indptr = next(bs + 1);
   b.logits_indices = next(nout);
   if (hybrid) b.mamba_slots = next(bs);
+  if (has_future) ops::resolve_future_tokens(b.input_ids, b.req_pool_indices, future_tokens_);
   b.seq_lens_cpu = std::move(seq_lens);
   b.req_pool_indices_cpu = std::move(req_idx);
   return b;
@@ -236,6 +246,12 @@ void ModelRunner::synchronize() {
     if (auto err = cuda::take_device_error(config_.device.index)) fail("device-side check failed: " + *err);
   }
 #endif
+}
+
+void ModelRunner::record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch) {
+  RLM_CHECK(tokens.numel() == batch.batch_size) << "record_sampled_tokens: " << tokens.describe() << " for "
+                                                << batch.batch_size << " requests";
+  ops::scatter_tokens(tokens, batch.req_pool_indices, future_tokens_);
 }
 
 std::vector<int32_t> ModelRunner::sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows) {

@@ -57,6 +57,10 @@ struct BatchEntry {
   int32_t mamba_track_pos = 0;
 };
 
+// A BatchEntry id standing for the token the previously launched step sampled for the same request
+// slot (overlap scheduling): decode entries only; resolved in device memory.
+inline constexpr int32_t kFutureToken = -1;
+
 // "auto" (CUDA when a GPU is visible, else the CPU), "cpu", "cuda", "cuda:N".
 StatusOr<Device> resolve_device(const std::string& text);
 // The attention backend for a device when none is named: "native" on CUDA, "cpu" on the CPU.
@@ -98,6 +102,9 @@ class ModelRunner {
   // Turns replays off (eager decode) or back on, e.g. to compare both on the same state; no-op
   // without captured graphs.
   void set_use_cuda_graph(bool on) { use_cuda_graph_ = on; }
+  // Remembers, per request slot of `batch`, the token sampled for it (tokens: i32 [batch_size] on
+  // the model's device), so that a later decode entry can name it with kFutureToken.
+  void record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch);
 
  private:
   ModelRunner() = default;
@@ -108,6 +115,7 @@ class ModelRunner {
   std::unique_ptr<KVPool> kv_pool_;
   std::unique_ptr<ReqToTokenPool> req_to_token_;
   std::unique_ptr<MambaPool> mamba_pool_;
+  Tensor future_tokens_;  // i32 [max_requests] on the device: last token sampled per request slot
   std::unique_ptr<AttentionBackend> backend_;
   bool use_cuda_graph_ = true;
   std::unique_ptr<CudaGraphRunner> graph_runner_;  // last: destroyed first (its graphs use the rest)

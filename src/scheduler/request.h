@@ -35,6 +35,15 @@ struct Req {
   CacheHandle cache_handle;          // locked cached prefix: positions [0, cache_handle.length)
   std::vector<int32_t> own_pages;    // pages for positions [cache_handle.length, ...), request-owned
   int64_t kv_len = 0;                // positions whose K/V are computed
+  // Hybrid models (MambaPool slots, -1 when none). mamba_slot: the working recurrent state, after
+  // kv_len tokens between steps. mamba_track_slot: where the model snapshots the state at a
+  // chunk-aligned position; it holds the state after mamba_track_len tokens when that is > 0 (a
+  // snapshot not yet given to the prefix cache). mamba_branch_len: an aligned position past the
+  // resume point up to which the cache holds KV but no state; snapshotting there repairs the path.
+  int32_t mamba_slot = -1;
+  int32_t mamba_track_slot = -1;
+  int64_t mamba_track_len = 0;
+  int64_t mamba_branch_len = 0;
   int64_t cached_tokens = 0;         // prompt tokens that came from the prefix cache (first admission)
   bool counted_cache_hit = false;
   int64_t retractions = 0;

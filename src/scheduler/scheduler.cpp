@@ -24,9 +24,17 @@ Scheduler::Scheduler(StepExecutor& executor, const SchedulerConfig& config, Toke
       eos_ids_(executor.eos_token_ids()),
       seed_rng_(std::random_device{}()),
       new_token_ratio_(config.init_new_token_ratio) {
-  auto cache = make_prefix_cache(config_.cache, static_cast<int32_t>(page_size_));
+  mamba_ = exec_.mamba_pool();
+  RLM_CHECK(mamba_ == nullptr || config_.mamba_chunk_size > 0)
+      << "a hybrid model needs a positive mamba_chunk_size, got " << config_.mamba_chunk_size;
+  auto cache = mamba_ != nullptr
+                   ? make_prefix_cache(config_.cache, static_cast<int32_t>(page_size_),
+                                       static_cast<int32_t>(config_.mamba_chunk_size),
+                                       [this](int32_t slot) { mamba_->free(slot); })
+                   : make_prefix_cache(config_.cache, static_cast<int32_t>(page_size_));
   RLM_CHECK(cache.is_ok()) << cache.status().to_string();
   cache_ = std::move(cache).value();
+  mamba_align_ = mamba_ != nullptr ? cache_->mamba_align() : 0;
   RLM_CHECK(config_.policy == "fcfs" || config_.policy == "lpm") << "unknown schedule policy '" << config_.policy
                                                                  << "' (fcfs or lpm)";
   config_.max_running_requests = std::min(config_.max_running_requests, exec_.req_to_token().max_requests());
@@ -167,7 +175,8 @@ bool Scheduler::run_prefill() {
       int64_t key = r->req_slot >= 0 ? INT64_MAX : 0;
       if (r->req_slot < 0) {
         std::vector<int32_t> ids = r->fill_ids();
-        key = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1)).length();
+        const MatchResult m = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1));
+        key = mamba_ != nullptr ? m.mamba_len() : m.length();
       }
       keyed.emplace_back(key, r);
     }
@@ -195,22 +204,39 @@ bool Scheduler::run_prefill() {
       const int32_t slot = exec_.req_to_token().alloc();
       if (slot < 0) break;
       req.req_slot = slot;
-      MatchResult m = cache_->match_prefix(std::span<const int32_t>(ids.data(), ids.size() - 1));
-      cache_->lock(m.handle);
-      req.cache_handle = m.handle;
+      const std::span<const int32_t> prompt(ids.data(), ids.size() - 1);
+      MatchResult m = cache_->match_prefix(prompt);
+      if (mamba_ != nullptr) {
+        // The match made its snapshot the most recently used one, so allocating the working slot
+        // evicts other snapshots first; it may still free the match's (or its KV), so match again
+        // when it evicted anything.
+        const int64_t evictions = mamba_evictions_;
+        req.mamba_slot = alloc_mamba_slot();
+        if (req.mamba_slot < 0) {
+          drop_kv(req);
+          break;
+        }
+        if (mamba_evictions_ != evictions) m = cache_->match_prefix(prompt);
+      }
+      // A hybrid model resumes at the deepest snapshot and recomputes the rest of the KV match.
+      const CacheHandle use = mamba_ != nullptr ? m.mamba_handle : m.handle;
+      cache_->lock(use);
+      req.cache_handle = use;
+      m.slots.resize(static_cast<size_t>(use.length));
       exec_.req_to_token().write(slot, 0, m.slots);
-      req.kv_len = m.length();
+      req.kv_len = use.length;
+      if (mamba_ != nullptr && use.length > 0) mamba_->copy_slot(m.mamba_slot, req.mamba_slot);  // copy-on-write
+      if (mamba_align_ > 0) {
+        const int64_t branch = m.length() / mamba_align_ * mamba_align_;
+        req.mamba_branch_len = branch > req.kv_len ? branch : 0;
+      }
       if (sibling_prefilling && req.kv_len + page_size_ <= static_cast<int64_t>(ids.size()) - 1) {
         // A sibling (n > 1) prefills this prompt now; wait one step and reuse its KV.
-        cache_->unlock(req.cache_handle);
-        req.cache_handle = CacheHandle{};
-        exec_.req_to_token().free(req.req_slot);
-        req.req_slot = -1;
-        req.kv_len = 0;
+        drop_kv(req);
         continue;
       }
       if (!req.counted_cache_hit) {
-        req.cached_tokens = std::min<int64_t>(m.length(), static_cast<int64_t>(req.prompt_ids.size()));
+        req.cached_tokens = std::min<int64_t>(req.kv_len, static_cast<int64_t>(req.prompt_ids.size()));
         req.counted_cache_hit = true;
         metrics_->add_prompt_tokens(static_cast<int64_t>(req.prompt_ids.size()), req.cached_tokens);
       }
@@ -229,13 +255,7 @@ bool Scheduler::run_prefill() {
                                  : static_cast<double>(need_pages * page_size_) + own_reserve <= available;
     std::vector<int32_t> slots;
     if (!fits || !extend_slots(req, req.kv_len, req.kv_len + chunk, slots)) {
-      if (started_now) {  // undo the admission; the request waits for room
-        cache_->unlock(req.cache_handle);
-        req.cache_handle = CacheHandle{};
-        exec_.req_to_token().free(req.req_slot);
-        req.req_slot = -1;
-        req.kv_len = 0;
-      }
+      if (started_now) drop_kv(req);  // undo the admission (no pages were taken); the request waits
       break;
     }
     reserved += own_reserve;
@@ -244,6 +264,7 @@ bool Scheduler::run_prefill() {
     item.entry.prefix_len = static_cast<int32_t>(req.kv_len);
     item.entry.new_ids.assign(ids.begin() + req.kv_len, ids.begin() + req.kv_len + chunk);
     item.entry.new_slots = std::move(slots);
+    plan_mamba(req, item.entry);
     item.sample = completes;
     item.req = &req;
     items.push_back(std::move(item));
@@ -258,6 +279,34 @@ bool Scheduler::run_prefill() {
   metrics_->add_prefill_computed(computed);
   std::vector<SampleResult> results = exec_.run(ForwardMode::kExtend, items);
   process_results(items, results, ForwardMode::kExtend);
+  return true;
+}
+
+bool Scheduler::decode_items(int64_t ahead, std::vector<StepItem>& items) {
+  items.clear();
+  for (auto& rp : running_) {
+    Req& req = *rp;
+    StepItem item;
+    const int64_t pos = req.kv_len + ahead;
+    if (!extend_slots(req, pos, pos + 1, item.entry.new_slots)) return false;
+    item.entry.req_slot = req.req_slot;
+    item.entry.prefix_len = static_cast<int32_t>(pos);
+    item.entry.new_ids = {ahead == 0 ? req.output_ids.back() : kFutureToken};
+    item.req = &req;
+    item.pending_outputs = static_cast<int32_t>(ahead);
+    items.push_back(std::move(item));
+  }
+  return true;
+}
+
+bool Scheduler::overlap_ok() const {
+  if (!config_.overlap_schedule || !exec_.supports_overlap()) return false;
+  // Hybrid models keep one snapshot slot per request, which a step launched ahead could overwrite
+  // before the previous step's snapshot is cached (SGLang uses ping-pong slots): no overlap yet.
+  if (mamba_ != nullptr) return false;
+  for (const auto& r : running_) {
+    if (!device_sampling_ok(r->params)) return false;
+  }
   return true;
 }
 
@@ -287,18 +336,66 @@ bool Scheduler::run_decode() {
     item.entry.req_slot = req.req_slot;
     item.entry.prefix_len = static_cast<int32_t>(req.kv_len);
     item.entry.new_ids = {req.output_ids.back()};
+    plan_mamba(req, item.entry);
     item.req = &req;
     items.push_back(std::move(item));
   }
   if (items.empty()) return true;  // everything was retracted; prefill picks them up next step
+  new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
+  if (overlap_ok()) {
+    // Launch and return; the next step() launches the step after it before reading this one.
+    inflight_ = exec_.launch(ForwardMode::kDecode, items);
+    inflight_reqs_ = running_;
+    inflight_items_ = std::move(items);
+    return true;
+  }
   std::vector<SampleResult> results = exec_.run(ForwardMode::kDecode, items);
   process_results(items, results, ForwardMode::kDecode);
-  new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
   return true;
 }
 
+bool Scheduler::launch_next_decode() {
+  if (!pending_.empty() || !overlap_ok()) return false;
+  // Requests that end by length with the in-flight token are left out; those that end by EOS or
+  // a stop string are not known yet: they run one extra step whose token is dropped.
+  std::vector<std::shared_ptr<Req>> saved = running_;
+  std::vector<std::shared_ptr<Req>> next;
+  for (auto& r : running_) {
+    const int64_t outputs_after = static_cast<int64_t>(r->output_ids.size()) + 1;
+    if (outputs_after >= r->params.max_new_tokens || r->seq_len() + 1 >= config_.max_context_len) continue;
+    next.push_back(r);
+  }
+  if (next.empty()) return false;
+  int64_t need = 0;
+  for (auto& r : next) need += pages_needed(*r, r->kv_len + 2);
+  if (need > allocator_.num_free() + cache_->evictable_size() / page_size_) return false;
+  running_ = next;  // decode_items walks running_
+  std::vector<StepItem> items;
+  const bool ok = decode_items(1, items);
+  running_ = std::move(saved);
+  RLM_CHECK(ok) << "decode slots ran out after the room check";
+  std::unique_ptr<LaunchedStep> launched = exec_.launch(ForwardMode::kDecode, items);
+  new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
+  complete_inflight();
+  inflight_ = std::move(launched);
+  inflight_items_ = std::move(items);
+  inflight_reqs_ = std::move(next);
+  return true;
+}
+
+void Scheduler::complete_inflight() {
+  if (!inflight_) return;
+  std::unique_ptr<LaunchedStep> step = std::move(inflight_);
+  std::vector<StepItem> items = std::move(inflight_items_);
+  std::vector<std::shared_ptr<Req>> keep = std::move(inflight_reqs_);  // alive until processed
+  inflight_items_.clear();
+  inflight_reqs_.clear();
+  std::vector<SampleResult> results = exec_.wait(*step);
+  process_results(items, results, ForwardMode::kDecode, /*skip_finished=*/true);
+}
+
 void Scheduler::process_results(const std::vector<StepItem>& items, const std::vector<SampleResult>& results,
-                                ForwardMode mode) {
+                                ForwardMode mode, bool skip_finished) {
   size_t k = 0;
   // Items point at requests owned by pending_/running_; look each up by pointer.
   auto find_shared = [&](const Req* p) -> std::shared_ptr<Req> {
@@ -307,6 +404,10 @@ void Scheduler::process_results(const std::vector<StepItem>& items, const std::v
     return nullptr;
   };
   for (const StepItem& it : items) {
+    if (skip_finished && it.req->state != ReqState::kRunning) {
+      if (it.sample) ++k;  // finished (EOS, stop string, abort) while this step was in flight: token dropped
+      continue;
+    }
     std::shared_ptr<Req> rp = find_shared(it.req);
     RLM_CHECK(rp != nullptr) << "step result for an unknown request";
     Req& req = *rp;
@@ -316,6 +417,7 @@ void Scheduler::process_results(const std::vector<StepItem>& items, const std::v
       // one partially prefilled request exists at a time, so it can never be starved of pages).
       pending_.erase(std::find(pending_.begin(), pending_.end(), rp));
       pending_.push_front(rp);
+      if (req.mamba_track_len > 0) cache_prefix(req, /*finished=*/false);  // keep the chunk's snapshot
       continue;
     }
     const SampleResult& res = results.at(k++);
@@ -415,6 +517,7 @@ void Scheduler::release(Req& req, bool cache_kv) {
   if (req.req_slot >= 0) {
     if (cache_kv && req.kv_len > 0) {
       cache_prefix(req, /*finished=*/true);
+      if (mamba_ != nullptr) free_mamba_slots(req);
       exec_.req_to_token().free(req.req_slot);
       req.req_slot = -1;
     } else {
@@ -428,11 +531,22 @@ void Scheduler::release(Req& req, bool cache_kv) {
 }
 
 void Scheduler::cache_prefix(Req& req, bool finished) {
-  std::vector<int32_t> ids = req.fill_ids();
-  ids.resize(req.kv_len);
-  const std::vector<int32_t> slots = exec_.req_to_token().read(req.req_slot, 0, req.kv_len);
   const int64_t base = req.cache_handle.length;
-  InsertResult ins = cache_->insert(ids, slots);
+  int64_t len = req.kv_len;
+  int32_t snapshot = -1;
+  if (mamba_ != nullptr) {
+    // A hybrid model can only resume where a state snapshot is, so KV is cached up to the newest
+    // snapshot (nothing new without one); the rest stays the request's.
+    const bool fresh = req.mamba_track_len > base;
+    len = fresh ? req.mamba_track_len : base;
+    snapshot = fresh ? req.mamba_track_slot : -1;
+    req.mamba_track_len = 0;
+  }
+  std::vector<int32_t> ids = req.fill_ids();
+  ids.resize(len);
+  const std::vector<int32_t> slots = exec_.req_to_token().read(req.req_slot, 0, len);
+  InsertResult ins = cache_->insert_with_snapshot(ids, slots, snapshot);
+  if (ins.mamba_taken) req.mamba_track_slot = -1;  // the cache owns it now; else it is reused
   RLM_CHECK(ins.prefix_len >= base) << "cache insert returned prefix " << ins.prefix_len << " below the locked "
                                     << base;
   const int64_t dup_pages = (ins.prefix_len - base) / page_size_;
@@ -465,7 +579,45 @@ void Scheduler::cache_prefix(Req& req, bool finished) {
   req.own_pages = std::move(rest);
 }
 
+int32_t Scheduler::alloc_mamba_slot() {
+  int32_t slot = mamba_->alloc();
+  if (slot < 0 && cache_->mamba_size() > 0) {
+    std::vector<int32_t> freed = cache_->evict_mamba(1);  // its slot returns through the callback
+    ++mamba_evictions_;
+    if (!freed.empty()) allocator_.free(slots_to_pages(freed, static_cast<int32_t>(page_size_)));
+    slot = mamba_->alloc();
+  }
+  return slot;
+}
+
+void Scheduler::free_mamba_slots(Req& req) {
+  if (req.mamba_slot >= 0) mamba_->free(req.mamba_slot);
+  if (req.mamba_track_slot >= 0) mamba_->free(req.mamba_track_slot);
+  req.mamba_slot = -1;
+  req.mamba_track_slot = -1;
+  req.mamba_track_len = 0;
+  req.mamba_branch_len = 0;
+}
+
+void Scheduler::plan_mamba(Req& req, BatchEntry& entry) {
+  if (mamba_ == nullptr) return;
+  entry.mamba_slot = req.mamba_slot;
+  if (mamba_align_ == 0) return;  // the cache keeps no snapshots (--cache naive)
+  const int64_t from = entry.prefix_len;
+  const int64_t to = from + static_cast<int64_t>(entry.new_ids.size());
+  int64_t pos = to / mamba_align_ * mamba_align_;  // the last aligned position this step reaches
+  if (req.mamba_branch_len > from && req.mamba_branch_len <= to) pos = req.mamba_branch_len;
+  if (req.mamba_branch_len <= to) req.mamba_branch_len = 0;
+  if (pos <= from) return;
+  if (req.mamba_track_slot < 0) req.mamba_track_slot = alloc_mamba_slot();
+  if (req.mamba_track_slot < 0) return;  // the pool is dry: this step leaves no snapshot
+  entry.mamba_track_slot = req.mamba_track_slot;
+  entry.mamba_track_pos = static_cast<int32_t>(pos);
+  req.mamba_track_len = pos;  // the step runs right after planning
+}
+
 void Scheduler::drop_kv(Req& req) {
+  if (mamba_ != nullptr) free_mamba_slots(req);
   if (!req.own_pages.empty()) allocator_.free(req.own_pages);
   req.own_pages.clear();
   cache_->unlock(req.cache_handle);
@@ -497,19 +649,26 @@ void Scheduler::retract(Req& req) {
 
 bool Scheduler::step() {
   drain_inbox();
-  bool did = run_prefill() || run_decode();
+  bool did = true;
+  if (inflight_) {
+    if (!launch_next_decode()) complete_inflight();
+  } else {
+    did = run_prefill() || run_decode();
+  }
   publish_gauges();
   return did;
 }
 
 bool Scheduler::has_work() const {
-  if (!pending_.empty() || !running_.empty()) return true;
+  if (!pending_.empty() || !running_.empty() || inflight_) return true;
   std::lock_guard<std::mutex> lock(mu_);
   return !inbox_.empty() || !abort_inbox_.empty();
 }
 
 void Scheduler::flush_cache() {
   std::vector<int32_t> freed = cache_->evict(cache_->evictable_size());
+  std::vector<int32_t> more = cache_->evict_mamba(cache_->mamba_size());  // snapshots on locked paths
+  freed.insert(freed.end(), more.begin(), more.end());
   if (!freed.empty()) allocator_.free(slots_to_pages(freed, static_cast<int32_t>(page_size_)));
   publish_gauges();
 }
@@ -530,6 +689,27 @@ Status Scheduler::check_integrity() const {
   }
   for (const auto& r : running_) {
     if (r->req_slot < 0) return internal_error(str("running request ", r->rid, " has no request slot"));
+  }
+  if (mamba_ != nullptr) {
+    // Every state slot is free, a cached snapshot, or a request's working / snapshot slot.
+    int64_t held = 0;
+    auto count = [&](const Req& r) -> Status {
+      for (const int32_t s : {r.mamba_slot, r.mamba_track_slot}) {
+        if (s < 0) continue;
+        if (!mamba_->in_use(s)) return internal_error(str("request ", r.rid, " holds mamba slot ", s, " that is free"));
+        ++held;
+      }
+      if ((r.mamba_slot >= 0) != (r.req_slot >= 0)) {
+        return internal_error(str("request ", r.rid, " has a request slot xor a mamba state slot"));
+      }
+      return Status::ok();
+    };
+    for (const auto& r : running_) RLM_RETURN_IF_ERROR(count(*r));
+    for (const auto& r : pending_) RLM_RETURN_IF_ERROR(count(*r));
+    if (mamba_->num_free() + cache_->mamba_size() + held != mamba_->num_slots()) {
+      return internal_error(str("mamba slots do not add up: free ", mamba_->num_free(), " + cache ",
+                                cache_->mamba_size(), " + requests ", held, " != ", mamba_->num_slots()));
+    }
   }
   return Status::ok();
 }

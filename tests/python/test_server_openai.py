@@ -344,3 +344,28 @@ def test_explicit_abort_by_request_id(server):
     assert last["meta_info"]["finish_reason"]["type"] == "abort"
     assert last["meta_info"]["completion_tokens"] < 500
     assert server.post("/abort_request", {"rid": ""})[0] == 400
+
+
+def test_overlap_schedule_on_and_off_give_identical_outputs(client, server):
+    """Greedy and seeded sampled outputs do not depend on overlap scheduling (the seeded sampler's
+    step index must count tokens still in flight)."""
+    plain = Server("--disable-overlap-schedule")
+    try:
+        pclient = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        prompts = [f"List three facts about the number {i}." for i in range(6)]
+
+        def run(c):
+            def one(i):
+                kw = dict(temperature=0) if i % 2 == 0 else dict(temperature=0.9, top_p=0.95, seed=100 + i)
+                r = c.completions.create(model=MODEL, prompt=prompts[i], max_tokens=24,
+                                         extra_body={"ignore_eos": True}, **kw)
+                return r.choices[0].text
+            with concurrent.futures.ThreadPoolExecutor(6) as ex:
+                return list(ex.map(one, range(6)))
+
+        assert run(client) == run(pclient)
+        plain.assert_kv_free()
+        server.wait_idle()
+        server.assert_kv_free()
+    finally:
+        assert plain.stop() == 0

@@ -26,9 +26,42 @@ int32_t next_token(const std::vector<int32_t>& seq) {
 
 class FakeExecutor : public StepExecutor {
  public:
-  FakeExecutor(int64_t num_pages, int64_t page_size, int64_t max_reqs, int64_t max_ctx, int32_t eos = -1)
+  FakeExecutor(int64_t num_pages, int64_t page_size, int64_t max_reqs, int64_t max_ctx, int32_t eos = -1,
+               bool overlap = false)
       : num_pages_(num_pages), page_size_(page_size), table_(max_reqs, max_ctx),
-        kv_token_(num_pages * page_size, -1), kv_pos_(num_pages * page_size, -1), eos_(eos) {}
+        kv_token_(num_pages * page_size, -1), kv_pos_(num_pages * page_size, -1), eos_(eos), overlap_(overlap) {}
+  bool supports_overlap() const override { return overlap_; }
+  // Overlap: runs at once, but the results are handed out only by wait(); future tokens are read
+  // from what the previous launch sampled for the same request slot, like the device table.
+  std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items) override {
+    EXPECT_TRUE(overlap_);
+    EXPECT_EQ(mode, ForwardMode::kDecode);
+    ++launched_steps;
+    std::vector<StepItem> resolved = items;
+    for (StepItem& it : resolved) {
+      EXPECT_TRUE(it.sample);
+      EXPECT_TRUE(device_sampling_ok(it.req->params)) << "a host-sampled request in a launched step";
+      if (it.entry.new_ids[0] == kFutureToken) {
+        auto f = last_launch_.find(it.entry.req_slot);
+        EXPECT_NE(f, last_launch_.end()) << "future token of request slot " << it.entry.req_slot
+                                         << " that the previous launch did not sample";
+        if (f != last_launch_.end()) it.entry.new_ids[0] = f->second;
+        ++future_tokens;
+      }
+    }
+    auto step = std::make_unique<FakeLaunched>();
+    step->results = run(mode, resolved);
+    last_launch_.clear();
+    for (size_t i = 0; i < resolved.size(); ++i) last_launch_[resolved[i].entry.req_slot] = step->results[i].token;
+    return step;
+  }
+  std::vector<SampleResult> wait(LaunchedStep& step) override {
+    auto* s = dynamic_cast<FakeLaunched*>(&step);
+    EXPECT_NE(s, nullptr);
+    EXPECT_FALSE(s->waited) << "a launched step was read twice";
+    s->waited = true;
+    return s->results;
+  }
   ReqToTokenPool& req_to_token() override { return table_; }
   int64_t num_pages() const override { return num_pages_; }
   int64_t page_size() const override { return page_size_; }
@@ -67,13 +100,19 @@ class FakeExecutor : public StepExecutor {
     }
     return out;
   }
-  int64_t steps = 0, extend_tokens = 0, chunk_items = 0;
+  int64_t steps = 0, extend_tokens = 0, chunk_items = 0, launched_steps = 0, future_tokens = 0;
 
  private:
+  struct FakeLaunched : LaunchedStep {
+    std::vector<SampleResult> results;
+    bool waited = false;
+  };
   int64_t num_pages_, page_size_;
   ReqToTokenPool table_;
   std::vector<int32_t> kv_token_, kv_pos_;
   int32_t eos_;
+  bool overlap_ = false;
+  std::map<int32_t, int32_t> last_launch_;  // request slot -> token sampled by the latest launch
 };
 
 // Token t decodes to one letter, so stop strings can span tokens.
@@ -145,6 +184,7 @@ struct Params {
   int64_t page_size;
   std::string cache;
   std::string policy;
+  bool overlap = false;
 };
 
 class SchedulerMatrix : public ::testing::TestWithParam<Params> {};
@@ -157,8 +197,9 @@ TEST_P(SchedulerMatrix, OutputsEqualReferenceAndEverythingIsFreed) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   const int64_t num_pages = 112 / p.page_size + 1;  // one request of up to 100 tokens always fits
-  FakeExecutor exec(num_pages, p.page_size, 16, 128);
+  FakeExecutor exec(num_pages, p.page_size, 16, 128, -1, p.overlap);
   SchedulerConfig cfg;
+  cfg.overlap_schedule = p.overlap;
   cfg.cache = p.cache;
   cfg.policy = p.policy;
   cfg.chunked_prefill_size = 24;
@@ -195,6 +236,11 @@ TEST_P(SchedulerMatrix, OutputsEqualReferenceAndEverythingIsFreed) {
     EXPECT_GT(metrics->cached_tokens(), 0) << "shared prefixes were never reused";
   }
   EXPECT_GT(metrics->retractions(), 0) << "the pool was meant to be tight enough to force retraction";
+  if (p.overlap) {
+    EXPECT_GT(exec.future_tokens, 0) << "no step was launched ahead of its predecessor's results";
+  } else {
+    EXPECT_EQ(exec.launched_steps, 0);
+  }
   s.flush_cache();
   EXPECT_EQ(s.num_free_pages(), num_pages) << "KV pages leaked";
   EXPECT_EQ(exec.req_to_token().num_free(), exec.req_to_token().max_requests());
@@ -203,10 +249,12 @@ TEST_P(SchedulerMatrix, OutputsEqualReferenceAndEverythingIsFreed) {
 INSTANTIATE_TEST_SUITE_P(All, SchedulerMatrix,
                          ::testing::Values(Params{1, "radix", "fcfs"}, Params{1, "radix", "lpm"},
                                            Params{4, "radix", "fcfs"}, Params{16, "radix", "lpm"},
-                                           Params{1, "naive", "fcfs"}, Params{16, "naive", "fcfs"}),
+                                           Params{1, "naive", "fcfs"}, Params{16, "naive", "fcfs"},
+                                           Params{1, "radix", "fcfs", true}, Params{4, "radix", "lpm", true},
+                                           Params{16, "radix", "fcfs", true}, Params{1, "naive", "fcfs", true}),
                          [](const auto& info) {
                            return info.param.cache + "_" + info.param.policy + "_page" +
-                                  std::to_string(info.param.page_size);
+                                  std::to_string(info.param.page_size) + (info.param.overlap ? "_overlap" : "");
                          });
 
 TEST(Scheduler, SharedPrefixIsReusedAndReported) {
@@ -316,13 +364,19 @@ TEST(Scheduler, StopStringsAcrossTokensAreNotLeaked) {
   EXPECT_EQ(c.text, text.substr(0, text.find(stop)));
 }
 
-TEST(Scheduler, EosAndStopTokenIds) {
+class SchedulerOverlap : public ::testing::TestWithParam<bool> {};
+
+// EOS and stop ids end requests at the same token with overlap on (a step already launched for a
+// finished request is dropped) and off.
+TEST_P(SchedulerOverlap, EosAndStopTokenIds) {
   std::mt19937 rng(17);
   auto prompt = random_ids(rng, 6);
   std::vector<int32_t> ref = reference(prompt, 30);
   const int32_t eos = ref[7];
-  FakeExecutor exec(64, 1, 4, 128, eos);
-  Scheduler s(exec, SchedulerConfig{}, letters());
+  FakeExecutor exec(64, 1, 4, 128, eos, GetParam());
+  SchedulerConfig cfg;
+  cfg.overlap_schedule = GetParam();
+  Scheduler s(exec, cfg, letters());
   auto a = make_req("eos", prompt, 30);
   auto b = make_req("ignore", prompt, 30);
   b->params.ignore_eos = true;
@@ -339,7 +393,52 @@ TEST(Scheduler, EosAndStopTokenIds) {
   EXPECT_EQ(cb.tokens, ref);
   EXPECT_EQ(cc.finish->reason, "stop");
   EXPECT_EQ(cc.tokens.back(), ref[3]);
+  EXPECT_EQ(exec.future_tokens > 0, GetParam());
+  s.flush_cache();
+  EXPECT_EQ(s.num_free_pages(), 64);
+  EXPECT_EQ(exec.req_to_token().num_free(), 4);
 }
+
+// Aborts arriving while a step is in flight; a penalty request turns overlap off while it runs.
+TEST_P(SchedulerOverlap, AbortsAndHostSampledRequests) {
+  std::mt19937 rng(23);
+  FakeExecutor exec(256, 4, 8, 128, -1, GetParam());
+  SchedulerConfig cfg;
+  cfg.overlap_schedule = GetParam();
+  Scheduler s(exec, cfg, letters());
+  std::vector<std::shared_ptr<Req>> reqs;
+  for (int i = 0; i < 6; ++i) {
+    reqs.push_back(make_req("o" + std::to_string(i), random_ids(rng, 5 + i), 40));
+    ASSERT_TRUE(s.submit(reqs.back()).is_ok());
+  }
+  for (int i = 0; i < 10; ++i) s.step();
+  s.abort("o1");
+  s.abort("o4");
+  for (int i = 0; i < 5; ++i) s.step();
+  auto late = make_req("late", random_ids(rng, 9), 12);
+  late->params.presence_penalty = 0.5f;  // host sampling: overlap pauses while it runs
+  ASSERT_TRUE(s.submit(late).is_ok());
+  run_to_completion(s);
+  for (auto& r : reqs) {
+    Collected c = drain(*r->stream);
+    ASSERT_TRUE(c.finish.has_value()) << r->rid;
+    const auto ref = reference(r->prompt_ids, 40);
+    if (r->rid == "o1" || r->rid == "o4") {
+      EXPECT_EQ(c.finish->reason, "abort");
+      EXPECT_LT(c.tokens.size(), ref.size());
+      EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), ref.begin())) << r->rid;
+    } else {
+      EXPECT_EQ(c.tokens, ref) << r->rid;
+    }
+  }
+  EXPECT_EQ(drain(*late->stream).tokens, reference(late->prompt_ids, 12));
+  s.flush_cache();
+  EXPECT_EQ(s.num_free_pages(), 256);
+  EXPECT_EQ(exec.req_to_token().num_free(), 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(OnOff, SchedulerOverlap, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "overlap" : "sequential"; });
 
 TEST(Scheduler, RejectsWhatCanNeverRunAndLimitsTheQueue) {
   FakeExecutor exec(8, 4, 2, 64);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Packs the headers, shared libraries, pkg-config files and CMake package files of our Debian build
+# dependencies (installed here by scripts/setup.sh), plus pkgconf, into .gpu_deps.tar.xz, so that
+# tools/gpu_check.sh can build radixlm on a GPU machine that has CUDA, CMake, ninja and a C++
+# compiler but not these libraries (and no network to install them). Static libraries are left out
+# except GoogleTest's. Usage: bash tools/gpu_deps_pack.sh  (then carry .gpu_deps.tar.xz)
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+pkgs=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread nlohmann-json3-dev libcpp-httplib-dev
+      libcpp-httplib0.11 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcli11-dev
+      libsentencepiece-dev libsentencepiece0 libprotobuf32 libgtest-dev libgmock-dev pkgconf pkgconf-bin
+      libpkgconf3 libbrotli-dev libbrotli1 libgfortran5 libssl-dev libssl3 zlib1g-dev zlib1g)
+LIST=$(mktemp)
+for p in "${pkgs[@]}"; do
+  if ! dpkg -L "$p" > /dev/null 2>&1; then
+    echo "gpu_deps_pack: package $p is not installed (run scripts/setup.sh)" >&2
+    exit 1
+  fi
+  dpkg -L "$p"
+done | while read -r f; do
+  [ -f "$f" ] || [ -L "$f" ] || continue
+  case "$f" in
+    /usr/share/doc/*|/usr/share/man/*|/usr/share/lintian/*|/usr/src/*) continue ;;
+    *libgtest*.a|*libgmock*.a) ;;
+    *.a) continue ;;
+  esac
+  echo "${f#/}"
+done | sort -u > "$LIST"
+tar -C / -cJf "$ROOT/.gpu_deps.tar.xz" -T "$LIST"
+rm -f "$LIST"
+ls -l "$ROOT/.gpu_deps.tar.xz"
