@@ -106,6 +106,54 @@ class CudaRawAllocator : public RawAllocator {
   int device_;
 };
 
+// Host-to-device uploads without a stream sync (a pageable cudaMemcpyAsync waits for the stream):
+// the bytes are copied into one of kSlots pinned staging slots and uploaded from there; a slot is
+// reused once the copy that last read it has completed (its event), which for a ring of 16 is
+// almost always long ago.
+class UploadRing {
+ public:
+  static constexpr int kSlots = 16;
+  static constexpr size_t kSlotBytes = size_t{1} << 20;
+
+  void upload(void* dst, const void* src, size_t nbytes, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Slot& s = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    if (s.host == nullptr) {
+      RLM_CUDART_CHECK(cudaMallocHost(&s.host, kSlotBytes));
+      RLM_CUDART_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    } else {
+      RLM_CUDART_CHECK(cudaEventSynchronize(s.done));
+    }
+    std::memcpy(s.host, src, nbytes);
+    RLM_CUDART_CHECK(cudaMemcpyAsync(dst, s.host, nbytes, cudaMemcpyHostToDevice, stream));
+    RLM_CUDART_CHECK(cudaEventRecord(s.done, stream));
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  std::mutex mutex_;
+  std::array<Slot, kSlots> slots_{};
+  int next_ = 0;
+};
+
+UploadRing& upload_ring(int index) {
+  static std::array<std::atomic<UploadRing*>, kMaxCudaDevices> rings{};
+  static std::mutex mutex;
+  UploadRing* r = rings[index].load(std::memory_order_acquire);
+  if (r != nullptr) return *r;
+  std::lock_guard<std::mutex> lock(mutex);
+  r = rings[index].load(std::memory_order_relaxed);
+  if (r == nullptr) {
+    r = new UploadRing();  // never destroyed, like the allocators
+    rings[index].store(r, std::memory_order_release);
+  }
+  return *r;
+}
+
 }  // namespace
 
 void* cuda_stream(int index) {
@@ -209,8 +257,23 @@ void device_memcpy(void* dst, Device dst_device, const void* src, Device src_dev
   const int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
   RLM_CUDART_CHECK(cudaSetDevice(index));  // the stream belongs to that device (any host thread)
   const auto stream = static_cast<cudaStream_t>(cuda_stream(index));
+  if (dst_device.is_cuda() && src_device.is_cuda()) {
+    RLM_CUDART_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream));  // capturable
+    return;
+  }
+  // A copy from or to host memory cannot be part of a CUDA graph: fail loudly instead of capturing
+  // a copy of a staging buffer (or invalidating the capture with a sync).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RLM_CUDART_CHECK(cudaStreamIsCapturing(stream, &capture));
+  RLM_CHECK(capture == cudaStreamCaptureStatusNone)
+      << "device_memcpy between host and " << (dst_device.is_cuda() ? dst_device : src_device).to_string()
+      << " while a CUDA graph is being captured";
+  if (src_device.is_cpu() && nbytes <= UploadRing::kSlotBytes) {
+    upload_ring(index).upload(dst, src, nbytes, stream);  // no sync: the source is staged
+    return;
+  }
   RLM_CUDART_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, stream));
-  if (dst_device.is_cpu() || src_device.is_cpu()) RLM_CUDART_CHECK(cudaStreamSynchronize(stream));
+  RLM_CUDART_CHECK(cudaStreamSynchronize(stream));
 #else
   fail("device_memcpy: CUDA device used but radixlm was built without CUDA");
 #endif

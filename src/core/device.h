@@ -37,9 +37,11 @@ int cuda_device_count();
 // steps neither call cudaMalloc nor cudaFree (which synchronises the device).
 void* device_alloc(Device device, size_t nbytes);
 void device_free(Device device, void* ptr);
-// Copies `nbytes` between any two devices. Copies that touch host memory are synchronous with
-// respect to the host; device-to-device copies on one GPU are queued on its stream (ordered with
-// every op, like a kernel) and are CUDA-graph capturable.
+// Copies `nbytes` between any two devices. On return the source may be reused and, for a copy
+// to the host, the destination holds the data (device-to-host waits for the stream). Host-to-device
+// copies up to 1 MiB are staged through pinned memory and queued on the stream without waiting
+// (ordered before any later op); larger ones wait. Device-to-device copies on one GPU are queued on
+// its stream and are CUDA-graph capturable; a copy touching the host inside a capture is an error.
 void device_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
 // Queued on the device's stream for CUDA (capturable); immediate on the CPU.
 void device_memset(void* dst, Device device, int value, size_t nbytes);
