@@ -31,6 +31,7 @@ struct ModelRunnerConfig {
   double mem_fraction_static = 0.0;
   // CUDA only: capture decode CUDA graphs for batch sizes up to min(cuda_graph_max_bs, max_requests)
   // at start-up (pure-attention models with a graph-capable backend; hybrid models run eagerly).
+  // A failed capture is reported on stderr and the runner decodes eagerly.
   bool cuda_graph = false;
   int64_t cuda_graph_max_bs = 160;
 };
