@@ -119,7 +119,7 @@ TEST_P(CudaGraphModels, GreedyTokensGraphEqualsEagerEqualsCpu) {
   auto eager = make_runner(dir, eager_opts);
   ASSERT_NE(with_graphs, nullptr);
   ASSERT_NE(eager, nullptr);
-  ASSERT_EQ(with_graphs->cuda_graph_batch_sizes(), (std::vector<int64_t>{1, 2, 4, 8}));
+  ASSERT_EQ(with_graphs->cuda_graph_batch_sizes(), (std::vector<int64_t>{1, 2, 4, 8})) << "capture failed (see stderr)";
   EXPECT_TRUE(eager->cuda_graph_batch_sizes().empty());
   std::unique_ptr<ModelRunner> cpu;
   if (f32_weights) {
@@ -158,6 +158,7 @@ TEST_P(CudaGraphModels, DecodeLogitsGraphMatchEager) {
   auto eager = make_runner(dir, eager_opts);
   ASSERT_NE(graph, nullptr);
   ASSERT_NE(eager, nullptr);
+  ASSERT_NE(graph->cuda_graph_runner(), nullptr) << "capture failed (see stderr)";
   const int64_t vocab = graph->model_config().vocab_size;
   const std::vector<int> lens = {5, 17, 33, 64, 100};
   for (int bs : {1, 3, 4, 5, 8}) {
@@ -248,6 +249,7 @@ TEST(CudaGraphRunner, DecodeMakesNoRawAllocationsAndLeaksNothing) {
     o.graphs = graphs;
     auto runner = make_runner(kGoldenDir + "/qwen3_gqa2_hd128", o);
     ASSERT_NE(runner, nullptr);
+    ASSERT_EQ(runner->cuda_graph_runner() != nullptr, graphs);
     const int bs = 5;
     std::vector<BatchEntry> prefill;
     for (int r = 0; r < bs; ++r) {
