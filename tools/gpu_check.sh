@@ -7,7 +7,7 @@
 # Usage (from anywhere; the repo root is found from this script's path):
 #   OUT=/some/dir bash tools/gpu_check.sh            # build dir: <repo>/build-gpu
 #   OUT=/some/dir JOBS=16 ARCHS=90a BUILD=/tmp/b bash tools/gpu_check.sh
-#   SKIP_BUILD=1 ... reruns the tests on an existing build dir.
+#   SKIP_BUILD=1 ... reruns the tests on an existing build dir; SKIP_CTEST=1 skips the CPU suites.
 # Build dependencies: when .gpu_deps.tar.xz (tools/gpu_deps_pack.sh, made on a machine set up by
 # scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
@@ -112,6 +112,9 @@ for src in "$ROOT"/tests/cuda/*_test.cpp "$ROOT"/tests/cuda/*_test.cu; do
   fi
 done
 
+if [ "${SKIP_CTEST:-0}" = 1 ]; then
+  row ctest-cpu skipped "SKIP_CTEST=1 (the CPU suites run in CI)"
+else
 echo "== ctest: CPU unit tests ($(elapsed))"
 # CUDA suites are run above (their gtest suite names contain "Cuda"); py_ tests need the venv.
 (cd "$BUILD" && timeout 150 ctest -j "$JOBS" --output-on-failure --timeout 120 -E '^py_|Cuda') > "$OUT/ctest.log" 2>&1
@@ -123,6 +126,7 @@ if [ $rc -eq 0 ]; then
 else
   row ctest-cpu FAIL "${line:-no summary line}, rc $rc$( [ $rc -eq 124 ] && echo ' (timeout)')"
   FAILED=1
+fi
 fi
 
 

@@ -37,6 +37,15 @@ class AttentionBackend {
   //   returns [num_tokens, num_qo_heads, head_dim] (f32 on the CPU).
   virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                          const ForwardBatch& batch) = 0;
+
+  // CUDA graphs for decode (seed 000 §6). A backend that supports them keeps fixed-address metadata
+  // buffers for up to max_bs requests; while graph mode is on, init_forward_metadata builds the
+  // metadata on the device into those buffers from batch.req_pool_indices / batch.seq_lens (no
+  // host data, no host sync, no allocation that depends on the lengths) and forward runs with a
+  // plan that depends on the batch size only — so the same calls are captured and replayed.
+  virtual bool supports_cuda_graph() const { return false; }
+  virtual void init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) {}
+  virtual void set_cuda_graph_mode(bool on) {}
 };
 
 using AttentionBackendFactory = std::function<std::unique_ptr<AttentionBackend>()>;

@@ -1,6 +1,12 @@
 #include "attention/paged_backend.h"
 
+#include <algorithm>
+
 #include "cache/kv_pool.h"
+#ifdef RADIXLM_WITH_CUDA
+#include "kernels/cuda/index_check.h"
+#include "kernels/cuda/paged_attention.h"
+#endif
 
 namespace rlm {
 
@@ -9,6 +15,14 @@ void PagedAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
   const Device device = batch.kv_pool->config().device;
   RLM_CHECK(device.type == device_type_) << "attention backend '" << name_ << "' cannot use a KV pool on "
                                          << device.to_string();
+  if (device.is_cpu()) {
+    init_host_metadata(batch);
+  } else {
+    init_device_metadata(batch);
+  }
+}
+
+void PagedAttentionBackend::init_host_metadata(const ForwardBatch& batch) {
   const int64_t page_size = batch.kv_pool->page_size();
   const int64_t bs = batch.batch_size;
   std::vector<int32_t> indptr(bs + 1, 0);
@@ -27,8 +41,76 @@ void PagedAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
     }
     indptr[r + 1] = static_cast<int32_t>(indices.size());
   }
+  const Device device = batch.kv_pool->config().device;
   kv_indptr_ = Tensor::from_vector(indptr).to(device);
   kv_indices_ = Tensor::from_vector(indices).to(device);
+  have_plan_ = false;
+}
+
+void PagedAttentionBackend::init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) {
+  RLM_CHECK(max_bs > 0 && max_context_len > 0) << "init_cuda_graph_state(" << max_bs << ", " << max_context_len << ")";
+  graph_max_bs_ = max_bs;
+  graph_max_context_len_ = max_context_len;
+  graph_kv_indptr_ = Tensor();
+  graph_kv_indices_ = Tensor();
+}
+
+void PagedAttentionBackend::set_cuda_graph_mode(bool on) {
+  RLM_CHECK(!on || graph_max_bs_ > 0) << "CUDA-graph mode before init_cuda_graph_state";
+  graph_mode_ = on;
+}
+
+void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
+#ifdef RADIXLM_WITH_CUDA
+  const Device device = batch.kv_pool->config().device;
+  const int64_t page_size = batch.kv_pool->page_size();
+  const int64_t bs = batch.batch_size;
+  const ReqToTokenPool& r2t = *batch.req_to_token;
+  const Tensor& table = r2t.device_table();
+  RLM_CHECK(table.device() == device) << "req_to_token has no mirror on " << device.to_string();
+  plan_ = ops::PagedAttentionPlan{};
+  int64_t capacity = 0;
+  if (graph_mode_) {
+    // Everything below depends on the batch size only: the graph replays it for any lengths.
+    RLM_CHECK(batch.mode == ForwardMode::kDecode && bs <= graph_max_bs_)
+        << "CUDA-graph metadata for a batch of " << bs << " (max " << graph_max_bs_ << ")";
+    const int64_t pages_per_req = (graph_max_context_len_ + page_size - 1) / page_size;
+    if (!graph_kv_indptr_.defined()) {
+      graph_kv_indptr_ = Tensor::zeros({graph_max_bs_ + 1}, DType::kI32, device);
+      graph_kv_indices_ = Tensor::zeros({graph_max_bs_ * pages_per_req}, DType::kI32, device);
+    }
+    kv_indptr_ = graph_kv_indptr_.slice(0, 0, bs + 1);
+    kv_indices_ = graph_kv_indices_;
+    capacity = graph_kv_indices_.size(0);
+    plan_.max_qo_len = 1;
+    plan_.max_seq_len = graph_max_context_len_;
+    plan_.all_decode = true;
+    plan_.num_kv_splits = cuda::fixed_decode_num_kv_splits(bs, graph_max_context_len_);
+  } else {
+    // Plan from the host vectors (no device->host copy); buffers sized for this batch.
+    RLM_CHECK(static_cast<int64_t>(batch.seq_lens_cpu.size()) == bs &&
+              static_cast<int64_t>(batch.extend_lens_cpu.size()) == bs)
+        << "ForwardBatch without host seq_lens/extend_lens";
+    for (int64_t r = 0; r < bs; ++r) {
+      plan_.max_qo_len = std::max<int64_t>(plan_.max_qo_len, batch.extend_lens_cpu[r]);
+      plan_.max_seq_len = std::max<int64_t>(plan_.max_seq_len, batch.seq_lens_cpu[r]);
+      capacity += (batch.seq_lens_cpu[r] + page_size - 1) / page_size;
+    }
+    plan_.all_decode = bs > 0 && plan_.max_qo_len == 1 &&
+                       std::all_of(batch.extend_lens_cpu.begin(), batch.extend_lens_cpu.end(),
+                                   [](int32_t n) { return n == 1; });
+    if (plan_.all_decode) plan_.num_kv_splits = cuda::fixed_decode_num_kv_splits(bs, r2t.max_context_len());
+    kv_indptr_ = Tensor::empty({bs + 1}, DType::kI32, device);
+    kv_indices_ = Tensor::empty({std::max<int64_t>(capacity, 1)}, DType::kI32, device);
+  }
+  cuda::DeviceErrorRecord* rec = cuda::device_error_record(device.index);
+  cuda::build_kv_indices(table.data<int32_t>(), table.size(0), table.size(1), table.stride(0),
+                         batch.req_pool_indices.data<int32_t>(), batch.seq_lens.data<int32_t>(), bs, page_size,
+                         kv_indptr_.data<int32_t>(), kv_indices_.data<int32_t>(), capacity, &rec->kv_indices);
+  have_plan_ = true;
+#else
+  fail("attention backend '" + name_ + "': radixlm was built without CUDA");
+#endif
 }
 
 Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
@@ -37,8 +119,13 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
   ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc);
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32, q.device());
-  ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                       batch.kv_pool->page_size(), layer.params, out);
+  if (have_plan_) {
+    ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
+                         batch.kv_pool->page_size(), layer.params, out, plan_);
+  } else {
+    ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
+                         batch.kv_pool->page_size(), layer.params, out);
+  }
   return out;
 }
 

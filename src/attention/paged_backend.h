@@ -1,8 +1,9 @@
-// Paged attention backends built on ops::store_kv_cache + ops::paged_attention: page-granular
-// CSR metadata (kv_indptr/kv_indices) planned on the host from req_to_token once per step, then
-// uploaded to the KV pool's device. `cpu` runs the CPU kernels; `native` runs our CUDA kernels
-// (registered only when CUDA is compiled in). The CUDA-graph-safe variant (metadata built on the
-// GPU into fixed buffers) replaces the host planning in the CUDA backend work.
+// Paged attention backends built on ops::store_kv_cache + ops::paged_attention with page-granular
+// CSR metadata (kv_indptr/kv_indices). `cpu` plans on the host from the req_to_token table and runs
+// the CPU kernels. `native` (registered only when CUDA is compiled in) builds kv_indptr/kv_indices
+// on the GPU from the device mirror of req_to_token (cuda::build_kv_indices), takes the plan (max
+// lengths, decode or not, split count) from the batch's *_cpu vectors, and so never synchronises
+// with the host; in CUDA-graph mode it uses fixed-capacity buffers and a batch-size-only plan.
 #pragma once
 
 #include "attention/attention_backend.h"
@@ -19,11 +20,27 @@ class PagedAttentionBackend : public AttentionBackend {
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                  const ForwardBatch& batch) override;
 
+  bool supports_cuda_graph() const override { return device_type_ == DeviceType::kCUDA; }
+  void init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) override;
+  void set_cuda_graph_mode(bool on) override;
+
  private:
+  void init_host_metadata(const ForwardBatch& batch);
+  void init_device_metadata(const ForwardBatch& batch);
+
   std::string name_;
   DeviceType device_type_;
   Tensor kv_indptr_;   // i32 [batch_size + 1]  pages of each request (on the KV pool's device)
-  Tensor kv_indices_;  // i32 [total_pages]
+  Tensor kv_indices_;  // i32 [>= total_pages]
+  ops::PagedAttentionPlan plan_;
+  bool have_plan_ = false;  // CUDA: plan_ applies (the CPU path validates instead)
+
+  // CUDA-graph state: fixed buffers sliced per captured batch size.
+  bool graph_mode_ = false;
+  int64_t graph_max_bs_ = 0;
+  int64_t graph_max_context_len_ = 0;
+  Tensor graph_kv_indptr_;   // i32 [graph_max_bs + 1]
+  Tensor graph_kv_indices_;  // i32 [graph_max_bs * ceil(graph_max_context_len / page_size)]
 };
 
 }  // namespace rlm

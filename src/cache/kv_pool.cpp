@@ -2,6 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <unordered_set>
+
+#ifdef RADIXLM_WITH_CUDA
+#include "kernels/cuda/req_to_token.h"
+#endif
 
 namespace rlm {
 
@@ -33,9 +39,9 @@ size_t KVPool::bytes_per_token() const {
 }
 
 ReqToTokenPool::ReqToTokenPool(int64_t max_requests, int64_t max_context_len, Device device)
-    : table_(Tensor::zeros({max_requests, max_context_len}, DType::kI32, device)),
+    : table_(Tensor::zeros({max_requests, max_context_len}, DType::kI32)), device_(device),
       in_use_(max_requests, false) {
-  RLM_CHECK(device.is_cpu()) << "ReqToTokenPool on " << device.to_string() << " is not supported yet";
+  if (device.is_cuda()) device_table_ = Tensor::zeros({max_requests, max_context_len}, DType::kI32, device);
   free_.reserve(max_requests);
   for (int64_t i = max_requests - 1; i >= 0; --i) free_.push_back(static_cast<int32_t>(i));
 }
@@ -61,7 +67,44 @@ void ReqToTokenPool::write(int32_t req_slot, int64_t start, const std::vector<in
       << "positions [" << start << ", " << start + static_cast<int64_t>(slots.size())
       << ") exceed the context length " << max_context_len();
   if (slots.empty()) return;
-  std::memcpy(table_.data<int32_t>() + req_slot * max_context_len() + start, slots.data(), slots.size() * 4);
+  if (slot_limit_ > 0) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      RLM_CHECK(slots[i] >= 0 && slots[i] < slot_limit_)
+          << "request slot " << req_slot << " position " << start + static_cast<int64_t>(i) << ": KV slot "
+          << slots[i] << " is outside the pool [0, " << slot_limit_ << ")";
+    }
+  }
+  const int64_t base = req_slot * max_context_len() + start;
+  std::memcpy(table_.data<int32_t>() + base, slots.data(), slots.size() * 4);
+  if (device_.is_cuda()) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      pending_.push_back(base + static_cast<int64_t>(i));
+      pending_.push_back(slots[i]);
+    }
+  }
+}
+
+void ReqToTokenPool::sync_device() {
+  if (pending_.empty()) return;
+#ifdef RADIXLM_WITH_CUDA
+  // The last write of an entry wins: drop earlier writes of the same entry (the scatter is parallel).
+  std::unordered_set<int64_t> seen;
+  std::vector<int64_t> unique;
+  unique.reserve(pending_.size());
+  for (size_t i = pending_.size(); i >= 2; i -= 2) {
+    if (seen.insert(pending_[i - 2]).second) {
+      unique.push_back(pending_[i - 2]);
+      unique.push_back(pending_[i - 1]);
+    }
+  }
+  pending_.clear();
+  const Tensor entries = Tensor::from_vector(unique).to(device_);  // one upload per step
+  const int64_t limit = slot_limit_ > 0 ? slot_limit_ : std::numeric_limits<int32_t>::max();
+  cuda::scatter_req_to_token(device_.index, device_table_.data<int32_t>(), device_table_.numel(),
+                             entries.data<int64_t>(), static_cast<int64_t>(unique.size() / 2), limit);
+#else
+  fail("ReqToTokenPool::sync_device: radixlm was built without CUDA");
+#endif
 }
 
 std::vector<int32_t> ReqToTokenPool::read(int32_t req_slot, int64_t start, int64_t end) const {

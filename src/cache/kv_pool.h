@@ -39,6 +39,9 @@ class KVPool {
 };
 
 // Maps (request slot, position) -> KV slot. Request slots are handed out and returned here.
+// The table lives on the host (the scheduler reads it); with a CUDA `device` a device mirror is kept
+// for the GPU kv_indices builder: write() records the change, sync_device() applies every change
+// since the last sync with one upload and one scatter kernel (call it before a step's metadata).
 class ReqToTokenPool {
  public:
   ReqToTokenPool(int64_t max_requests, int64_t max_context_len, Device device = Device::cpu());
@@ -50,14 +53,28 @@ class ReqToTokenPool {
   int64_t max_requests() const { return table_.size(0); }
   int64_t max_context_len() const { return table_.size(1); }
 
-  // Writes slots for positions [start, start + slots.size()) of request `req_slot`.
+  // Writes slots for positions [start, start + slots.size()) of request `req_slot`. With a slot
+  // limit set, every slot must be inside [0, limit).
   void write(int32_t req_slot, int64_t start, const std::vector<int32_t>& slots);
+  // Slots written from now on must be below `num_slots` (the KV pool's size); 0: no check.
+  void set_slot_limit(int64_t num_slots) { slot_limit_ = num_slots; }
+  // Applies pending writes to the device mirror (no-op on the CPU or when nothing changed). Not
+  // inside a CUDA-graph capture (it uploads from the host).
+  void sync_device();
+  Device device() const { return device_; }
+  // The device mirror (i32 [max_requests, max_context_len] on device()); the host table on the CPU.
+  const Tensor& device_table() const { return device_.is_cpu() ? table_ : device_table_; }
+  int64_t num_pending_writes() const { return static_cast<int64_t>(pending_.size() / 2); }
   // Reads slots for positions [start, end).
   std::vector<int32_t> read(int32_t req_slot, int64_t start, int64_t end) const;
   const Tensor& table() const { return table_; }  // i32 [max_requests, max_context_len]
 
  private:
-  Tensor table_;  // i32 [max_requests, max_context_len]
+  Tensor table_;         // i32 [max_requests, max_context_len] (host)
+  Device device_;
+  Tensor device_table_;  // i32 [max_requests, max_context_len] on device_ (CUDA only)
+  std::vector<int64_t> pending_;  // (flat index, slot) pairs not yet on the device
+  int64_t slot_limit_ = 0;
   std::vector<int32_t> free_;
   std::vector<bool> in_use_;
 };

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/runner_flags.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 #include "scheduler/scheduler.h"
@@ -42,6 +43,7 @@ struct OfflineArgs {
   std::string dataset_out;  // write the generated prompts here
   std::string result_out;   // write the result JSON here
   uint64_t seed = 0;
+  RunnerFlags runner;
 };
 
 struct Dataset {
@@ -144,6 +146,7 @@ int run_offline(const OfflineArgs& a) {
   rc.max_context_len = longest;
   const int64_t kv_tokens = a.max_total_tokens > 0 ? a.max_total_tokens : a.max_running_requests * longest;
   rc.num_pages = (kv_tokens + a.page_size - 1) / a.page_size;
+  a.runner.apply(rc, /*size_from_memory=*/false);  // the pool is sized by --max-total-tokens here
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) return fail(runner.status().to_string());
   ModelStepExecutor exec(**runner);
@@ -251,6 +254,7 @@ void add_bench_offline_command(CLI::App& bench, std::vector<std::pair<CLI::App*,
   s->add_option("--dataset-out", a->dataset_out, "Write the prompts and output lengths as JSON");
   s->add_option("--result-out", a->result_out, "Write the result as JSON");
   s->add_option("--seed", a->seed, "Seed for dummy weights and prompts");
+  a->runner.add_to(s);
   out.emplace_back(s, [a] { return run_offline(*a); });
 }
 

@@ -9,6 +9,8 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/runner_flags.h"
+#include "engine/cuda_graph_runner.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 #include "model/qwen3_next.h"
@@ -28,6 +30,7 @@ struct OneBatchArgs {
   int64_t output_len = 32;
   int64_t page_size = 16;
   uint64_t seed = 0;
+  RunnerFlags runner;
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -118,11 +121,18 @@ int run_one_batch(const OneBatchArgs& a) {
   rc.page_size = a.page_size;
   rc.max_requests = a.batch_size;
   rc.max_context_len = a.input_len + a.output_len;
+  a.runner.apply(rc, /*size_from_memory=*/true);  // CUDA: the pool is sized like serve's
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
   ModelRunner& r = **runner;
   const int64_t ctx = rc.max_context_len;
   const int64_t pages_per_req = (ctx + a.page_size - 1) / a.page_size;
+  if (r.kv_pool().config().num_pages < pages_per_req * a.batch_size) {
+    std::fprintf(stderr, "radixlm bench one-batch: the KV pool holds %lld pages but the batch needs %lld\n",
+                 static_cast<long long>(r.kv_pool().config().num_pages),
+                 static_cast<long long>(pages_per_req * a.batch_size));
+    return 1;
+  }
   std::mt19937 rng(static_cast<uint32_t>(a.seed));
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
   // Request b owns pages [b * pages_per_req, (b + 1) * pages_per_req).
@@ -145,31 +155,56 @@ int run_one_batch(const OneBatchArgs& a) {
     }
     prefill.push_back(std::move(e));
   }
+  int64_t eager_mismatches = 0;
   std::vector<ops::SamplingRow> greedy(a.batch_size);
   for (auto& g : greedy) g.temperature = 0.0f;
   auto t0 = Clock::now();
   ForwardBatch pb = r.build_batch(ForwardMode::kExtend, prefill);
   std::vector<int32_t> next = r.sample(r.forward(pb), greedy);
   const double prefill_ms = ms_since(t0);
-  std::vector<double> steps;
-  for (int64_t s = 0; s + 1 < a.output_len; ++s) {
-    std::vector<BatchEntry> dec;
-    for (int64_t b = 0; b < a.batch_size; ++b) {
-      BatchEntry e;
-      e.req_slot = req_slots[b];
-      e.mamba_slot = mamba_slots[b];
-      e.prefix_len = static_cast<int32_t>(a.input_len + s);
-      e.new_ids = {next[b]};
-      e.new_slots = {slot(b, a.input_len + s)};
-      dec.push_back(std::move(e));
+  // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
+  // the second so both passes do identical work on identical data).
+  std::vector<std::vector<int32_t>> inputs, outputs;
+  auto decode_pass = [&](bool replay_inputs) {
+    std::vector<double> times;
+    std::vector<int32_t> cur = next;
+    for (int64_t s = 0; s + 1 < a.output_len; ++s) {
+      if (replay_inputs) cur = inputs[s];
+      std::vector<BatchEntry> dec;
+      for (int64_t b = 0; b < a.batch_size; ++b) {
+        BatchEntry e;
+        e.req_slot = req_slots[b];
+        e.mamba_slot = mamba_slots[b];
+        e.prefix_len = static_cast<int32_t>(a.input_len + s);
+        e.new_ids = {cur[b]};
+        e.new_slots = {slot(b, a.input_len + s)};
+        dec.push_back(std::move(e));
+      }
+      auto t = Clock::now();
+      ForwardBatch db = r.build_batch(ForwardMode::kDecode, dec);
+      std::vector<int32_t> out = r.sample(r.forward(db), greedy);
+      times.push_back(ms_since(t));
+      if (!replay_inputs) {
+        inputs.push_back(cur);
+        outputs.push_back(out);
+      } else if (out != outputs[s]) {
+        ++eager_mismatches;
+      }
+      cur = std::move(out);
     }
-    auto t = Clock::now();
-    ForwardBatch db = r.build_batch(ForwardMode::kDecode, dec);
-    next = r.sample(r.forward(db), greedy);
-    steps.push_back(ms_since(t));
+    std::sort(times.begin(), times.end());
+    return times.empty() ? 0.0 : times[times.size() / 2];
+  };
+  const double step_ms = decode_pass(false);
+  const bool graphs_on = !r.cuda_graph_batch_sizes().empty();
+  // With CUDA graphs, the same steps again eagerly: the reference for the graph speed-up, and a
+  // check that both paths give the same greedy tokens.
+  double eager_ms = 0.0;
+  if (graphs_on && a.output_len > 1) {
+    r.set_use_cuda_graph(false);
+    eager_ms = decode_pass(true);
+    r.set_use_cuda_graph(true);
   }
-  std::sort(steps.begin(), steps.end());
-  const double step_ms = steps.empty() ? 0.0 : steps[steps.size() / 2];
   const double bw = copy_bandwidth(*device);
   const double kv_bytes_per_token = static_cast<double>(r.kv_pool().bytes_per_token());
   const double mid_len = static_cast<double>(a.input_len) + static_cast<double>(a.output_len) / 2.0;
@@ -192,8 +227,21 @@ int run_one_batch(const OneBatchArgs& a) {
               static_cast<long long>(a.page_size));
   std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
               static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
-  std::printf("decode step (median of %zu): %.3f ms (%.0f tok/s)\n", steps.size(), step_ms,
+  const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
+  std::string graphs = "eager";
+  if (!graph_sizes.empty()) {
+    const int64_t padded = padded_batch_size(graph_sizes, a.batch_size);
+    graphs = padded > 0 ? str("CUDA graph, padded to ", padded) : str("eager (batch > --cuda-graph-max-bs)");
+  }
+  const size_t num_steps = static_cast<size_t>(std::max<int64_t>(0, a.output_len - 1));
+  std::printf("decode step (median of %zu, %s): %.3f ms (%.0f tok/s)\n", num_steps, graphs.c_str(), step_ms,
               static_cast<double>(a.batch_size) / (step_ms / 1e3));
+  if (eager_ms > 0.0) {
+    std::printf("decode step eager (same steps again, --disable-cuda-graph): %.3f ms; graph speed-up %.2fx; "
+                "greedy tokens %s\n",
+                eager_ms, eager_ms / step_ms,
+                eager_mismatches == 0 ? "identical" : str(eager_mismatches, " steps differ").c_str());
+  }
   std::printf("decode floor: %.2f GB read (weights + KV%s) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
               decode_bytes / 1e9, cfg.architecture == "Qwen3NextForCausalLM" ? " + routed experts + states" : "",
               bw / 1e9, floor_ms, step_ms / floor_ms);
@@ -213,6 +261,7 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--output-len", a->output_len, "Tokens generated per request")->check(CLI::PositiveNumber);
   s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
   s->add_option("--seed", a->seed, "Seed for dummy weights and prompts");
+  a->runner.add_to(s);
   out.emplace_back(s, [a] { return run_one_batch(*a); });
 }
 

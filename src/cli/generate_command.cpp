@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/runner_flags.h"
 #include "engine/generator.h"
 #include "engine/model_loader.h"
 #include "tokenizer/chat_template_loader.h"
@@ -39,6 +40,7 @@ struct GenerateArgs {
   int64_t page_size = 16;
   int64_t max_batch_size = 0;
   int64_t max_context_len = 0;
+  RunnerFlags runner;
 };
 
 StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -170,6 +172,7 @@ int run_generate(const GenerateArgs& a) {
   }
   rc.max_context_len = a.max_context_len > 0 ? a.max_context_len
                                              : std::min<int64_t>(loaded->config.max_position_embeddings, longest);
+  a.runner.apply(rc, /*size_from_memory=*/true);
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) return fail("", runner.status());
   Generator gen(**runner);
@@ -216,6 +219,7 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   sub->add_option("--page-size", args->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
   sub->add_option("--max-batch-size", args->max_batch_size, "Prompts per batch (0: all)");
   sub->add_option("--max-context-len", args->max_context_len, "Context length (0: from the prompts)");
+  args->runner.add_to(sub);
   out.emplace_back(sub, [args] { return run_generate(*args); });
 }
 

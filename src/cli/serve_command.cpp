@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/runner_flags.h"
 #include "engine/model_loader.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template_loader.h"
@@ -34,7 +35,7 @@ struct ServeArgs {
   std::string decode_attention_backend;
   std::string device = "auto";
   int64_t page_size = 1;
-  int64_t max_total_tokens = 32768;
+  int64_t max_total_tokens = 0;  // 0: from --mem-fraction-static on CUDA, 32768 on the CPU
   int64_t max_running_requests = 64;
   int64_t context_length = 0;
   int64_t chunked_prefill_size = 2048;
@@ -44,6 +45,7 @@ struct ServeArgs {
   int64_t max_queued_requests = 4096;
   int64_t shutdown_timeout_s = 30;
   int http_threads = 128;
+  RunnerFlags runner;
 };
 
 int run_serve(const ServeArgs& a) {
@@ -82,12 +84,16 @@ int run_serve(const ServeArgs& a) {
   rc.max_requests = a.max_running_requests;
   rc.max_context_len = context;
   rc.mamba_slots = a.max_mamba_cache_size;
-  rc.num_pages = std::max<int64_t>(1, a.max_total_tokens / a.page_size);
+  const int64_t total_tokens = a.max_total_tokens > 0 ? a.max_total_tokens : (device->is_cuda() ? 0 : 32768);
+  rc.num_pages = total_tokens > 0 ? std::max<int64_t>(1, total_tokens / a.page_size) : 0;
+  a.runner.apply(rc, /*size_from_memory=*/total_tokens == 0);
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) {
     std::fprintf(stderr, "radixlm serve: %s\n", runner.status().to_string().c_str());
     return 1;
   }
+  const int64_t kv_tokens = (*runner)->kv_pool().num_slots();
+  const size_t graphs = (*runner)->cuda_graph_batch_sizes().size();
   SchedulerConfig sc;
   sc.max_running_requests = a.max_running_requests;
   sc.chunked_prefill_size = a.chunked_prefill_size;
@@ -116,10 +122,11 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::thread http([&] { server.listen_after_bind(); });
-  std::printf("radixlm: serving '%s' on http://%s:%d (%s, %s, %s cache, page size %lld, %lld KV tokens)\n",
-              name.c_str(), a.host.c_str(), port, device->to_string().c_str(),
-              engine.has_chat_template() ? "chat template" : "no chat template",
-              a.cache.c_str(), static_cast<long long>(a.page_size), static_cast<long long>(a.max_total_tokens));
+  std::printf(
+      "radixlm: serving '%s' on http://%s:%d (%s, %s, %s cache, page size %lld, %lld KV tokens, %zu CUDA graphs)\n",
+      name.c_str(), a.host.c_str(), port, device->to_string().c_str(),
+      engine.has_chat_template() ? "chat template" : "no chat template", a.cache.c_str(),
+      static_cast<long long>(a.page_size), static_cast<long long>(kv_tokens), graphs);
   std::fflush(stdout);
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::printf("radixlm: signal %d: draining in-flight requests (up to %llds)\n", g_signal.load(),
@@ -160,7 +167,9 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
                 "0: 3 x --max-running-requests)")
       ->check(CLI::NonNegativeNumber);
   s->add_option("--page-size", a->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
-  s->add_option("--max-total-tokens", a->max_total_tokens, "KV cache capacity in tokens")->check(CLI::PositiveNumber);
+  s->add_option("--max-total-tokens", a->max_total_tokens,
+                 "KV cache capacity in tokens (default: from --mem-fraction-static on CUDA, 32768 on the CPU)")
+      ->check(CLI::PositiveNumber);
   s->add_option("--max-running-requests", a->max_running_requests, "Most requests decoding at once")
       ->check(CLI::PositiveNumber);
   s->add_option("--context-length", a->context_length, "Context length (default: the model's)");
@@ -174,6 +183,7 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
       ->check(CLI::PositiveNumber);
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGINT/SIGTERM");
   s->add_option("--http-threads", a->http_threads, "HTTP worker threads")->check(CLI::PositiveNumber);
+  a->runner.add_to(s);
   out.emplace_back(s, [a] { return run_serve(*a); });
 }
 

@@ -26,7 +26,23 @@ struct ModelRunnerConfig {
   DType kv_dtype = DType::kF32;
   Device device = Device::cpu();  // where weights, KV cache and activations live
   int64_t mamba_slots = 0;  // hybrid models: MambaPool slots; 0: 3 * max_requests (working, tracking, cached)
+  // CUDA only, used when num_pages == 0: the KV pool takes what is left of total * fraction after
+  // the weights are loaded (SGLang's --mem-fraction-static); 0: size from max_requests instead.
+  double mem_fraction_static = 0.0;
+  // CUDA only: capture decode CUDA graphs for batch sizes up to min(cuda_graph_max_bs, max_requests)
+  // at start-up (pure-attention models with a graph-capable backend; hybrid models run eagerly).
+  // A failed capture is reported on stderr and the runner decodes eagerly.
+  bool cuda_graph = false;
+  int64_t cuda_graph_max_bs = 160;
 };
+
+class CudaGraphRunner;
+
+// KV pages for `fraction` of a device of `total_bytes` of which `used_bytes` are taken now (weights,
+// CUDA context), at `bytes_per_page` per page, keeping `reserve_bytes` for allocator rounding:
+// floor((total * fraction - used - reserve) / bytes_per_page), or 0 when that is not positive.
+int64_t kv_pages_for_memory(size_t total_bytes, size_t used_bytes, double fraction, size_t bytes_per_page,
+                            size_t reserve_bytes);
 
 // One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and
 // their K/V go to `new_slots`.
@@ -64,18 +80,36 @@ class ModelRunner {
   MambaPool* mamba_pool() { return mamba_pool_.get(); }
   AttentionBackend& attention_backend() { return *backend_; }
 
-  // Builds the ForwardBatch for `entries` (writing their slots into req_to_token).
+  // Builds the ForwardBatch for `entries` (writing their slots into req_to_token). Token ids,
+  // positions and KV slots are validated here on the host (one upload for all index tensors), so
+  // the device never needs a synchronising check of them.
   ForwardBatch build_batch(ForwardMode mode, const std::vector<BatchEntry>& entries);
   // Runs the model; returns f32 logits [num_outputs, vocab] (rows in batch.logits_indices order).
+  // On CUDA it never waits for the device: a decode batch that fits a captured size replays a CUDA
+  // graph, anything else runs eagerly; device-side index checks are deferred to sample() /
+  // synchronize().
   Tensor forward(ForwardBatch& batch);
-  // One token per logits row.
+  // One token per logits row. On CUDA it also reports errors the device recorded during the step.
   std::vector<int32_t> sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows);
+  // Waits for the device and throws rlm::Error if a deferred index check failed since the last
+  // sample()/synchronize().
+  void synchronize();
+
+  ~ModelRunner();
+  // The captured decode batch sizes (empty when CUDA graphs are off).
+  std::vector<int64_t> cuda_graph_batch_sizes() const;
+  // nullptr when CUDA graphs are off.
+  const CudaGraphRunner* cuda_graph_runner() const { return graph_runner_.get(); }
+  // Turns replays off (eager decode) or back on, e.g. to compare both on the same state; no-op
+  // without captured graphs.
+  void set_use_cuda_graph(bool on) { use_cuda_graph_ = on; }
   // Remembers, per request slot of `batch`, the token sampled for it (tokens: i32 [batch_size] on
   // the model's device), so that a later decode entry can name it with kFutureToken.
   void record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch);
 
  private:
   ModelRunner() = default;
+  Status size_kv_pool_from_memory(const KVShape& kv);
 
   ModelRunnerConfig config_;
   std::unique_ptr<CausalLM> model_;
@@ -84,6 +118,8 @@ class ModelRunner {
   std::unique_ptr<MambaPool> mamba_pool_;
   Tensor future_tokens_;  // i32 [max_requests] on the device: last token sampled per request slot
   std::unique_ptr<AttentionBackend> backend_;
+  bool use_cuda_graph_ = true;
+  std::unique_ptr<CudaGraphRunner> graph_runner_;  // last: destroyed first (its graphs use the rest)
 };
 
 }  // namespace rlm

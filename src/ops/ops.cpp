@@ -382,9 +382,12 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
   }
 }
 
-void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
-                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
-                     int64_t page_size, const AttentionParams& params, const Tensor& out) {
+namespace {
+
+void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                          const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                          int64_t page_size, const AttentionParams& params, const Tensor& out,
+                          const PagedAttentionPlan* host_plan) {
   OpCheck c("paged_attention");
   check_heads(c, "q", q, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
   check_heads(c, "out", out, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
@@ -455,6 +458,27 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                            {"kv_indices", &kv_indices}, {"seq_lens", &seq_lens}}) {
       if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous on CUDA"));
     }
+    if (host_plan != nullptr) {
+      // The caller's plan: no host copies, no synchronisation (CUDA-graph-capturable).
+      if (host_plan->max_qo_len < 0 || host_plan->max_seq_len < host_plan->max_qo_len ||
+          (host_plan->all_decode && host_plan->max_qo_len != 1 && bs > 0) || host_plan->num_kv_splits < 0) {
+        c.fail_with(str("inconsistent plan: max_qo_len ", host_plan->max_qo_len, ", max_seq_len ",
+                        host_plan->max_seq_len, ", all_decode ", host_plan->all_decode, ", num_kv_splits ",
+                        host_plan->num_kv_splits));
+      }
+      if (host_plan->all_decode && q.size(0) != bs) {
+        c.fail_with(str("a decode plan needs one query row per request: q ", q.describe(), ", ", bs, " requests"));
+      }
+      cuda::AttentionPlan plan;
+      plan.max_qo_len = host_plan->max_qo_len;
+      plan.max_seq_len = host_plan->max_seq_len;
+      plan.all_decode = host_plan->all_decode;
+      plan.num_kv_splits = host_plan->num_kv_splits;
+      cpu::PagedBatch batch = make_batch(qo_indptr, kv_indptr, kv_indices, seq_lens);
+      cuda::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan, out.data<float>(),
+                            out.stride(0), out.stride(1));
+      return;
+    }
     const Tensor qo_h = qo_indptr.to(Device::cpu()), kv_h = kv_indptr.to(Device::cpu());
     const Tensor idx_h = kv_indices.to(Device::cpu()), sl_h = seq_lens.to(Device::cpu());
     cpu::PagedBatch batch = make_batch(qo_h, kv_h, idx_h, sl_h);
@@ -472,6 +496,23 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   } else {
     c.not_built(q.device());
   }
+}
+
+}  // namespace
+
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                     int64_t page_size, const AttentionParams& params, const Tensor& out) {
+  paged_attention_impl(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, seq_lens, page_size, params, out,
+                       nullptr);
+}
+
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                     int64_t page_size, const AttentionParams& params, const Tensor& out,
+                     const PagedAttentionPlan& plan) {
+  paged_attention_impl(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, seq_lens, page_size, params, out,
+                       &plan);
 }
 
 namespace {

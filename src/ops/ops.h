@@ -65,6 +65,8 @@ void silu_and_mul(const Tensor& x, const Tensor& out);
 //   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
 //   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout);
 //   out_cache_loc: i32/i64 [num_tokens]. A slot outside [0, num_slots) is an error (nothing written).
+// On CUDA inside a ModelRunner step (deferred checks, kernels/cuda/index_check.h) a bad slot is
+// skipped and reported at the step's end instead, and -1 marks a padded CUDA-graph row (skipped).
 void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& out_cache_loc);
 
@@ -91,6 +93,21 @@ struct AttentionParams {
 void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
                      const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
                      int64_t page_size, const AttentionParams& params, const Tensor& out);
+
+// What the caller already knows about a paged-attention batch on the host (the ModelRunner's *_cpu
+// vectors). With it the CUDA path copies nothing to the host and never synchronises, so the call
+// can be captured in a CUDA graph; the device index arrays are then trusted, not re-validated (the
+// caller built them from validated host data). The CPU path ignores the plan and validates.
+struct PagedAttentionPlan {
+  int64_t max_qo_len = 0;   // longest query run of the batch
+  int64_t max_seq_len = 0;  // longest KV sequence (an upper bound for decode with num_kv_splits > 0)
+  bool all_decode = false;  // every request has exactly one query token
+  int num_kv_splits = 0;    // decode: > 0 fixes the split count (graph-safe); 0 picks by max_seq_len
+};
+void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                     const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                     int64_t page_size, const AttentionParams& params, const Tensor& out,
+                     const PagedAttentionPlan& plan);
 
 // Row-wise softmax / log-softmax in place (max-subtracted).   x: f32 [n, v].
 void softmax(const Tensor& x);

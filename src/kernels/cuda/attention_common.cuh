@@ -9,7 +9,9 @@
 
 #include <cstdint>
 
+#include "core/caching_allocator.h"
 #include "core/check.h"
+#include "core/device.h"
 #include "kernels/cpu/paged_attention.h"
 
 // Throws rlm::Error naming the call and the CUDA error (local to the attention kernels).
@@ -139,16 +141,30 @@ DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
                             const cpu::PagedBatch& b, const cpu::AttnConfig& cfg, float* out, int64_t out_ts,
                             int64_t out_hs);
 
-// A stream-ordered scratch allocation on the default stream, freed (stream-ordered) on scope exit.
+// The stream of the current device (core's cuda_stream): every attention kernel runs on it, so the
+// launches order with the other ops and can be captured into a CUDA graph.
+inline cudaStream_t current_stream() {
+  int device = 0;
+  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
+  return static_cast<cudaStream_t>(cuda_stream(device));
+}
+
+// A scratch allocation from the current device's caching allocator, freed on scope exit. Safe while
+// kernels still use it: every op runs on the one stream, so the next user of the block is queued
+// behind them. Inside a CUDA-graph capture it comes from the graph pool.
 class AsyncBuffer {
  public:
-  explicit AsyncBuffer(size_t nbytes) { RLM_CUDA_ATTN_CHECK(cudaMallocAsync(&data_, nbytes == 0 ? 1 : nbytes, 0)); }
-  ~AsyncBuffer() { (void)cudaFreeAsync(data_, 0); }
+  explicit AsyncBuffer(size_t nbytes) {
+    RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device_));
+    data_ = cuda_allocator(device_).allocate(nbytes == 0 ? 1 : nbytes);
+  }
+  ~AsyncBuffer() { cuda_allocator(device_).free(data_); }
   AsyncBuffer(const AsyncBuffer&) = delete;
   AsyncBuffer& operator=(const AsyncBuffer&) = delete;
   void* data() const { return data_; }
 
  private:
+  int device_ = 0;
   void* data_ = nullptr;
 };
 

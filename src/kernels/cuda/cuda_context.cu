@@ -6,7 +6,9 @@
 #include <array>
 #include <memory>
 
+#include "core/caching_allocator.h"
 #include "core/cuda_check.h"
+#include "core/device.h"
 
 namespace rlm::cuda {
 namespace {
@@ -25,12 +27,18 @@ CudaContext& CudaContext::get(int index) {
   return *contexts[index];
 }
 
+void* CudaContext::stream() const { return cuda_stream(device_); }
+
 void* CudaContext::cublas() {
   if (cublas_ == nullptr) {
     set_device(device_);
     cublasHandle_t h = nullptr;
     RLM_CUBLAS_CHECK(cublasCreate(&h));
     RLM_CUBLAS_CHECK(cublasSetStream(h, static_cast<cudaStream_t>(stream())));
+    // A fixed workspace: without one, cuBLAS allocates per stream on demand, which a CUDA-graph
+    // capture must not do. Raw cudaMalloc, never freed: graphs may reference it for ever.
+    RLM_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+    RLM_CUBLAS_CHECK(cublasSetWorkspace(h, cublas_workspace_, kCublasWorkspaceBytes));
     // Default math: no TF32 (the GEMMs pass CUBLAS_COMPUTE_32F explicitly).
     RLM_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
     cublas_ = h;
@@ -38,20 +46,31 @@ void* CudaContext::cublas() {
   return cublas_;
 }
 
+void CudaContext::drop_scratch() {
+  // Stream-ordered reuse: the kernels queued on the old scratch run before any later user of it.
+  if (scratch_ != nullptr) cuda_allocator(device_).free(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+}
+
 void* CudaContext::scratch(size_t nbytes) {
   if (nbytes > scratch_bytes_) {
-    set_device(device_);
-    if (scratch_ != nullptr) {
-      RLM_CUDA_CHECK(cudaDeviceSynchronize());  // earlier kernels may still read the old buffer
-      RLM_CUDA_CHECK(cudaFree(scratch_));
-      scratch_ = nullptr;
-      scratch_bytes_ = 0;
-    }
+    drop_scratch();
     const size_t want = nbytes + nbytes / 4 + 256;
-    RLM_CUDA_CHECK(cudaMalloc(&scratch_, want));
+    scratch_ = cuda_allocator(device_).allocate(want);
     scratch_bytes_ = want;
   }
   return scratch_;
+}
+
+void CudaContext::on_capture_begin() {
+  auto l = lock();
+  drop_scratch();
+}
+
+void CudaContext::on_capture_end() {
+  auto l = lock();
+  drop_scratch();
 }
 
 void* CudaContext::flag_buffer() {

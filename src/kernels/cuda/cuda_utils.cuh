@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "kernels/cuda/index_check.h"
 
 namespace rlm::cuda {
 
@@ -32,6 +33,18 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 __device__ __forceinline__ int64_t load_index(const void* p, bool is_i64, int64_t i, int64_t stride) {
   return is_i64 ? static_cast<const int64_t*>(p)[i * stride]
                 : static_cast<int64_t>(static_cast<const int32_t*>(p)[i * stride]);
+}
+
+// Deferred index checks: the first bad index of a step claims the device error record (see
+// index_check.h); rec == nullptr when the op was checked on the host already.
+__device__ __forceinline__ void record_index_error(DeviceErrorRecord* rec, IndexErrorOp op, int64_t position,
+                                                   int64_t value, int64_t limit) {
+  if (rec == nullptr) return;
+  if (atomicCAS(&rec->op, 0, static_cast<int32_t>(op)) == 0) {
+    rec->position = position;
+    rec->value = value;
+    rec->limit = limit;
+  }
 }
 
 // Sum over the block (all threads must call; blockDim.x a multiple of 32, <= 1024). The result is

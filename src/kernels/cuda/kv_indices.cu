@@ -93,11 +93,12 @@ void build_kv_indices(const int32_t* req_to_token, int64_t max_reqs, int64_t max
       << "cuda::build_kv_indices: capacity " << capacity << " is beyond i32 indices";
   RLM_CHECK(req_to_token_stride >= max_ctx) << "cuda::build_kv_indices: row stride " << req_to_token_stride
                                             << " is smaller than max_ctx " << max_ctx;
-  scan_kernel<<<1, kScanThreads>>>(req_pool_indices, seq_lens, batch_size, max_reqs, max_ctx, page_size, capacity,
+  const cudaStream_t stream = attn::current_stream();
+  scan_kernel<<<1, kScanThreads, 0, stream>>>(req_pool_indices, seq_lens, batch_size, max_reqs, max_ctx, page_size, capacity,
                                    kv_indptr, error);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
   if (batch_size == 0) return;
-  fill_kernel<<<static_cast<unsigned>(batch_size), kFillThreads>>>(req_to_token, max_reqs, max_ctx,
+  fill_kernel<<<static_cast<unsigned>(batch_size), kFillThreads, 0, stream>>>(req_to_token, max_reqs, max_ctx,
                                                                    req_to_token_stride, req_pool_indices, seq_lens,
                                                                    page_size, kv_indptr, kv_indices, capacity);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());

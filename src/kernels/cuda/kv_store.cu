@@ -8,11 +8,13 @@
 namespace rlm::cuda {
 namespace {
 
-// One thread per (token, head, dim) element; grid-stride.
+// One thread per (token, head, dim) element; grid-stride. Slot -1 marks a padded row of a CUDA-graph
+// batch (nothing is written); any other slot outside [0, num_slots) is recorded (deferred checks,
+// see index_check.h) and skipped.
 template <typename S, typename D>
 __global__ void store_kv_kernel(const S* src, int64_t src_ts, int64_t src_hs, D* dst, int64_t dst_ts, int64_t dst_hs,
                                 const void* loc, bool loc_i64, int64_t loc_stride, int64_t num_tokens,
-                                int64_t num_kv_heads, int64_t head_dim) {
+                                int64_t num_kv_heads, int64_t head_dim, int64_t num_slots, DeviceErrorRecord* rec) {
   const int64_t total = num_tokens * num_kv_heads * head_dim;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -20,12 +22,17 @@ __global__ void store_kv_kernel(const S* src, int64_t src_ts, int64_t src_hs, D*
     const int64_t h = (idx / head_dim) % num_kv_heads;
     const int64_t t = idx / (head_dim * num_kv_heads);
     const int64_t slot = load_index(loc, loc_i64, t, loc_stride);
+    if (slot < 0 || slot >= num_slots) {
+      if (slot != kPaddedSlot && h == 0 && e == 0) record_index_error(rec, IndexErrorOp::kKvStore, t, slot, num_slots);
+      continue;
+    }
     dst[slot * dst_ts + h * dst_hs + e] = from_float<D>(to_float(src[t * src_ts + h * src_hs + e]));
   }
 }
 
 void launch_store_kv(const KvRows& src, const KvRows& dst, const void* loc, bool loc_i64, int64_t loc_stride,
-                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim, cudaStream_t stream) {
+                     int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim, int64_t num_slots,
+                     DeviceErrorRecord* rec, cudaStream_t stream) {
   const int64_t total = num_tokens * num_kv_heads * head_dim;
   if (total == 0) return;
   dispatch_float(src.dtype, [&](auto s) {
@@ -34,7 +41,8 @@ void launch_store_kv(const KvRows& src, const KvRows& dst, const void* loc, bool
       using D = decltype(d);
       store_kv_kernel<S, D><<<grid_for(total), kBlock, 0, stream>>>(
           static_cast<const S*>(src.data), src.token_stride, src.head_stride, static_cast<D*>(dst.data),
-          dst.token_stride, dst.head_stride, loc, loc_i64, loc_stride, num_tokens, num_kv_heads, head_dim);
+          dst.token_stride, dst.head_stride, loc, loc_i64, loc_stride, num_tokens, num_kv_heads, head_dim, num_slots,
+          rec);
       RLM_CUDA_CHECK_LAUNCH();
     });
   });
@@ -46,15 +54,22 @@ void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& 
                     const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
                     int64_t num_kv_heads, int64_t head_dim, int64_t num_slots) {
   if (num_tokens == 0) return;
-  const BadIndex bad = find_out_of_range(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
-  if (bad.position >= 0) {
-    fail(str("store_kv_cache: out_cache_loc[", bad.position, "] = ", bad.value, " is outside the pool [0, ",
-             num_slots, ")"));
+  DeviceErrorRecord* rec = nullptr;
+  if (DeferredIndexChecks::active()) {
+    rec = device_error_record(device);
+  } else {
+    const BadIndex bad = find_out_of_range(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
+    if (bad.position >= 0) {
+      fail(str("store_kv_cache: out_cache_loc[", bad.position, "] = ", bad.value, " is outside the pool [0, ",
+               num_slots, ")"));
+    }
   }
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   const bool i64 = loc_dtype == DType::kI64;
-  launch_store_kv(k, k_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads, head_dim, stream);
-  launch_store_kv(v, v_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads, head_dim, stream);
+  launch_store_kv(k, k_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads, head_dim, num_slots, rec,
+                  stream);
+  launch_store_kv(v, v_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads, head_dim, num_slots,
+                  nullptr, stream);
 }
 
 }  // namespace rlm::cuda

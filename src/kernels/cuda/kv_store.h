@@ -15,9 +15,14 @@ struct KvRows {
   int64_t head_stride = 0;   // elements
 };
 
+// The out_cache_loc value of a padded row of a CUDA-graph batch: nothing is written for it (only
+// inside a DeferredIndexChecks scope; immediate checks reject it like any negative slot).
+inline constexpr int64_t kPaddedSlot = -1;
+
 // For every token t: cache[loc[t], h, :] = src[t, h, :] (converted to the cache dtype).
 // out_cache_loc: i32/i64 [num_tokens] (element stride loc_stride), validated on the device first:
-// a slot outside [0, num_slots) throws rlm::Error naming it, and nothing is written.
+// a slot outside [0, num_slots) throws rlm::Error naming it, and nothing is written. Inside a
+// DeferredIndexChecks scope (index_check.h) bad slots are skipped and recorded instead.
 void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
                     const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
                     int64_t num_kv_heads, int64_t head_dim, int64_t num_slots);

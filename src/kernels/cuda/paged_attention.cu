@@ -65,12 +65,20 @@ AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch) {
   return plan;
 }
 
+int fixed_decode_num_kv_splits(int64_t batch_size, int64_t max_seq_len_bound) {
+  constexpr int64_t kPairsPerKvHead = 64, kKeysPerSplit = 256, kMax = 16;
+  const int64_t by_batch = (kPairsPerKvHead + std::max<int64_t>(batch_size, 1) - 1) / std::max<int64_t>(batch_size, 1);
+  const int64_t by_len = (std::max<int64_t>(max_seq_len_bound, 1) + kKeysPerSplit - 1) / kKeysPerSplit;
+  return static_cast<int>(std::clamp<int64_t>(std::min(by_batch, by_len), 1, kMax));
+}
+
 void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                      const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
                      float* out, int64_t out_token_stride, int64_t out_head_stride) {
   if (device_batch.batch_size == 0) return;
   if (plan.all_decode) {
-    paged_attention_decode(q, k_cache, v_cache, device_batch, cfg, plan, out, out_token_stride, out_head_stride);
+    paged_attention_decode(q, k_cache, v_cache, device_batch, cfg, plan, out, out_token_stride, out_head_stride,
+                           plan.num_kv_splits);
   } else {
     paged_attention_prefill(q, k_cache, v_cache, device_batch, cfg, plan, out, out_token_stride, out_head_stride);
   }

@@ -10,19 +10,22 @@
 
 namespace rlm::cuda {
 
-// Host-side facts about one batch, computed from host copies of qo_indptr/seq_lens (the caller's
-// job; a CUDA-graph-safe plan/run split comes later).
+// Host-side facts about one batch: from host copies of qo_indptr/seq_lens (make_attention_plan), or
+// from the caller's own host data (the ModelRunner's *_cpu vectors) with no device->host copy.
 struct AttentionPlan {
   int64_t max_qo_len = 0;
-  int64_t max_seq_len = 0;
+  int64_t max_seq_len = 0;  // for decode with num_kv_splits > 0 an upper bound is enough
   bool all_decode = false;  // every request has qo_len == 1
+  // Decode: > 0 fixes the split count and each request splits its own seq_len evenly on the device,
+  // so the launch depends on nothing but the batch size (CUDA-graph-safe); 0: the rule below.
+  int num_kv_splits = 0;
 };
 
 // Computes the plan from host index arrays (see cpu::PagedBatch).
 AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch);
 
-// Picks the decode kernel (plan.all_decode) or the prefill kernel and runs it on the current
-// device's default stream (asynchronous). Every pointer in q, k_cache, v_cache, device_batch and
+// Picks the decode kernel (plan.all_decode, with plan.num_kv_splits) or the prefill kernel and runs
+// it on the current device's stream (asynchronous; capturable when the plan is fixed). Every pointer in q, k_cache, v_cache, device_batch and
 // out is a device pointer; device_batch's index arrays must have been validated (values are not
 // re-checked on the device). q, out: f32; caches f32/bf16/f16. head_dim must be 64, 128 or 256
 // (rlm::Error otherwise). Throws rlm::Error on any CUDA error.
@@ -31,7 +34,8 @@ void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const
                      float* out, int64_t out_token_stride, int64_t out_head_stride);
 
 // The two kernels directly (tests and benchmarks). The decode one needs every qo_len == 1.
-// num_kv_splits <= 0 picks the split rule (see docs/design/attention_cuda.md).
+// num_kv_splits <= 0 picks the split rule (see docs/design/attention_cuda.md); > 0 fixes the count
+// and sizes every request's splits from its own seq_len.
 void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                             const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
                             float* out, int64_t out_token_stride, int64_t out_head_stride, int num_kv_splits = 0);
@@ -42,8 +46,13 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
 
 // Number of KV splits the decode kernel uses for a longest sequence of max_seq_len keys.
 int decode_num_kv_splits(int64_t max_seq_len);
+// The fixed split count of decode batches planned on the host (eager and CUDA-graph steps alike, so
+// a graph and the eager path give the same bits at a captured batch size): about 64 (request,
+// split) pairs per kv head, at most one split per 256 keys of the longest possible sequence,
+// clamped to [1, 16].
+int fixed_decode_num_kv_splits(int64_t batch_size, int64_t max_seq_len_bound);
 
-// Builds the page table of a batch on the GPU (all device pointers, default stream, graph-safe:
+// Builds the page table of a batch on the GPU (all device pointers, the device's stream, graph-safe:
 // fixed-size outputs, no host synchronisation):
 //   kv_indptr[0] = 0, kv_indptr[r+1] = kv_indptr[r] + ceil(seq_lens[r] / page_size);
 //   kv_indices[kv_indptr[r] + i] = req_to_token[req_pool_indices[r], i * page_size] / page_size.

@@ -50,8 +50,9 @@ __global__ void __launch_bounds__(kThreads)
   const int seq_len = a.seq_lens[r];
   const int pos = seq_len - 1;
   const int lo = kWindow ? max(0, pos - a.sliding_window + 1) : 0;
-  const int k_begin = max(lo, split * split_size);
-  const int k_end = min(seq_len, (split + 1) * split_size);
+  const int ss = split_size > 0 ? split_size : (seq_len + num_splits - 1) / num_splits;  // <= 0: per request
+  const int k_begin = max(lo, split * ss);
+  const int k_end = min(seq_len, (split + 1) * ss);
   const int row = a.qo_indptr[r];
   const int32_t* pages = a.kv_indices + a.kv_indptr[r];
   const T* kc = static_cast<const T*>(a.k);
@@ -179,10 +180,10 @@ template <int D, typename T, bool kWindow, typename Cap>
 void launch(const DeviceArgs& a, Cap cap, int heads_per_block, int num_splits, int split_size, float* partial,
             float* lse) {
   const dim3 grid(num_splits, a.num_kv_heads * (a.num_qo_heads / a.num_kv_heads / heads_per_block), a.batch_size);
-  decode_split_kernel<D, T, kWindow, Cap><<<grid, kThreads>>>(a, cap, heads_per_block, num_splits, split_size,
-                                                              partial, lse);
+  decode_split_kernel<D, T, kWindow, Cap><<<grid, kThreads, 0, current_stream()>>>(a, cap, heads_per_block, num_splits,
+                                                                                  split_size, partial, lse);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
-  merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D>>>(a, num_splits, partial, lse);
+  merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D, 0, current_stream()>>>(a, num_splits, partial, lse);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
 }
 
@@ -244,10 +245,10 @@ void launch_vec(const DeviceArgs& a, Cap cap, int64_t head_dim, int requested_sp
   float* partial = static_cast<float*>(buf.data());
   float* lse = partial + rows * head_dim;
   const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
-  kernel<<<grid, kVecThreads>>>(a, cap, num_splits, partial, lse);
+  kernel<<<grid, kVecThreads, 0, current_stream()>>>(a, cap, num_splits, partial, lse);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
   if (num_splits > 1) {
-    merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D>>>(a, num_splits, partial, lse);
+    merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D, 0, current_stream()>>>(a, num_splits, partial, lse);
     RLM_CUDA_ATTN_CHECK(cudaGetLastError());
   }
 }
@@ -310,7 +311,9 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   while (group % heads_per_block != 0) --heads_per_block;
   const int num_splits =
       num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits) : decode_num_kv_splits(plan.max_seq_len);
-  const int64_t split_size = (plan.max_seq_len + num_splits - 1) / num_splits;
+  // A fixed split count (num_kv_splits > 0) sizes each request's splits on the device from its own
+  // seq_len, so the launch does not depend on the batch's lengths (CUDA graphs).
+  const int64_t split_size = num_kv_splits > 0 ? 0 : (plan.max_seq_len + num_splits - 1) / num_splits;
   RLM_CHECK(split_size * num_splits <= std::numeric_limits<int32_t>::max())
       << "cuda::paged_attention_decode: sequence of " << plan.max_seq_len << " keys is too long";
   const int64_t rows = device_batch.batch_size * cfg.num_qo_heads * num_splits;

@@ -166,7 +166,7 @@ void launch(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
   constexpr size_t smem = Tiles<D>::kSmemBytes;
   RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((max_qo_len + kRows - 1) / kRows), a.num_qo_heads, a.batch_size);
-  kernel<<<grid, kThreads, smem>>>(a, cap);
+  kernel<<<grid, kThreads, smem, current_stream()>>>(a, cap);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
 }
 
@@ -212,7 +212,7 @@ void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
   RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,
                   a.batch_size);
-  kernel<<<grid, kTcThreads, smem>>>(a, cap);
+  kernel<<<grid, kTcThreads, smem, current_stream()>>>(a, cap);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/softmax_row.cuh"
@@ -187,11 +188,11 @@ void sample(int device, const float* logits, int64_t n, int64_t v, int64_t ld, c
   auto* ids_out = reinterpret_cast<int32_t*>(arrays + 3 * array_bytes);
   void* temp = arrays + 4 * array_bytes;
 
-  RLM_CUDA_CHECK(cudaMemcpyAsync(d_params, params.data(), params.size() * sizeof(RowParams), cudaMemcpyHostToDevice,
-                                 stream));
+  // Staged uploads (core's device_memcpy): the host vectors may die at return, and nothing here
+  // waits for the device, so an overlapped step's sampling does not block the host.
+  device_memcpy(d_params, Device::cuda(device), params.data(), Device::cpu(), params.size() * sizeof(RowParams));
   if (nf > 0) {
-    RLM_CUDA_CHECK(cudaMemcpyAsync(d_rows, filtered.data(), filtered.size() * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream));
+    device_memcpy(d_rows, Device::cuda(device), filtered.data(), Device::cpu(), filtered.size() * sizeof(int32_t));
   }
   sample_simple_kernel<<<static_cast<unsigned>(n), kScanBlock, 0, stream>>>(logits, v, ld, d_params, out, out_stride);
   RLM_CUDA_CHECK_LAUNCH();
@@ -209,8 +210,6 @@ void sample(int device, const float* logits, int64_t n, int64_t v, int64_t ld, c
                                                                                 ids_out, out, out_stride);
     RLM_CUDA_CHECK_LAUNCH();
   }
-  // The parameter upload reads host vectors that die at return: wait for the copies (and kernels).
-  RLM_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 }  // namespace rlm::cuda
