@@ -665,6 +665,21 @@ bool Scheduler::has_work() const {
   return !inbox_.empty() || !abort_inbox_.empty();
 }
 
+uint64_t Scheduler::request_flush() {
+  uint64_t ticket = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ticket = ++flush_requested_;
+  }
+  cv_.notify_all();
+  return ticket;
+}
+
+bool Scheduler::wait_flush(uint64_t ticket, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return flush_cv_.wait_for(lock, timeout, [&] { return flush_done_ >= ticket; });
+}
+
 void Scheduler::flush_cache() {
   std::vector<int32_t> freed = cache_->evict(cache_->evictable_size());
   std::vector<int32_t> more = cache_->evict_mamba(cache_->mamba_size());  // snapshots on locked paths
@@ -752,14 +767,26 @@ void Scheduler::loop() {
       did = true;
     }
     if (did) continue;
-    if (flush_requested_.exchange(false)) flush_cache();
+    uint64_t flush_ticket = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (flush_requested_ > flush_done_) flush_ticket = flush_requested_;
+    }
+    if (flush_ticket > 0) {
+      flush_cache();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        flush_done_ = flush_ticket;
+      }
+      flush_cv_.notify_all();
+    }
     if (config_.check_integrity_when_idle) {
       Status st = check_integrity();
       if (!st.is_ok()) std::fprintf(stderr, "radixlm: integrity check failed: %s\n", st.to_string().c_str());
     }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(20),
-                 [&] { return !inbox_.empty() || !abort_inbox_.empty() || stop_.load(); });
+                 [&] { return !inbox_.empty() || !abort_inbox_.empty() || stop_.load() || flush_requested_ > flush_done_; });
   }
   // Not draining: abort whatever is left (queued requests included).
   drain_inbox();

@@ -61,8 +61,12 @@ class Scheduler {
   void abort(const std::string& rid);
   void start();               // runs the loop on its own thread
   void stop(bool drain);      // drain: finish in-flight requests first; else abort them
-  // Asks the scheduler thread to evict every unlocked prefix-cache entry when it is next idle.
-  void request_flush() { flush_requested_ = true; cv_.notify_all(); }
+  // Asks the scheduler thread to evict every unlocked prefix-cache entry when it is next idle;
+  // returns a ticket for wait_flush().
+  uint64_t request_flush();
+  // Waits until the flush named by `ticket` (or a later one) has run; false on timeout (the flush
+  // still runs when the scheduler is next idle).
+  bool wait_flush(uint64_t ticket, std::chrono::milliseconds timeout);
   const SchedulerConfig& config() const { return config_; }
   ServingMetrics& metrics() { return *metrics_; }
 
@@ -153,7 +157,9 @@ class Scheduler {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{false};
-  std::atomic<bool> flush_requested_{false};
+  uint64_t flush_requested_ = 0;  // guarded by mu_: tickets handed out
+  uint64_t flush_done_ = 0;       // guarded by mu_: the last ticket whose flush has run
+  std::condition_variable flush_cv_;
 };
 
 }  // namespace rlm

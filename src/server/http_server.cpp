@@ -577,8 +577,13 @@ void HttpServer::install_routes() {
   });
   s.Get("/debug/kv", [routes](const httplib::Request&, httplib::Response& r) { routes->handle_debug_kv(r); });
   s.Post("/flush_cache", [engine](const httplib::Request&, httplib::Response& r) {
-    engine->request_cache_flush();
-    send_json(r, 200, {{"status", "flush requested"}});
+    // Like SGLang's /flush_cache: answers once the cache is flushed, which happens when no request
+    // is running; a busy server answers 202 and flushes when it is next idle.
+    if (engine->flush_cache(std::chrono::seconds(10))) {
+      send_json(r, 200, {{"status", "flushed"}});
+    } else {
+      send_json(r, 202, {{"status", "flush pending: requests are running; the cache is flushed when the server is idle"}});
+    }
   });
 }
 

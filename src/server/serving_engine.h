@@ -46,7 +46,11 @@ class ServingEngine {
   bool draining() const { return draining_; }
   // Waits for in-flight requests up to timeout_ms (drain), then aborts the rest and stops.
   void shutdown(int64_t timeout_ms);
-  void request_cache_flush() { scheduler_->request_flush(); }
+  // Evicts every unlocked prefix-cache entry when the scheduler is next idle; true when that
+  // happened within `timeout` (false: still pending, e.g. requests are running).
+  bool flush_cache(std::chrono::milliseconds timeout) {
+    return scheduler_->wait_flush(scheduler_->request_flush(), timeout);
+  }
 
  private:
   std::string model_name_;
