@@ -237,6 +237,13 @@ TEST_P(SchedulerMatrix, OutputsEqualReferenceAndEverythingIsFreed) {
   }
   EXPECT_GT(metrics->retractions(), 0) << "the pool was meant to be tight enough to force retraction";
   if (p.overlap) {
+    // The random phase may never reach steady decoding (arrivals, a tight pool); two requests alone
+    // must overlap.
+    std::vector<std::shared_ptr<Req>> tail_reqs = {make_req("tail0", random_ids(rng, 5), 12),
+                                                   make_req("tail1", random_ids(rng, 9), 12)};
+    for (auto& r : tail_reqs) ASSERT_TRUE(s.submit(r).is_ok());
+    run_to_completion(s);
+    for (auto& r : tail_reqs) EXPECT_EQ(drain(*r->stream).tokens, reference(r->prompt_ids, 12)) << r->rid;
     EXPECT_GT(exec.future_tokens, 0) << "no step was launched ahead of its predecessor's results";
   } else {
     EXPECT_EQ(exec.launched_steps, 0);
