@@ -30,6 +30,8 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return r;
 }
 
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 // The 8 16-bit values packed in v, widened to f32 (exact).
 template <typename T>
 __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
@@ -71,6 +73,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int64_t total_warps = static_cast<int64_t>(gridDim.x) * kWarps;
   const int64_t groups = (n + R - 1) / R;
 
+  // The first group's weight vectors head for L2 while the block stages x (hides x's latency).
+  if (warp < groups) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = warp * R + r < n ? warp * R + r : n - 1;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (lane + 32 * u < kv) prefetch_l2(reinterpret_cast<const uint4*>(w + row * ldw) + lane + 32 * u);
+      }
+    }
+  }
   for (int64_t idx = threadIdx.x; idx < M * kv; idx += kThreads) {
     const int64_t i = idx / kv, c = (idx % kv) * 8;
     const float* src = x + i * ldx + c;
