@@ -162,7 +162,7 @@ int run_bench_gemv(const BenchGemvArgs& a) {
       std::printf("  %-8s %7lld %6lld %4lld %9.2f %9.0f %9.2f %9.2f %7.3f %7.3f %9s %8.3f\n", s.name,
                   static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(copies),
                   t_copy * 1e6, copy_gbs, t_gemv * 1e6, t_cublas * 1e6, gemv_gbs / copy_gbs, cublas_gbs / copy_gbs,
-                  cuda::linear_uses_gemv(m, s.k, w[0].data_ptr(), dtype, s.k) ? "gemv" : "cublas",
+                  cuda::linear_uses_gemv(0, m, s.k, w[0].data_ptr(), dtype, s.k) ? "gemv" : "cublas",
                   t_cublas / t_gemv);
       step_gemv += t_gemv * static_cast<double>(s.per_step);
       step_cublas += t_cublas * static_cast<double>(s.per_step);

@@ -64,7 +64,7 @@ void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::
   ops::linear(x_ref, w, bias, ob.slice(1, 1, 1 + n));
   const Tensor gw = gwb.slice(1, lay.w_off, lay.w_off + k);
   if (expect_gemv) {
-    EXPECT_EQ(cuda::linear_uses_gemv(m, k, gw.data_ptr(), wd, gw.stride(0)), *expect_gemv);
+    EXPECT_EQ(cuda::linear_uses_gemv(gw.device().index, m, k, gw.data_ptr(), wd, gw.stride(0)), *expect_gemv);
   }
   ops::linear(gxb.slice(1, lay.x_off, lay.x_off + k), gw, gbias, gob.slice(1, 1, 1 + n));
   const Tensor got = to_cpu(gob);
@@ -105,14 +105,17 @@ TEST(OpsCudaLinear, LargerShapeWithBias) {
   check_linear(rng, 300, 1024, 2048, DType::kBF16, DType::kBF16);
 }
 
-// Small m with 16-bit weights: the GEMV kernel (aligned weight rows, x of m * k <= 24576 values)
-// and the cuBLAS fallback (misaligned rows, or x too large for the kernel's shared memory), both
-// against the CPU twin with the same bound; x and out strided, bias of every dtype or none.
+// Small m with 16-bit weights: the GEMV kernel (aligned weight rows, x of m * k 16-bit values in the
+// block's shared memory) and the cuBLAS fallback (misaligned rows, or x too large), both against the
+// CPU twin with the same bound; x and out strided, bias of every dtype or none.
 TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
   RLM_REQUIRE_CUDA();
   ASSERT_TRUE(cuda::linear_gemv_enabled()) << "run without RADIXLM_LINEAR_GEMV=0";
   TestRng rng;
   SCOPED_TRACE(rng.trace());
+  const int64_t max_x_bytes = cuda::linear_gemv_max_x_bytes(testing::gpu().index);
+  ASSERT_GE(max_x_bytes, 48 * 1024);
+  auto fits = [&](int64_t m, int64_t k) { return m * k * 2 <= max_x_bytes; };
   const std::optional<DType> biases[] = {std::nullopt, DType::kF32, DType::kBF16, DType::kF16};
   int case_index = 0;
   for (DType wd : {DType::kBF16, DType::kF16}) {
@@ -120,8 +123,8 @@ TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
       for (int64_t k : {8, 16, 40, 4096, 4104, 14336}) {
         for (int64_t n : {1, 7, 129, 4096}) {
           const std::optional<DType> bd = biases[case_index++ % 4];
-          // Aligned rows (row stride k + 8, 16-byte multiple): the kernel when x fits in 48 KiB.
-          check_linear(rng, m, k, n, wd, bd, LinearLayout{3, 2, 8, 0}, m * k <= 24576);
+          // Aligned rows (row stride k + 8, a 16-byte multiple): the kernel when x fits.
+          check_linear(rng, m, k, n, wd, bd, LinearLayout{3, 2, 8, 0}, fits(m, k));
           // The same rows starting one element in: misaligned, always the fallback.
           if (n != 4096 || k <= 4104) check_linear(rng, m, k, n, wd, bd, LinearLayout{3, 2, 9, 1}, false);
         }
@@ -134,6 +137,10 @@ TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
   check_linear(rng, 4, 256, 33, DType::kBF16, std::nullopt, LinearLayout{0, 0, 4, 0}, false);
   check_linear(rng, 2, 36, 33, DType::kF16, std::nullopt, LinearLayout{0, 0, 4, 0}, false);
   check_linear(rng, 9, 256, 33, DType::kBF16, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
+  check_linear(rng, 8, 16384, 7, DType::kBF16, DType::kBF16, LinearLayout{1, 0, 8, 0}, fits(8, 16384));
+  const int64_t k_max = max_x_bytes / 2 / 8 / 8 * 8;  // the largest k (multiple of 8) that fits at m = 8
+  check_linear(rng, 8, k_max, 5, DType::kF16, std::nullopt, LinearLayout{1, 0, 8, 0}, true);
+  check_linear(rng, 8, k_max + 8, 5, DType::kF16, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
   check_linear(rng, 1, 256, 33, DType::kF32, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
 }
 

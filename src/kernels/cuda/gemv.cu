@@ -160,15 +160,22 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
-int sm_count(int device) {
-  static std::array<std::atomic<int>, 64> counts{};
+struct DeviceLimits {
+  int sms = 0;
+  int smem_optin = 0;
+};
+
+DeviceLimits device_limits(int device) {
+  static std::array<std::atomic<int>, 64> sms{}, smem{};
   RLM_CHECK(device >= 0 && device < 64) << "gemv: device index " << device << " out of range";
-  int c = counts[device].load(std::memory_order_relaxed);
-  if (c == 0) {
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device));
-    counts[device].store(c, std::memory_order_relaxed);
+  DeviceLimits d{sms[device].load(std::memory_order_relaxed), smem[device].load(std::memory_order_relaxed)};
+  if (d.sms == 0 || d.smem_optin == 0) {
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    sms[device].store(d.sms, std::memory_order_relaxed);
+    smem[device].store(d.smem_optin, std::memory_order_relaxed);
   }
-  return c;
+  return d;
 }
 
 template <typename T, int M>
@@ -184,6 +191,11 @@ void launch_m(const float* x, int64_t k, int64_t ldx, const T* w, int64_t n, int
   const int64_t warps = (groups + iters - 1) / iters;  // each warp gets iters groups (the last fewer)
   const int64_t blocks = (warps + kWarps - 1) / kWarps;
   const size_t smem = static_cast<size_t>(M * k) * sizeof(T);
+  if (smem > 48 * 1024) {
+    // Per launch, as the limit is per device and function; not a stream operation (capturable).
+    RLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, M, R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+  }
   gemv_kernel<T, M, R, U><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(
       x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, iters);
   RLM_CUDA_CHECK_LAUNCH();
@@ -210,21 +222,23 @@ void launch_t(const float* x, int64_t m, int64_t k, int64_t ldx, const T* w, int
 
 }  // namespace
 
-bool gemv_supported(int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw) {
+int64_t gemv_max_smem_bytes(int device) { return device_limits(device).smem_optin; }
+
+bool gemv_supported(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw) {
   return m >= 1 && m <= kGemvMaxRows && (weight_dtype == DType::kBF16 || weight_dtype == DType::kF16) && k > 0 &&
          k % 8 == 0 && ldw % 8 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
-         m * k * 2 <= kGemvMaxSmemBytes;
+         m * k * 2 <= gemv_max_smem_bytes(device);
 }
 
 void gemv_launch(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
                  DType weight_dtype, int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out,
                  int64_t ldo, cudaStream_t stream) {
-  RLM_CHECK(gemv_supported(m, k, weight, weight_dtype, ldw) && n >= 1)
+  RLM_CHECK(gemv_supported(device, m, k, weight, weight_dtype, ldw) && n >= 1)
       << "gemv: unsupported arguments (m " << m << ", k " << k << ", ldw " << ldw << ", n " << n << ", weight "
       << dtype_name(weight_dtype) << ")";
   RLM_CHECK(bias == nullptr || bias_dtype == DType::kF32 || bias_dtype == DType::kBF16 || bias_dtype == DType::kF16)
       << "gemv: unsupported bias dtype " << dtype_name(bias_dtype);
-  const int sms = sm_count(device);
+  const int sms = device_limits(device).sms;
   if (weight_dtype == DType::kBF16) {
     launch_t(x, m, k, ldx, static_cast<const __nv_bfloat16*>(weight), n, ldw, bias, bias_dtype, out, ldo, sms,
              stream);

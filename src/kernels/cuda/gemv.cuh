@@ -10,13 +10,15 @@
 
 namespace rlm::cuda {
 
-inline constexpr int64_t kGemvMaxRows = 8;                // m <= this
-inline constexpr int64_t kGemvMaxSmemBytes = 48 * 1024;   // x staged as m * k 16-bit values
+inline constexpr int64_t kGemvMaxRows = 8;  // m <= this
+
+// Bytes of shared memory a block may opt into on `device` (x is staged there as m * k 16-bit values).
+int64_t gemv_max_smem_bytes(int device);
 
 // Whether gemv_launch accepts these arguments: m in [1, kGemvMaxRows], weight bf16/f16, k > 0 with
 // k % 8 == 0, ldw % 8 == 0, weight 16-byte aligned (16-byte row loads), and m * k * 2 bytes of x
-// fit in kGemvMaxSmemBytes. Ignores the runtime enable flag.
-bool gemv_supported(int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw);
+// fit in gemv_max_smem_bytes(device). Ignores the runtime enable flag.
+bool gemv_supported(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw);
 
 // out[i, j] = sum_c round(x[i, c]) * weight[j, c] (+ bias[j]), round = to the weight dtype
 // (nearest-even), products and sums in f32. Requires gemv_supported(...) and n >= 1.

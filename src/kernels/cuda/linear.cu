@@ -79,14 +79,16 @@ void set_linear_gemv_enabled(bool enabled) { gemv_flag().store(enabled, std::mem
 
 bool linear_gemv_enabled() { return gemv_flag().load(std::memory_order_relaxed); }
 
-bool linear_uses_gemv(int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw) {
-  return linear_gemv_enabled() && gemv_supported(m, k, weight, weight_dtype, ldw);
+bool linear_uses_gemv(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw) {
+  return linear_gemv_enabled() && gemv_supported(device, m, k, weight, weight_dtype, ldw);
 }
+
+int64_t linear_gemv_max_x_bytes(int device) { return gemv_max_smem_bytes(device); }
 
 void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
             int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo) {
   if (m == 0 || n == 0) return;
-  if (linear_uses_gemv(m, k, weight, weight_dtype, ldw)) {
+  if (linear_uses_gemv(device, m, k, weight, weight_dtype, ldw)) {
     gemv_launch(device, x, m, k, ldx, weight, weight_dtype, n, ldw, bias, bias_dtype, out, ldo,
                 static_cast<cudaStream_t>(CudaContext::get(device).stream()));
     return;

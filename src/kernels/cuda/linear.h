@@ -26,7 +26,10 @@ void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const
 void set_linear_gemv_enabled(bool enabled);
 bool linear_gemv_enabled();
 // Whether linear(...) with these arguments takes the GEMV path: enabled, 1 <= m <= 8, bf16/f16
-// weight, k > 0, k % 8 == 0, ldw % 8 == 0, weight pointer 16-byte aligned, m * k * 2 <= 48 KiB.
-bool linear_uses_gemv(int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw);
+// weight, k > 0, k % 8 == 0, ldw % 8 == 0, weight pointer 16-byte aligned, and x rounded to 16 bits
+// (m * k * 2 bytes) fits in linear_gemv_max_x_bytes(device) (the block's opt-in shared memory:
+// 227 KiB on an H100, enough for m = 8 at k = 14336).
+bool linear_uses_gemv(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw);
+int64_t linear_gemv_max_x_bytes(int device);
 
 }  // namespace rlm::cuda
