@@ -1,4 +1,5 @@
-// CUDA linear (cuBLAS) and sampling against their CPU twins on fresh random inputs.
+// CUDA linear (cuBLAS, and the GEMV kernel for m <= 8 with 16-bit weights) and sampling against their
+// CPU twins on fresh random inputs.
 // Tolerances: f32 weights rel. L2 <= 1e-5 (f32 GEMM, no TF32); bf16/f16 weights: the GPU rounds x
 // to the weight dtype and accumulates in f32, so the CPU twin runs on x rounded the same way and
 // only the summation order differs: rel. L2 <= 1e-4 (a relative measure on single outputs with
