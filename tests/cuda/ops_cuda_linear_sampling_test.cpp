@@ -1,4 +1,5 @@
-// CUDA linear (cuBLAS) and sampling against their CPU twins on fresh random inputs.
+// CUDA linear (cuBLAS, and the GEMV kernel for m <= 8 with 16-bit weights) and sampling against their
+// CPU twins on fresh random inputs.
 // Tolerances: f32 weights rel. L2 <= 1e-5 (f32 GEMM, no TF32); bf16/f16 weights: the GPU rounds x
 // to the weight dtype and accumulates in f32, so the CPU twin runs on x rounded the same way and
 // only the summation order differs: rel. L2 <= 1e-4 (a relative measure on single outputs with
@@ -10,8 +11,9 @@
 #include <algorithm>
 #include <numeric>
 
-#include "ops/ops.h"
 #include "cuda/cuda_test_util.h"
+#include "kernels/cuda/linear.h"
+#include "ops/ops.h"
 
 namespace rlm {
 namespace {
@@ -31,17 +33,26 @@ Tensor abs_copy(const Tensor& t) {
   return f.to(t.dtype());
 }
 
-void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::optional<DType> bias_dt) {
+// Where the operands sit in their buffers: x row stride k + x_pad starting at column x_off, weight
+// row stride k + w_pad starting at column w_off (w_pad % 8 == 0 and w_off == 0 give the 16-byte
+// aligned rows the GEMV path needs), out row stride n + 2 starting at column 1.
+struct LinearLayout {
+  int64_t x_pad = 3, x_off = 2;
+  int64_t w_pad = 1, w_off = 0;
+};
+
+void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::optional<DType> bias_dt,
+                  const LinearLayout& lay = {}, std::optional<bool> expect_gemv = std::nullopt) {
   SCOPED_TRACE(str("m ", m, " k ", k, " n ", n, " weight ", dtype_name(wd), " bias ",
-                   bias_dt ? dtype_name(*bias_dt) : "none"));
+                   bias_dt ? dtype_name(*bias_dt) : "none", " ldw ", k + lay.w_pad, " w_off ", lay.w_off));
   // Per element: |gpu - cpu| <= tol * sum_c |x_c w_c| (+ |bias|) — both sides accumulate in f32 in
   // different orders (cuBLAS may split k), so the bound scales with the terms' magnitudes, not the
   // result's (a dot product that cancels is ill-conditioned).
   const double tol = 2e-6 * std::sqrt(static_cast<double>(k)) + 1e-6;
-  const Tensor xb = random_normal(rng, {m, k + 3});  // x: row stride k + 3
-  const Tensor x = xb.slice(1, 2, 2 + k);
-  const Tensor wb = random_dtype(rng, {n, k + 1}, wd, 0.5f);  // weight: row stride k + 1
-  const Tensor w = wb.slice(1, 0, k);
+  const Tensor xb = random_normal(rng, {m, k + lay.x_pad});
+  const Tensor x = xb.slice(1, lay.x_off, lay.x_off + k);
+  const Tensor wb = random_dtype(rng, {n, k + lay.w_pad}, wd, 0.5f);
+  const Tensor w = wb.slice(1, lay.w_off, lay.w_off + k);
   std::optional<Tensor> bias, gbias;
   if (bias_dt) {
     bias = random_dtype(rng, {n}, *bias_dt);
@@ -52,7 +63,11 @@ void check_linear(TestRng& rng, int64_t m, int64_t k, int64_t n, DType wd, std::
   // The CPU twin sees x as the GPU does: rounded to the weight dtype when that is 16-bit.
   const Tensor x_ref = wd == DType::kF32 ? x : x.to(wd).to(DType::kF32);
   ops::linear(x_ref, w, bias, ob.slice(1, 1, 1 + n));
-  ops::linear(gxb.slice(1, 2, 2 + k), gwb.slice(1, 0, k), gbias, gob.slice(1, 1, 1 + n));
+  const Tensor gw = gwb.slice(1, lay.w_off, lay.w_off + k);
+  if (expect_gemv) {
+    EXPECT_EQ(cuda::linear_uses_gemv(gw.device().index, m, k, gw.data_ptr(), wd, gw.stride(0)), *expect_gemv);
+  }
+  ops::linear(gxb.slice(1, lay.x_off, lay.x_off + k), gw, gbias, gob.slice(1, 1, 1 + n));
   const Tensor got = to_cpu(gob);
   EXPECT_EQ(compare_poisoned(got, ob, INFINITY), "");  // the padding columns stay poisoned
   Tensor mag = Tensor::empty({m, n}, DType::kF32);
@@ -89,6 +104,58 @@ TEST(OpsCudaLinear, LargerShapeWithBias) {
   SCOPED_TRACE(rng.trace());
   check_linear(rng, 300, 1024, 2048, DType::kF32, DType::kF32);
   check_linear(rng, 300, 1024, 2048, DType::kBF16, DType::kBF16);
+}
+
+// Small m with 16-bit weights: the GEMV kernel (aligned weight rows, x of m * k 16-bit values in the
+// block's shared memory) and the cuBLAS fallback (misaligned rows, or x too large), both against the
+// CPU twin with the same bound; x and out strided, bias of every dtype or none.
+TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  ASSERT_TRUE(cuda::linear_gemv_enabled()) << "run without RADIXLM_LINEAR_GEMV=0";
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t max_x_bytes = cuda::linear_gemv_max_x_bytes(testing::gpu().index);
+  ASSERT_GE(max_x_bytes, 48 * 1024);
+  auto fits = [&](int64_t m, int64_t k) { return m * k * 2 <= max_x_bytes; };
+  const std::optional<DType> biases[] = {std::nullopt, DType::kF32, DType::kBF16, DType::kF16};
+  int case_index = 0;
+  for (DType wd : {DType::kBF16, DType::kF16}) {
+    for (int64_t m : {1, 2, 3, 5, 8}) {
+      for (int64_t k : {8, 16, 40, 4096, 4104, 14336}) {
+        for (int64_t n : {1, 7, 129, 4096}) {
+          const std::optional<DType> bd = biases[case_index++ % 4];
+          // Aligned rows (row stride k + 8, a 16-byte multiple): the kernel when x fits.
+          check_linear(rng, m, k, n, wd, bd, LinearLayout{3, 2, 8, 0}, fits(m, k));
+          // The same row stride, the view starting one element in: rows not 16-byte aligned, always
+          // the fallback.
+          if (n != 4096 || k <= 4104) check_linear(rng, m, k, n, wd, bd, LinearLayout{3, 2, 8, 1}, false);
+        }
+      }
+    }
+  }
+  // A view starting 8 elements into its rows is still aligned; row strides that are not multiples of
+  // 8 elements, k % 8 != 0 and m > 8 take the fallback.
+  check_linear(rng, 4, 256, 33, DType::kBF16, DType::kF32, LinearLayout{0, 0, 16, 8}, true);
+  check_linear(rng, 4, 256, 33, DType::kBF16, std::nullopt, LinearLayout{0, 0, 4, 0}, false);
+  check_linear(rng, 2, 36, 33, DType::kF16, std::nullopt, LinearLayout{0, 0, 4, 0}, false);
+  check_linear(rng, 9, 256, 33, DType::kBF16, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
+  check_linear(rng, 8, 16384, 7, DType::kBF16, DType::kBF16, LinearLayout{1, 0, 8, 0}, fits(8, 16384));
+  const int64_t k_max = max_x_bytes / 2 / 8 / 8 * 8;  // the largest k (multiple of 8) that fits at m = 8
+  check_linear(rng, 8, k_max, 5, DType::kF16, std::nullopt, LinearLayout{1, 0, 8, 0}, true);
+  check_linear(rng, 8, k_max + 8, 5, DType::kF16, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
+  check_linear(rng, 1, 256, 33, DType::kF32, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
+}
+
+TEST(OpsCudaLinear, GemvSwitchSelectsCublas) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const bool was = cuda::linear_gemv_enabled();
+  cuda::set_linear_gemv_enabled(false);
+  check_linear(rng, 1, 4096, 129, DType::kBF16, DType::kBF16, LinearLayout{3, 2, 8, 0}, false);
+  cuda::set_linear_gemv_enabled(true);
+  check_linear(rng, 1, 4096, 129, DType::kBF16, DType::kBF16, LinearLayout{3, 2, 8, 0}, true);
+  cuda::set_linear_gemv_enabled(was);
 }
 
 // Logits on a coarse grid: with p a random permutation of 0..v-1, value = shift - 0.37 * (p % 64)

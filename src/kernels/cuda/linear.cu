@@ -2,9 +2,14 @@
 
 #include <cublas_v2.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -54,6 +59,15 @@ cudaDataType_t cuda_type(DType dtype) {
   }
 }
 
+// RADIXLM_LINEAR_GEMV=0 in the environment starts with the GEMV path off.
+std::atomic<bool>& gemv_flag() {
+  static std::atomic<bool> flag([] {
+    const char* e = std::getenv("RADIXLM_LINEAR_GEMV");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }());
+  return flag;
+}
+
 int as_int(int64_t v, const char* what) {
   RLM_CHECK(v >= 0 && v <= 0x7fffffff) << "linear: " << what << " = " << v << " does not fit cuBLAS's int";
   return static_cast<int>(v);
@@ -61,9 +75,24 @@ int as_int(int64_t v, const char* what) {
 
 }  // namespace
 
+void set_linear_gemv_enabled(bool enabled) { gemv_flag().store(enabled, std::memory_order_relaxed); }
+
+bool linear_gemv_enabled() { return gemv_flag().load(std::memory_order_relaxed); }
+
+bool linear_uses_gemv(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw) {
+  return linear_gemv_enabled() && gemv_supported(device, m, k, weight, weight_dtype, ldw);
+}
+
+int64_t linear_gemv_max_x_bytes(int device) { return gemv_max_smem_bytes(device); }
+
 void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
             int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo) {
   if (m == 0 || n == 0) return;
+  if (linear_uses_gemv(device, m, k, weight, weight_dtype, ldw)) {
+    gemv_launch(device, x, m, k, ldx, weight, weight_dtype, n, ldw, bias, bias_dtype, out, ldo,
+                static_cast<cudaStream_t>(CudaContext::get(device).stream()));
+    return;
+  }
   CudaContext& ctx = CudaContext::get(device);
   auto lock = ctx.lock();  // guards the scratch and the handle
   const auto stream = static_cast<cudaStream_t>(ctx.stream());

@@ -1,0 +1,224 @@
+// `radixlm bench gemv`: the decode-shape linears of Llama-3.1-8B (qkv, o, gate_up, down, lm_head;
+// 16-bit weights, f32 x and out) through ops::linear at small m, once with the GEMV kernel and once
+// with the cuBLAS path (cuda::set_linear_gemv_enabled), each beside a cudaMemcpy device-to-device
+// copy of the same weight bytes measured in the same run (METHOD: a ratio, never a bare time).
+// Bandwidth = weight bytes / time for the linears and (read + write) / time for the copy, so a
+// ratio of 1.0 means the linear streams its weight as fast as the copy engine path moves bytes.
+// Each measurement cycles through enough weight copies (>= 256 MiB in all) that the 50 MB L2
+// cannot hold them; the time of one linear is the cycle's time / copies, the median over --iters
+// cycles after warm-up. The "step" line adds up one decode step's linears (32 layers + lm_head).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/device.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+#ifdef RADIXLM_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/linear.h"
+#endif
+
+namespace rlm::cli {
+
+namespace {
+
+struct BenchGemvArgs {
+  std::vector<int64_t> ms{1};
+  std::string dtype = "bf16";
+  int64_t layers = 32;
+  int iters = 20;
+  std::string json_path;
+};
+
+#ifdef RADIXLM_WITH_CUDA
+
+struct Shape2 {
+  const char* name;
+  int64_t n, k;
+  int64_t per_step;  // uses per decode step
+};
+
+void cuda_ok(cudaError_t e, const char* what) {
+  RLM_CHECK(e == cudaSuccess) << "radixlm bench gemv: " << what << ": " << cudaGetErrorString(e);
+}
+
+// Median seconds of fn() over `iters` runs on the device stream (each bracketed by events), after
+// 2 warm-up runs.
+template <typename F>
+double median_seconds(int iters, F&& fn) {
+  const auto stream = static_cast<cudaStream_t>(cuda_stream(0));
+  for (int i = 0; i < 2; ++i) fn();
+  cuda_ok(cudaStreamSynchronize(stream), "warm-up");
+  cudaEvent_t start{}, stop{};
+  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> t;
+  for (int i = 0; i < iters; ++i) {
+    cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
+    fn();
+    cuda_ok(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    t.push_back(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// A CUDA tensor of `shape` with uniform [-1, 1) values in `dtype`.
+Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data<float>();
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
+  return (dtype == DType::kF32 ? t : t.to(dtype)).to(Device::cuda(0));
+}
+
+int run_bench_gemv(const BenchGemvArgs& a) {
+  if (cuda_device_count() == 0) {
+    std::fprintf(stderr, "radixlm bench gemv: no CUDA device\n");
+    return 2;
+  }
+  DType dtype;
+  if (a.dtype == "bf16") {
+    dtype = DType::kBF16;
+  } else if (a.dtype == "f16") {
+    dtype = DType::kF16;
+  } else {
+    std::fprintf(stderr, "radixlm bench gemv: --dtype must be bf16 or f16, got %s\n", a.dtype.c_str());
+    return 2;
+  }
+  for (int64_t m : a.ms) {
+    if (m < 1) {
+      std::fprintf(stderr, "radixlm bench gemv: --m values must be >= 1, got %lld\n", static_cast<long long>(m));
+      return 2;
+    }
+  }
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const auto stream = static_cast<cudaStream_t>(cuda_stream(0));
+  const bool was_enabled = cuda::linear_gemv_enabled();
+  const std::vector<Shape2> shapes = {{"qkv", 6144, 4096, a.layers},
+                                      {"o", 4096, 4096, a.layers},
+                                      {"gate_up", 28672, 4096, a.layers},
+                                      {"down", 4096, 14336, a.layers},
+                                      {"lm_head", 128256, 4096, 1}};
+  std::mt19937 rng(1234);
+  nlohmann::json j;
+  j["device"] = prop.name;
+  j["sm_count"] = prop.multiProcessorCount;
+  j["dtype"] = a.dtype;
+  std::printf("device %s (%d SMs, L2 %d MiB); %s weights, f32 x/out; ratio = GB/s / copy GB/s\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, a.dtype.c_str());
+  for (int64_t m : a.ms) {
+    std::printf("m = %lld\n  %-8s %7s %6s %4s %9s %9s %9s %9s %7s %7s %9s %8s\n", static_cast<long long>(m), "linear",
+                "n", "k", "cps", "copy_us", "copy_GBs", "gemv_us", "cublas_us", "gemv_r", "cublas_r", "gemv_path",
+                "speedup");
+    double step_gemv = 0, step_cublas = 0, step_copy = 0, step_bytes = 0;
+    for (const Shape2& s : shapes) {
+      const size_t bytes = static_cast<size_t>(s.n * s.k) * dtype_size(dtype);
+      const int64_t copies = std::max<int64_t>(1, static_cast<int64_t>((size_t{256} << 20) / bytes) + 1);
+      // One random weight uploaded, then copied on the device (uploads of 1 GB each would be slow).
+      std::vector<Tensor> w;
+      w.push_back(random_gpu(rng, {s.n, s.k}, dtype));
+      for (int64_t c = 1; c < copies; ++c) w.push_back(w[0].clone());
+      const Tensor x = random_gpu(rng, {m, s.k}, DType::kF32);
+      const Tensor out = Tensor::empty({m, s.n}, DType::kF32, Device::cuda(0));
+      const Tensor dst = Tensor::empty({s.n, s.k}, dtype, Device::cuda(0));
+      const double t_copy = median_seconds(a.iters, [&] {
+                              for (const Tensor& wc : w) {
+                                cuda_ok(cudaMemcpyAsync(dst.data_ptr(), wc.data_ptr(), bytes,
+                                                        cudaMemcpyDeviceToDevice, stream),
+                                        "cudaMemcpyAsync");
+                              }
+                            }) /
+                            static_cast<double>(copies);
+      auto time_linear = [&](bool gemv) {
+        cuda::set_linear_gemv_enabled(gemv);
+        const double t = median_seconds(a.iters, [&] {
+                           for (const Tensor& wc : w) ops::linear(x, wc, std::nullopt, out);
+                         }) /
+                         static_cast<double>(copies);
+        cuda::set_linear_gemv_enabled(was_enabled);
+        return t;
+      };
+      const double t_gemv = time_linear(true);
+      const double t_cublas = time_linear(false);
+      const double gb = static_cast<double>(bytes) / 1e9;
+      const double copy_gbs = 2.0 * gb / t_copy, gemv_gbs = gb / t_gemv, cublas_gbs = gb / t_cublas;
+      std::printf("  %-8s %7lld %6lld %4lld %9.2f %9.0f %9.2f %9.2f %7.3f %7.3f %9s %8.3f\n", s.name,
+                  static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(copies),
+                  t_copy * 1e6, copy_gbs, t_gemv * 1e6, t_cublas * 1e6, gemv_gbs / copy_gbs, cublas_gbs / copy_gbs,
+                  cuda::linear_uses_gemv(0, m, s.k, w[0].data_ptr(), dtype, s.k) ? "gemv" : "cublas",
+                  t_cublas / t_gemv);
+      step_gemv += t_gemv * static_cast<double>(s.per_step);
+      step_cublas += t_cublas * static_cast<double>(s.per_step);
+      step_copy += t_copy * static_cast<double>(s.per_step);
+      step_bytes += gb * static_cast<double>(s.per_step);
+      nlohmann::json row{{"m", m},          {"name", s.name},      {"n", s.n},
+                         {"k", s.k},        {"copies", copies},    {"copy_us", t_copy * 1e6},
+                         {"copy_gbs", copy_gbs}, {"gemv_us", t_gemv * 1e6}, {"cublas_us", t_cublas * 1e6},
+                         {"gemv_ratio_to_copy", gemv_gbs / copy_gbs}, {"cublas_ratio_to_copy", cublas_gbs / copy_gbs}};
+      j["runs"].push_back(row);
+    }
+    // Floor: the step's weight bytes read at the copy's rate (read + write counted, so bytes / (copy GB/s)).
+    const double floor_s = step_bytes / (2.0 * step_bytes / step_copy);
+    std::printf("  step (%lld layers + lm_head, %.2f GB of weights): gemv %.3f ms, cublas %.3f ms, weight-read floor "
+                "at copy speed %.3f ms (gemv %.3fx, cublas %.3fx of it)\n",
+                static_cast<long long>(a.layers), step_bytes, step_gemv * 1e3, step_cublas * 1e3, floor_s * 1e3,
+                step_gemv / floor_s, step_cublas / floor_s);
+    j["steps"].push_back({{"m", m},
+                          {"weight_gb", step_bytes},
+                          {"gemv_ms", step_gemv * 1e3},
+                          {"cublas_ms", step_cublas * 1e3},
+                          {"floor_ms", floor_s * 1e3}});
+  }
+  if (!a.json_path.empty()) {
+    std::ofstream f(a.json_path);
+    f << j.dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "radixlm bench gemv: cannot write %s\n", a.json_path.c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", a.json_path.c_str());
+  }
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+#else
+
+int run_bench_gemv(const BenchGemvArgs&) {
+  std::fprintf(stderr, "radixlm bench gemv: this binary was built without CUDA\n");
+  return 2;
+}
+
+#endif
+
+}  // namespace
+
+void add_bench_gemv_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out) {
+  auto a = std::make_shared<BenchGemvArgs>();
+  CLI::App* s = bench.add_subcommand("gemv", "CUDA small-m linears (Llama-3.1-8B shapes): GEMV kernel vs cuBLAS vs copy");
+  s->add_option("--m", a->ms, "Rows of x (batch), comma-separated (default 1)")->delimiter(',');
+  s->add_option("--dtype", a->dtype, "Weight dtype: bf16 (default) or f16");
+  s->add_option("--layers", a->layers, "Layers counted in the step total")->check(CLI::PositiveNumber);
+  s->add_option("--iters", a->iters, "Timed cycles per measurement (median)")->check(CLI::PositiveNumber);
+  s->add_option("--json", a->json_path, "Write the numbers to this JSON file");
+  out.emplace_back(s, [a] { return run_bench_gemv(*a); });
+}
+
+}  // namespace rlm::cli
