@@ -148,6 +148,13 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
       --output-len 32 > "$log" 2>&1
     bench_row "one-batch $1 bs$2" "$log" 'decode step|floor'
   done
+  # The same 8B step with the small-m GEMV kernel off (cuBLAS for every linear), and the GEMMs alone.
+  log="$OUT/one_batch_llama-3.1-8b_bs1_cublas.log"
+  RADIXLM_LINEAR_GEMV=0 timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/llama-3.1-8b" --device cuda \
+    --batch-size 1 --input-len 512 --output-len 32 > "$log" 2>&1
+  bench_row "one-batch llama-3.1-8b bs1 cublas" "$log" 'decode step \(|floor'
+  timeout 200 "$RLM" bench gemv --m 1,4 > "$OUT/bench_gemv.log" 2>&1
+  bench_row bench-gemv "$OUT/bench_gemv.log" 'step|total|sum'
   if [ -d "$ROOT/configs/qwen3-next-shape-12l" ]; then
     log="$OUT/one_batch_qwen3next.log"
     timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/qwen3-next-shape-12l" --device cuda --batch-size 1 \
