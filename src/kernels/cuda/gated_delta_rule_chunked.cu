@@ -6,6 +6,7 @@
 // before the chunk:
 //   L[i][j] = beta_i exp(gc_i - gc_j) k_i.k_j (j < i);  (I + L) u = beta v,  (I + L) w = beta exp(gc) k
 //   (forward substitution, one thread per column of u or w, no barriers);
+//   the products below in register tiles (8 x 4 or 16 x 4 outputs per thread);
 //   v'_i = u_i - w_i^T S;  out_i = exp(gc_i) q_i^T S + sum_{j <= i} exp(gc_i - gc_j) (q_i.k_j) v'_j;
 //   S <- exp(gc_last) S + sum_j exp(gc_last - gc_j) k_j v'_j^T.
 // Chunks of one request run in order; a tracked request is split at track_lens (the snapshot is the
@@ -24,6 +25,13 @@ constexpr int kColumns = 128;  // threads [0, 128) own u columns, [128, 256) w c
 constexpr int kMaxDim = static_cast<int>(kMaxGdrHeadDim);
 constexpr float kL2NormEps = 1e-6f;
 static_assert(kThreads == 2 * kColumns && kColumns >= kMaxDim, "one thread per u and per w column");
+// Register tiles of the three chunk products: warp w, lane l owns rows w + 8 a and columns l + 32 b.
+constexpr int kWarps = kThreads / 32;
+constexpr int kColTiles = kMaxDim / 32;                                // columns e < 128
+constexpr int kRowTiles = static_cast<int>(kGdrChunk) / kWarps;        // chunk rows i < 64
+constexpr int kStateRowTiles = kMaxDim / kWarps;                       // state rows d < 128
+static_assert(kColTiles * 32 == kMaxDim && kRowTiles * kWarps == kGdrChunk && kStateRowTiles * kWarps == kMaxDim,
+              "tiles cover the chunk and the head dims");
 
 __device__ __forceinline__ double warp_sum_double(double v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -140,12 +148,36 @@ __global__ void __launch_bounds__(kThreads) gdr_chunk_kernel(GdrArgs in, float* 
       }
     }
     __syncthreads();
-    // v'_i = u_i - w_i^T S (in place: each element reads only itself of V); A <- decayed q.k.
-    for (int idx = tid; idx < n * dv; idx += kThreads) {
-      const int i = idx / dv, e = idx % dv;
-      float acc = 0.0f;
-      for (int d = 0; d < dk; ++d) acc += W[i * ldk + d] * S[d * dv + e];
-      V[idx] -= acc;
+    // v'_i = u_i - w_i^T S (in place: each thread reads only its own elements of V); A <- decayed q.k.
+    {
+      float acc[kRowTiles][kColTiles] = {};
+      for (int d = 0; d < dk; ++d) {
+        float wa[kRowTiles], sb[kColTiles];
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+          const int i = warp + kWarps * a;
+          wa[a] = i < n ? W[i * ldk + d] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          sb[b] = e < dv ? S[d * dv + e] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+          for (int b = 0; b < kColTiles; ++b) acc[a][b] += wa[a] * sb[b];
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kRowTiles; ++a) {
+        const int i = warp + kWarps * a;
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          if (i < n && e < dv) V[i * dv + e] -= acc[a][b];
+        }
+      }
     }
     for (int idx = tid; idx < n * n; idx += kThreads) {
       const int i = idx / n, j = idx % n;
@@ -155,21 +187,96 @@ __global__ void __launch_bounds__(kThreads) gdr_chunk_kernel(GdrArgs in, float* 
       A[i * C + j] = expf(gc[i] - gc[j]) * dot;
     }
     __syncthreads();
-    for (int idx = tid; idx < n * dv; idx += kThreads) {
-      const int i = idx / dv, e = idx % dv;
-      float inter = 0.0f;
-      for (int d = 0; d < dk; ++d) inter += Q[i * ldk + d] * S[d * dv + e];
-      float acc = egc[i] * inter;
-      for (int j = 0; j <= i; ++j) acc += A[i * C + j] * V[j * dv + e];
-      out[((begin + pos0 + i) * hv + h) * dv + e] = acc;
+    // out_i = exp(gc_i) q_i^T S + sum_{j <= i} A[i][j] v'_j; same tiling as v'.
+    {
+      float acc[kRowTiles][kColTiles] = {};
+      for (int d = 0; d < dk; ++d) {
+        float qa[kRowTiles], sb[kColTiles];
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+          const int i = warp + kWarps * a;
+          qa[a] = i < n ? Q[i * ldk + d] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          sb[b] = e < dv ? S[d * dv + e] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+          for (int b = 0; b < kColTiles; ++b) acc[a][b] += qa[a] * sb[b];
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kRowTiles; ++a) {
+        const int i = warp + kWarps * a;
+        const float f = i < n ? egc[i] : 0.0f;
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) acc[a][b] *= f;
+      }
+      for (int j = 0; j < n; ++j) {
+        float aa[kRowTiles], vb[kColTiles];
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+          const int i = warp + kWarps * a;
+          aa[a] = i < n && j <= i ? A[i * C + j] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          vb[b] = e < dv ? V[j * dv + e] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kRowTiles; ++a) {
+#pragma unroll
+          for (int b = 0; b < kColTiles; ++b) acc[a][b] += aa[a] * vb[b];
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kRowTiles; ++a) {
+        const int i = warp + kWarps * a;
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          if (i < n && e < dv) out[((begin + pos0 + i) * hv + h) * dv + e] = acc[a][b];
+        }
+      }
     }
     __syncthreads();  // S is no longer read for the outputs
     const float last = egc[n - 1];
-    for (int64_t idx = tid; idx < head_floats; idx += kThreads) {
-      const int d = static_cast<int>(idx / dv), e = static_cast<int>(idx % dv);
-      float acc = 0.0f;
-      for (int j = 0; j < n; ++j) acc += (K[j * ldk + d] * dl[j]) * V[j * dv + e];
-      S[idx] = last * S[idx] + acc;
+    // S <- exp(gc_last) S + sum_j (k_j exp(gc_last - gc_j)) v'_j^T: thread owns rows
+    // d = warp + 8 a (a < 16), columns e = lane + 32 b (b < 4), and only reads its own S.
+    {
+      float acc[kStateRowTiles][kColTiles] = {};
+      for (int j = 0; j < n; ++j) {
+        float ka[kStateRowTiles], vb[kColTiles];
+        const float f = dl[j];
+#pragma unroll
+        for (int a = 0; a < kStateRowTiles; ++a) {
+          const int d = warp + kWarps * a;
+          ka[a] = d < dk ? K[j * ldk + d] * f : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          vb[b] = e < dv ? V[j * dv + e] : 0.0f;
+        }
+#pragma unroll
+        for (int a = 0; a < kStateRowTiles; ++a) {
+#pragma unroll
+          for (int b = 0; b < kColTiles; ++b) acc[a][b] += ka[a] * vb[b];
+        }
+      }
+#pragma unroll
+      for (int a = 0; a < kStateRowTiles; ++a) {
+        const int d = warp + kWarps * a;
+#pragma unroll
+        for (int b = 0; b < kColTiles; ++b) {
+          const int e = lane + 32 * b;
+          if (d < dk && e < dv) S[d * dv + e] = last * S[d * dv + e] + acc[a][b];
+        }
+      }
     }
     pos0 += n;
     if (pos0 == track) {
