@@ -3,7 +3,10 @@
 
 #ifdef RADIXLM_WITH_CUDA
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
+#include "kernels/cuda/gated_delta_rule_chunked.h"
 #include "kernels/cuda/linear_attention.h"
 #include "kernels/cuda/moe.h"
 #endif
@@ -29,6 +32,14 @@ cuda::DeviceSegments device_segments(const OpChecker& c, const StateSegments& s,
   const std::string error = cuda::check_segments(device, d, num_tokens, num_slots);
   if (!error.empty()) c.fail_with(error);
   return d;
+}
+
+// The chunked gated delta rule kernel is opt-in (RADIXLM_GDN_CHUNKED=1, read at every call so tests
+// can switch it) and only for calls of at least one chunk of tokens; shorter calls (decode batches,
+// short extends) keep the token-by-token kernel.
+bool use_chunked_gdr(int64_t num_tokens) {
+  const char* env = std::getenv("RADIXLM_GDN_CHUNKED");
+  return env != nullptr && std::string_view(env) == "1" && num_tokens >= cuda::kGdrChunk;
 }
 
 cuda::Rows rows_of(const Tensor& t) {
@@ -59,7 +70,7 @@ void cuda_causal_conv1d(const OpChecker& c, const Tensor& x, const Tensor& weigh
 
 void cuda_gated_delta_rule(const OpChecker& c, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                            const Tensor& beta, const Tensor& ssm_state, const StateSegments& segments,
-                           const GatedDeltaRuleParams& params, const Tensor& out) {
+                           const GatedDeltaRuleParams& params, bool chunked, const Tensor& out) {
   const int64_t hk = q.size(1), dk = q.size(2), hv = v.size(1), dv = v.size(2);
   if (dk > cuda::kMaxGdrHeadDim || dv > cuda::kMaxGdrHeadDim) {
     c.fail_with(str("head_k_dim ", dk, " and head_v_dim ", dv, " must be at most ", cuda::kMaxGdrHeadDim,
@@ -87,7 +98,11 @@ void cuda_gated_delta_rule(const OpChecker& c, const Tensor& q, const Tensor& k,
   in.head_v_dim = dv;
   in.scale = params.scale;
   in.l2norm = params.use_qk_l2norm;
-  cuda::gated_delta_rule(dev, in, ssm_state.data<float>(), seg, out.data<float>());
+  if (chunked && use_chunked_gdr(q.size(0))) {
+    cuda::gated_delta_rule_chunked(dev, in, ssm_state.data<float>(), seg, params.chunk_size, out.data<float>());
+  } else {
+    cuda::gated_delta_rule(dev, in, ssm_state.data<float>(), seg, out.data<float>());
+  }
 }
 
 void cuda_gdn_gating(const OpChecker&, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
@@ -161,7 +176,7 @@ void cuda_causal_conv1d(const OpChecker& c, const Tensor& x, const Tensor&, cons
   c.not_built(x.device());
 }
 void cuda_gated_delta_rule(const OpChecker& c, const Tensor& q, const Tensor&, const Tensor&, const Tensor&,
-                           const Tensor&, const Tensor&, const StateSegments&, const GatedDeltaRuleParams&,
+                           const Tensor&, const Tensor&, const StateSegments&, const GatedDeltaRuleParams&, bool,
                            const Tensor&) {
   c.not_built(q.device());
 }

@@ -13,11 +13,13 @@
 namespace rlm::ops::detail {
 
 // `segments`: index tensors already checked for dtype/shape/device and contiguous.
+// cuda_gated_delta_rule: `chunked` for ops::chunk_gated_delta_rule (the chunked kernel when
+// RADIXLM_GDN_CHUNKED=1 and the call has >= 64 tokens), else the token-by-token kernel.
 void cuda_causal_conv1d(const OpChecker& c, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
                         const Tensor& conv_state, const StateSegments& segments, bool silu, const Tensor& out);
 void cuda_gated_delta_rule(const OpChecker& c, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                            const Tensor& beta, const Tensor& ssm_state, const StateSegments& segments,
-                           const GatedDeltaRuleParams& params, const Tensor& out);
+                           const GatedDeltaRuleParams& params, bool chunked, const Tensor& out);
 void cuda_gdn_gating(const OpChecker& c, const Tensor& a, const Tensor& b, const Tensor& A_log, const Tensor& dt_bias,
                      const Tensor& g, const Tensor& beta);
 void cuda_rms_norm_gated(const OpChecker& c, const Tensor& x, const Tensor& z, const Tensor& weight, float eps,

@@ -169,7 +169,7 @@ void gated_delta_rule_op(const char* op, const Tensor& q, const Tensor& k, const
     c.fail_with(str("chunk_size must be in [1, 1024], got ", params.chunk_size));
   }
   const HostSegments seg = check_segments(c, segments, n, ssm_state.size(0), q);
-  if (q.device().is_cuda()) return detail::cuda_gated_delta_rule(c, q, k, v, g, beta, ssm_state, checked(seg), params, out);
+  if (q.device().is_cuda()) return detail::cuda_gated_delta_rule(c, q, k, v, g, beta, ssm_state, checked(seg), params, chunked, out);
   if (!q.device().is_cpu()) c.not_built(q.device());
   cpu::GdrInputs in;
   in.q = q.data<float>();

@@ -6,14 +6,20 @@
 // Tolerances (rel. L2 over all compared elements):
 //   elementwise ops, conv: 1e-5 (expf/log1pf of the two libraries and fma contraction);
 //   recurrent gated delta rule: 1e-5 (same recurrence, other summation order);
-//   chunk_gated_delta_rule: the GPU runs the token recurrence, the CPU the chunked WY form, which
-//     agree to fp32 rounding (each is within 2e-5 of a double reference in the CPU tests): 5e-5;
+//   chunk_gated_delta_rule: by default the GPU runs the token recurrence, the CPU the chunked WY
+//     form, which agree to fp32 rounding (each is within 2e-5 of a double reference in the CPU
+//     tests): 5e-5; with RADIXLM_GDN_CHUNKED=1 (ChunkedKernel* tests) the GPU runs the chunked
+//     WY form too (lengths 1..300, snapshots at chunk-aligned and unaligned positions): 5e-5
+//     (expected ~1e-5);
 //   moe_experts: f32 weights 1e-5 (cuBLAS SGEMM without TF32); bf16 weights 1e-2 (the GPU rounds
 //     activations to bf16 before each GEMM, cf. kernels/cuda/linear.h);
 //   moe_topk_softmax: ids identical, weights within 1e-6 absolute.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <numeric>
 
 #include "cuda/cuda_test_util.h"
@@ -192,6 +198,130 @@ TEST(LinearAttentionCuda, GatedDeltaRuleMatchesCpu) {
       }
     }
   }
+}
+
+// Sets RADIXLM_GDN_CHUNKED for one scope (ops::chunk_gated_delta_rule reads it at every call).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// Requests for the chunked kernel (every call has >= 64 tokens, so RADIXLM_GDN_CHUNKED=1 selects
+// it): lengths 1, 63, 64, 0, 65, 130, 200, 300 in a pool of 24 slots, or one request of 64 / 65 /
+// 130. track: 0 none, 1 snapshots at chunk boundaries (64, 128, 256, and whole requests), 2 at
+// unaligned positions.
+Batch make_chunk_batch(TestRng& rng, int which, int track) {
+  Batch b;
+  if (which == 0) {
+    b.lens = {1, 63, 64, 0, 65, 130, 200, 300};
+    b.slots = {7, 2, 9, 4, 0, 5, 13, 22};
+    b.has_init = {1, 0, 1, 1, 0, 1, 0, 1};
+  } else {
+    b.lens = {which == 1 ? 64 : which == 2 ? 65 : 130};
+    b.slots = {3};
+    b.has_init = {which == 2 ? 0 : 1};
+  }
+  const auto pick = [&](int32_t len) -> int32_t {
+    if (track == 1) return len >= 64 ? std::min<int32_t>(len, 64 * static_cast<int32_t>(rng.randint(1, len / 64))) : len;
+    if (len < 2) return len;
+    int32_t t = static_cast<int32_t>(rng.randint(1, len - 1));
+    if (t % 64 == 0) t -= 1;
+    return t;
+  };
+  if (track != 0) {
+    for (size_t r = 0; r < b.lens.size(); ++r) {
+      const bool none = b.lens[r] == 0 || (which == 0 && r == 2 && track == 2);
+      b.track_slots.push_back(none ? -1 : static_cast<int32_t>(21 - r));
+      b.track_lens.push_back(none ? 0 : pick(b.lens[r]));
+    }
+  }
+  b.num_tokens = std::accumulate(b.lens.begin(), b.lens.end(), int64_t{0});
+  return b;
+}
+
+// The chunked CUDA kernel (RADIXLM_GDN_CHUNKED=1) against the CPU chunked kernel. Both run the
+// chunked WY form in f32, in other summation orders: rel. L2 expected ~1e-5, bound kChunkTol.
+TEST(LinearAttentionCuda, ChunkedKernelMatchesCpuChunked) {
+  RLM_REQUIRE_CUDA();
+  const ScopedEnv env("RADIXLM_GDN_CHUNKED", "1");
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  struct Dims {
+    int64_t hk, hv, dk, dv;
+  };
+  constexpr int64_t kChunkSlots = 24;
+  for (const Dims& d : {Dims{2, 4, 128, 128}, Dims{3, 3, 37, 20}, Dims{1, 3, 128, 9}, Dims{2, 2, 12, 16},
+                        Dims{1, 2, 16, 8}, Dims{2, 6, 8, 12}}) {
+    for (int which = 0; which < 4; ++which) {
+      for (int track = 0; track < 3; ++track) {
+        for (bool l2norm : {true, false}) {
+          const int64_t chunk_size = which == 0 && !l2norm && track == 2 ? 16 : 64;
+          SCOPED_TRACE(str("hk ", d.hk, " hv ", d.hv, " dk ", d.dk, " dv ", d.dv, " batch ", which, " track ", track,
+                           " l2norm ", l2norm, " chunk_size ", chunk_size));
+          const Batch b = make_chunk_batch(rng, which, track);
+          const int64_t n = b.num_tokens;
+          const GdrBases bases = gdr_bases(rng, n, d.hk, d.hv, d.dk, d.dv, l2norm ? 1.0f : 0.15f);
+          const Tensor state = random_normal(rng, {kChunkSlots, d.hv, d.dk, d.dv}, 0.5f);
+          const GdrInputs c = gdr_views(bases, Device::cpu());
+          const GdrInputs gg = gdr_views(bases, gpu());
+          Tensor cstate = state.clone(), gstate = to_gpu(state);
+          Tensor cout = poisoned({n, d.hv, d.dv}, DType::kF32), gout = to_gpu(cout);
+          ops::GatedDeltaRuleParams p;
+          p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.dk)));
+          p.use_qk_l2norm = l2norm;
+          p.chunk_size = chunk_size;
+          ops::chunk_gated_delta_rule(c.q, c.k, c.v, c.g, c.beta, cstate, b.segments(Device::cpu()), p, cout);
+          ops::chunk_gated_delta_rule(gg.q, gg.k, gg.v, gg.g, gg.beta, gstate, b.segments(gpu()), p, gout);
+          EXPECT_EQ(compare(gout, cout, kChunkTol), "");
+          EXPECT_EQ(compare(gstate, cstate, kChunkTol), "");
+        }
+      }
+    }
+  }
+}
+
+// With RADIXLM_GDN_CHUNKED=1, a call of fewer than 64 tokens (here a decode batch of 1-token
+// requests through the chunked op) keeps the token kernel and still matches the CPU.
+TEST(LinearAttentionCuda, ChunkedOpShortCallsMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  const ScopedEnv env("RADIXLM_GDN_CHUNKED", "1");
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  Batch b;
+  b.lens = {1, 1, 7, 0, 30};
+  b.slots = {1, 6, 3, 0, 2};
+  b.has_init = {1, 0, 1, 1, 1};
+  b.num_tokens = 39;
+  const int64_t hk = 2, hv = 4, dk = 128, dv = 128;
+  const GdrBases bases = gdr_bases(rng, b.num_tokens, hk, hv, dk, dv, 1.0f);
+  const Tensor state = random_normal(rng, {8, hv, dk, dv}, 0.5f);
+  const GdrInputs c = gdr_views(bases, Device::cpu());
+  const GdrInputs gg = gdr_views(bases, gpu());
+  Tensor cstate = state.clone(), gstate = to_gpu(state);
+  Tensor cout = poisoned({b.num_tokens, hv, dv}, DType::kF32), gout = to_gpu(cout);
+  ops::GatedDeltaRuleParams p;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  ops::chunk_gated_delta_rule(c.q, c.k, c.v, c.g, c.beta, cstate, b.segments(Device::cpu()), p, cout);
+  ops::chunk_gated_delta_rule(gg.q, gg.k, gg.v, gg.g, gg.beta, gstate, b.segments(gpu()), p, gout);
+  EXPECT_EQ(compare(gout, cout, kChunkTol), "");
+  EXPECT_EQ(compare(gstate, cstate, kChunkTol), "");
 }
 
 TEST(LinearAttentionCuda, DecodeBatchOfOneTokenRequests) {
