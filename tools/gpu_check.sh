@@ -136,11 +136,15 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
   bench_row() {  # name log pattern
     local v; v=$(grep -E "$3" "$2" | tail -3 | tr '\n' ' ' | sed 's/  */ /g')
     if [ -n "$v" ]; then row "$1" ok "${v:0:400}"; else row "$1" FAIL "see $(basename "$2")"; FAILED=1; fi
+    tail -1 "$SUMMARY"  # as it happens, so a run cut short still shows it
   }
+  # BENCH_ONLY=models skips the attention and offline benchmarks (a shorter run).
+  if [ "${BENCH_ONLY:-all}" = all ]; then
   timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
   bench_row bench-attention "$OUT/bench_attention.log" 'ratio|TFLOP'
   timeout 200 python3 "$ROOT/tools/sdpa_bench.py" --json "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1
   bench_row sdpa "$OUT/sdpa.log" 'TFLOP|tflops'
+  fi
   for spec in "llama-3.1-8b 1" "qwen3-0.6b 1" "qwen3-0.6b 32"; do
     set -- $spec
     log="$OUT/one_batch_$1_bs$2.log"
@@ -157,10 +161,11 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
   bench_row bench-gemv "$OUT/bench_gemv.log" 'step|total|sum'
   if [ -d "$ROOT/configs/qwen3-next-shape-12l" ]; then
     log="$OUT/one_batch_qwen3next.log"
-    timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/qwen3-next-shape-12l" --device cuda --batch-size 1 \
+    timeout 120 "$RLM" bench one-batch --model "$ROOT/configs/qwen3-next-shape-12l" --device cuda --batch-size 1 \
       --input-len 512 --output-len 16 > "$log" 2>&1
     bench_row "one-batch qwen3-next-12l bs1" "$log" 'decode step|floor'
   fi
+  [ "${BENCH_ONLY:-all}" = all ] || { row total "$( [ $FAILED -eq 0 ] && echo ok || echo FAIL )" "$(elapsed)"; cat "$SUMMARY"; exit $FAILED; }
   # Offline throughput vs transformers.generate on the same prompts (Qwen3-0.6B shape, random weights).
   log="$OUT/offline_radixlm.log"
   timeout 240 "$RLM" bench offline --model "$ROOT/configs/qwen3-0.6b" --device cuda --num-prompts 128 --input-len 256 \
