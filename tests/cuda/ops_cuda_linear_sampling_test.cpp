@@ -123,6 +123,9 @@ TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
     for (int64_t m : {1, 2, 3, 5, 8}) {
       for (int64_t k : {8, 16, 40, 4096, 4104, 14336}) {
         for (int64_t n : {1, 7, 129, 4096}) {
+          // The large weights (4096 rows x >= 4096 columns) are slow to check on the host: only at
+          // m = 1 and 8 for bf16, m = 1 for f16 (the test must finish in the 150 s per binary).
+          if (n == 4096 && k >= 4096 && !(m == 1 || (m == 8 && wd == DType::kBF16))) continue;
           const std::optional<DType> bd = biases[case_index++ % 4];
           // Aligned rows (row stride k + 8, a 16-byte multiple): the kernel when x fits.
           check_linear(rng, m, k, n, wd, bd, LinearLayout{3, 2, 8, 0}, fits(m, k));
