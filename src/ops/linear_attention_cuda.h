@@ -1,7 +1,7 @@
 // The CUDA branches of the Gated DeltaNet and MoE ops (ops/linear_attention_ops.h, ops/moe_ops.h):
 // called by those ops after their boundary checks when the tensors live on a CUDA device. They
 // add the CUDA-only checks (device-side index validation, head dims <= 128, top_k <= 64) and
-// launch kernels/cuda/. Built without CUDA, each fails with the op's "no kernel for cuda:N".
+// launch kernels/cuda/. Built without CUDA, each fails with the op's "not built for cuda:N".
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-// Boundary checks shared by the ops:: files outside ops.cpp: every message starts with
+// Boundary checks shared by every ops:: file: every message starts with
 // "ops::<op>: <name> <tensor>" so a failing call names the offending argument.
 #pragma once
 
@@ -16,7 +16,7 @@ class OpChecker {
 
   [[noreturn]] void fail_with(const std::string& message) const { fail(str("ops::", op_, ": ", message)); }
   [[noreturn]] void not_built(Device device) const {
-    fail_with(str("no kernel for ", device.to_string(), " (only the CPU kernels are compiled in)"));
+    fail_with(str("not built for ", device.to_string(), " (only the CPU kernels are compiled in)"));
   }
   void defined(const char* name, const Tensor& t) const {
     if (!t.defined()) fail_with(str(name, " is an undefined tensor"));

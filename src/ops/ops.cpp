@@ -2,6 +2,8 @@
 // kernels of the tensors' device: kernels/cpu/ always, kernels/cuda/ when built with CUDA (RADIXLM_WITH_CUDA).
 #include "ops/ops.h"
 
+#include "ops/op_check.h"
+
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -40,53 +42,8 @@ namespace {
 #define RLM_IF_CUDA(c, device, ...) (c).not_built(device)
 #endif
 
-// Collects the checks of one op so every message starts with "ops::<op>: <name> <tensor>".
-class OpCheck {
- public:
-  explicit OpCheck(const char* op) : op_(op) {}
-
-  [[noreturn]] void fail_with(const std::string& message) const { fail(str("ops::", op_, ": ", message)); }
-  [[noreturn]] void not_built(Device device) const {
-    fail_with(str("not built for ", device.to_string(), " (only the CPU kernels are compiled in)"));
-  }
-
-  void defined(const char* name, const Tensor& t) const {
-    if (!t.defined()) fail_with(str(name, " is an undefined tensor"));
-  }
-  void dtype(const char* name, const Tensor& t, std::initializer_list<DType> allowed) const {
-    defined(name, t);
-    for (DType d : allowed) {
-      if (t.dtype() == d) return;
-    }
-    std::string names;
-    for (DType d : allowed) names += std::string(names.empty() ? "" : " or ") + dtype_name(d);
-    fail_with(str(name, " ", t.describe(), " must have dtype ", names));
-  }
-  void dims(const char* name, const Tensor& t, int64_t n, const char* layout) const {
-    defined(name, t);
-    if (t.dim() != n) fail_with(str(name, " ", t.describe(), " must be ", n, "-D ", layout));
-  }
-  void size(const char* name, const Tensor& t, int64_t d, int64_t expected, const char* what) const {
-    if (t.size(d) != expected) {
-      fail_with(str(name, " ", t.describe(), ": dimension ", d, " must be ", what, " = ", expected));
-    }
-  }
-  void unit_last_stride(const char* name, const Tensor& t) const {
-    if (t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1) {
-      fail_with(str(name, " ", t.describe(), " needs a unit stride in its last dimension (strides ",
-                    shape_to_string(t.strides()), ")"));
-    }
-  }
-  void same_device(const Tensor& ref, const char* name, const Tensor& t) const {
-    if (t.device() != ref.device()) {
-      fail_with(str(name, " ", t.describe(), " is not on the same device as the other inputs (",
-                    ref.device().to_string(), ")"));
-    }
-  }
-
- private:
-  const char* op_;
-};
+// Every message starts with "ops::<op>: <name> <tensor>" (ops/op_check.h).
+using OpCheck = detail::OpChecker;
 
 // Values of a 1-D i32/i64 CPU tensor of any stride, as int64.
 std::vector<int64_t> index_values(const Tensor& t) {
