@@ -138,12 +138,17 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
     if [ -n "$v" ]; then row "$1" ok "${v:0:400}"; else row "$1" FAIL "see $(basename "$2")"; FAILED=1; fi
     tail -1 "$SUMMARY"  # as it happens, so a run cut short still shows it
   }
-  # BENCH_ONLY=models skips the attention and offline benchmarks (a shorter run).
-  if [ "${BENCH_ONLY:-all}" = all ]; then
+  # BENCH_ONLY=models skips the attention and offline benchmarks, BENCH_ONLY=attention runs only the
+  # attention kernels (with the cascade runs) and PyTorch SDPA (shorter runs).
+  if [ "${BENCH_ONLY:-all}" = all ] || [ "${BENCH_ONLY:-all}" = attention ]; then
   timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
   bench_row bench-attention "$OUT/bench_attention.log" 'ratio|TFLOP'
   timeout 200 python3 "$ROOT/tools/sdpa_bench.py" --json "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1
   bench_row sdpa "$OUT/sdpa.log" 'TFLOP|tflops'
+  bench_row bench-cascade "$OUT/bench_attention.log" '^  [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ '
+  fi
+  if [ "${BENCH_ONLY:-all}" = attention ]; then
+    row total "$( [ $FAILED -eq 0 ] && echo ok || echo FAIL )" "$(elapsed)"; cat "$SUMMARY"; exit $FAILED
   fi
   for spec in "llama-3.1-8b 1" "qwen3-0.6b 1" "qwen3-0.6b 32"; do
     set -- $spec

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/cascade_plan.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/forward_batch.h"
@@ -46,6 +47,17 @@ class AttentionBackend {
   virtual bool supports_cuda_graph() const { return false; }
   virtual void init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) {}
   virtual void set_cuda_graph_mode(bool on) {}
+
+  // Cascade attention for extend steps (attention/cascade_plan.h); backends without it ignore this.
+  virtual void set_cascade_mode(CascadeMode mode) {}
+  // Counters since creation: extend steps run as cascade attention, those with a shared-prefix
+  // group, and the prefix keys not re-read thanks to groups (per layer and head, summed per step).
+  struct CascadeStats {
+    int64_t cascade_steps = 0;
+    int64_t grouped_steps = 0;
+    int64_t saved_prefix_reads = 0;
+  };
+  virtual CascadeStats cascade_stats() const { return {}; }
 };
 
 using AttentionBackendFactory = std::function<std::unique_ptr<AttentionBackend>()>;

@@ -17,6 +17,10 @@ class CpuAttentionBackend : public AttentionBackend {
   void init_forward_metadata(const ForwardBatch& batch) override;
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                  const ForwardBatch& batch) override;
+  // Cascade attention runs for a pool in host memory (the CPU engine); the GPU-pool comparison
+  // path keeps the single pass.
+  void set_cascade_mode(CascadeMode mode) override { host_.set_cascade_mode(mode); }
+  CascadeStats cascade_stats() const override { return host_.cascade_stats(); }
 
  private:
   PagedAttentionBackend host_;  // the CPU path (pool in host memory)

@@ -23,6 +23,11 @@ class HybridAttentionBackend : public AttentionBackend {
     decode_->init_cuda_graph_state(max_bs, max_context_len);
   }
   void set_cuda_graph_mode(bool on) override { decode_->set_cuda_graph_mode(on); }
+  void set_cascade_mode(CascadeMode mode) override {
+    prefill_->set_cascade_mode(mode);
+    decode_->set_cascade_mode(mode);
+  }
+  CascadeStats cascade_stats() const override { return prefill_->cascade_stats(); }
   AttentionBackend& prefill_backend() { return *prefill_; }
   AttentionBackend& decode_backend() { return *decode_; }
 

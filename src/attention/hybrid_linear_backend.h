@@ -25,6 +25,8 @@ class HybridLinearAttnBackend : public AttentionBackend {
   Tensor forward_linear(const LinearAttentionLayer& layer, const Tensor& mixed_qkv, const Tensor& a, const Tensor& b,
                         const ForwardBatch& batch);
 
+  void set_cascade_mode(CascadeMode mode) override { full_->set_cascade_mode(mode); }
+  CascadeStats cascade_stats() const override { return full_->cascade_stats(); }
   AttentionBackend& full_backend() { return *full_; }
   GatedDeltaNetBackend& linear_backend() { return *linear_; }
 

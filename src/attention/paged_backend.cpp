@@ -45,6 +45,33 @@ void PagedAttentionBackend::init_host_metadata(const ForwardBatch& batch) {
   kv_indptr_ = Tensor::from_vector(indptr).to(device);
   kv_indices_ = Tensor::from_vector(indices).to(device);
   have_plan_ = false;
+  plan_cascade(batch, indptr, device);
+}
+
+void PagedAttentionBackend::plan_cascade(const ForwardBatch& batch, const std::vector<int32_t>& kv_indptr,
+                                         Device device) {
+  cascade_ = make_cascade_plan(cascade_mode_, batch, kv_indptr, batch.req_to_token->table(),
+                               batch.kv_pool->page_size());
+  if (!cascade_.enabled) return;
+  ++stats_.cascade_steps;
+  if (cascade_.grouped) ++stats_.grouped_steps;
+  stats_.saved_prefix_reads += cascade_.saved_prefix_reads;
+  // One upload for all seven arrays, sliced on the device.
+  std::vector<int32_t> packed;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (const std::vector<int32_t>* v : {&cascade_.l1_qo_indptr, &cascade_.l1_kv_indptr, &cascade_.l1_seq_lens,
+                                        &cascade_.l1_kv_begin, &cascade_.l1_kv_end, &cascade_.l2_kv_begin,
+                                        &cascade_.l2_kv_end}) {
+    spans.emplace_back(static_cast<int64_t>(packed.size()), static_cast<int64_t>(packed.size() + v->size()));
+    packed.insert(packed.end(), v->begin(), v->end());
+  }
+  const Tensor all = Tensor::from_vector(packed).to(device);
+  Tensor* dst[] = {&l1_qo_indptr_, &l1_kv_indptr_, &l1_seq_lens_, &l1_kv_begin_, &l1_kv_end_, &l2_kv_begin_,
+                   &l2_kv_end_};
+  for (size_t i = 0; i < spans.size(); ++i) *dst[i] = all.slice(0, spans[i].first, spans[i].second);
+  l1_plan_ = ops::PagedAttentionPlan{};
+  l1_plan_.max_qo_len = cascade_.max_entry_rows;
+  l1_plan_.max_seq_len = cascade_.max_entry_seq_len;
 }
 
 void PagedAttentionBackend::init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) {
@@ -71,6 +98,7 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
   plan_ = ops::PagedAttentionPlan{};
   int64_t capacity = 0;
   if (graph_mode_) {
+    cascade_ = CascadePlan{};
     // Everything below depends on the batch size only: the graph replays it for any lengths.
     RLM_CHECK(batch.mode == ForwardMode::kDecode && bs <= graph_max_bs_)
         << "CUDA-graph metadata for a batch of " << bs << " (max " << graph_max_bs_ << ")";
@@ -102,6 +130,16 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
     if (plan_.all_decode) plan_.num_kv_splits = cuda::fixed_decode_num_kv_splits(bs, r2t.max_context_len());
     kv_indptr_ = Tensor::empty({bs + 1}, DType::kI32, device);
     kv_indices_ = Tensor::empty({std::max<int64_t>(capacity, 1)}, DType::kI32, device);
+    if (batch.mode == ForwardMode::kExtend && cascade_mode_ != CascadeMode::kOff) {
+      // The page offsets build_kv_indices will write, computed here from the host lengths.
+      std::vector<int32_t> indptr(bs + 1, 0);
+      for (int64_t r = 0; r < bs; ++r) {
+        indptr[r + 1] = indptr[r] + static_cast<int32_t>((batch.seq_lens_cpu[r] + page_size - 1) / page_size);
+      }
+      plan_cascade(batch, indptr, device);
+    } else {
+      cascade_ = CascadePlan{};
+    }
   }
   cuda::DeviceErrorRecord* rec = cuda::device_error_record(device.index);
   cuda::build_kv_indices(table.data<int32_t>(), table.size(0), table.size(1), table.stride(0),
@@ -118,6 +156,11 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
   const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
   ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc);
+  // A grouped plan places a group's queries after the shared prefix, which a sliding window would
+  // see wrongly: such layers take the single pass.
+  if (cascade_.enabled && !(cascade_.grouped && layer.params.sliding_window > 0)) {
+    return forward_cascade(q, k_cache, v_cache, layer, batch);
+  }
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32, q.device());
   if (have_plan_) {
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
@@ -126,6 +169,26 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
                          batch.kv_pool->page_size(), layer.params, out);
   }
+  return out;
+}
+
+Tensor PagedAttentionBackend::forward_cascade(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                              const AttentionLayer& layer, const ForwardBatch& batch) {
+  const int64_t n = q.size(0), heads = layer.num_qo_heads, d = layer.head_dim;
+  const int64_t page_size = batch.kv_pool->page_size();
+  Tensor o1 = Tensor::empty({n, heads, d}, DType::kF32, q.device());
+  Tensor lse1 = Tensor::empty({n, heads}, DType::kF32, q.device());
+  Tensor out = Tensor::empty({n, heads, d}, DType::kF32, q.device());
+  Tensor lse2 = Tensor::empty({n, heads}, DType::kF32, q.device());
+  // Level 1: each entry's queries over its shared (or own cached) prefix, no causal cut inside it.
+  ops::paged_attention_partial(q, k_cache, v_cache, l1_qo_indptr_, l1_kv_indptr_, kv_indices_, l1_seq_lens_,
+                               l1_kv_begin_, l1_kv_end_, page_size, layer.params, o1, lse1,
+                               have_plan_ ? &l1_plan_ : nullptr);
+  // Level 2: every request over the rest of its sequence, causal.
+  ops::paged_attention_partial(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
+                               l2_kv_begin_, l2_kv_end_, page_size, layer.params, out, lse2,
+                               have_plan_ ? &plan_ : nullptr);
+  ops::merge_attention_states(o1, lse1, out, lse2, out);
   return out;
 }
 

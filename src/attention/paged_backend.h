@@ -4,9 +4,12 @@
 // on the GPU from the device mirror of req_to_token (cuda::build_kv_indices), takes the plan (max
 // lengths, decode or not, split count) from the batch's *_cpu vectors, and so never synchronises
 // with the host; in CUDA-graph mode it uses fixed-capacity buffers and a batch-size-only plan.
+// Extend steps may run as cascade attention (attention/cascade_plan.h, `--cascade-attention`):
+// a level-1 pass over shared/cached prefixes and a level-2 pass over the rest, merged by LSE.
 #pragma once
 
 #include "attention/attention_backend.h"
+#include "attention/cascade_plan.h"
 
 namespace rlm {
 
@@ -23,10 +26,18 @@ class PagedAttentionBackend : public AttentionBackend {
   bool supports_cuda_graph() const override { return device_type_ == DeviceType::kCUDA; }
   void init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) override;
   void set_cuda_graph_mode(bool on) override;
+  void set_cascade_mode(CascadeMode mode) override { cascade_mode_ = mode; }
+  // The current step's cascade plan (enabled == false: single pass).
+  const CascadePlan& cascade_plan() const { return cascade_; }
+  CascadeStats cascade_stats() const override { return stats_; }
 
  private:
   void init_host_metadata(const ForwardBatch& batch);
   void init_device_metadata(const ForwardBatch& batch);
+  // Plans cascade attention for an extend step and puts its index arrays on `device`.
+  void plan_cascade(const ForwardBatch& batch, const std::vector<int32_t>& kv_indptr, Device device);
+  Tensor forward_cascade(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionLayer& layer,
+                         const ForwardBatch& batch);
 
   std::string name_;
   DeviceType device_type_;
@@ -34,6 +45,14 @@ class PagedAttentionBackend : public AttentionBackend {
   Tensor kv_indices_;  // i32 [>= total_pages]
   ops::PagedAttentionPlan plan_;
   bool have_plan_ = false;  // CUDA: plan_ applies (the CPU path validates instead)
+
+  CascadeMode cascade_mode_ = CascadeMode::kAuto;
+  CascadePlan cascade_;
+  CascadeStats stats_;
+  ops::PagedAttentionPlan l1_plan_;
+  // Level-1 batch (cascade_.num_entries requests) and level-2 key ranges, on the pool's device.
+  Tensor l1_qo_indptr_, l1_kv_indptr_, l1_seq_lens_, l1_kv_begin_, l1_kv_end_;
+  Tensor l2_kv_begin_, l2_kv_end_;
 
   // CUDA-graph state: fixed buffers sliced per captured batch size.
   bool graph_mode_ = false;

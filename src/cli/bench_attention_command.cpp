@@ -3,7 +3,9 @@
 //  - decode (split-KV kernel): KV bytes read per second against a cudaMemcpy device-to-device copy
 //    of the same bytes (read + write), for the automatic split count and a sweep of fixed ones;
 //  - prefill/extend (tensor-core kernel for bf16/f16 caches): causal TFLOP/s at each length, to be
-//    divided by tools/sdpa_bench.py's PyTorch SDPA numbers on the same shapes.
+//    divided by tools/sdpa_bench.py's PyTorch SDPA numbers on the same shapes;
+//  - cascade: requests extending one shared prefix, the single pass against level 1 (all queries
+//    over the shared pages at once) + level 2 + the LSE merge, with the largest output difference.
 // Times are medians over --iters runs bracketed by CUDA events, after warm-up. Inputs are uniform
 // random (never zeros); the page table is a random permutation of pages. --json writes the numbers.
 // Causal FLOPs = 4 * num_qo_heads * head_dim * sum over queries of visible keys (L (L + 1) / 2 per
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -44,6 +47,10 @@ struct BenchAttentionArgs {
   std::string dtype = "bf16";
   int iters = 20;
   std::string json_path;
+  // Cascade: a batch of requests whose pages begin with one shared prefix, each extending it.
+  int64_t cascade_batch = 32;
+  int64_t cascade_prefix = 4096;
+  std::vector<int64_t> cascade_new{1, 16, 128};
 };
 
 #ifdef RADIXLM_WITH_CUDA
@@ -98,13 +105,18 @@ struct Workload {
   cpu::AttnConfig cfg;
   cuda::AttentionPlan plan;
 
-  Workload(std::mt19937& rng, const BenchAttentionArgs& a, DType dtype, int64_t bs, int64_t seq_len, int64_t qo_len) {
+  // shared_pages > 0: every request's first shared_pages pages are the same pages (a shared prefix).
+  Workload(std::mt19937& rng, const BenchAttentionArgs& a, DType dtype, int64_t bs, int64_t seq_len, int64_t qo_len,
+           int64_t shared_pages = 0) {
     const int64_t pages_per_req = (seq_len + a.page_size - 1) / a.page_size;
-    std::vector<int32_t> perm(static_cast<size_t>(bs * pages_per_req));
+    const int64_t own = pages_per_req - shared_pages;
+    std::vector<int32_t> perm(static_cast<size_t>(shared_pages + bs * own));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
     for (int64_t r = 0; r < bs; ++r) {
-      kv_indices.insert(kv_indices.end(), perm.begin() + r * pages_per_req, perm.begin() + (r + 1) * pages_per_req);
+      kv_indices.insert(kv_indices.end(), perm.begin(), perm.begin() + shared_pages);
+      kv_indices.insert(kv_indices.end(), perm.begin() + shared_pages + r * own,
+                        perm.begin() + shared_pages + (r + 1) * own);
       kv_indptr.push_back(static_cast<int32_t>(kv_indices.size()));
       qo_indptr.push_back(static_cast<int32_t>(qo_indptr.back() + qo_len));
       seq_lens.push_back(static_cast<int32_t>(seq_len));
@@ -249,6 +261,60 @@ int run_bench_attention(const BenchAttentionArgs& a) {
                        {"output_finite", finite}};
     j["prefill"].push_back(row);
   }
+  // ---- cascade: shared prefix, level 1 once for the whole batch ----
+  std::printf("cascade (%lld requests sharing a %lld-token prefix, each extending it):\n  %-6s %10s %10s %8s %12s\n",
+              static_cast<long long>(a.cascade_batch), static_cast<long long>(a.cascade_prefix), "new", "single ms",
+              "cascade ms", "speedup", "max |diff|");
+  for (int64_t n_new : a.cascade_new) {
+    const int64_t prefix = a.cascade_prefix / a.page_size * a.page_size;  // whole shared pages
+    const int64_t bs = a.cascade_batch, rows_total = bs * n_new;
+    const Workload w(rng, a, dtype, bs, prefix + n_new, n_new, prefix / a.page_size);
+    // Level 1: one entry holding every request's queries over the shared prefix.
+    const Tensor l1 = gpu_i32({0, static_cast<int32_t>(rows_total), 0, w.kv_indptr[1],
+                               static_cast<int32_t>(prefix + rows_total), 0, static_cast<int32_t>(prefix)});
+    std::vector<int32_t> l2_begin(bs, static_cast<int32_t>(prefix));
+    const Tensor l2b = gpu_i32(l2_begin), l2e = w.sl_g;
+    cpu::PagedBatch b1 = w.batch;
+    b1.batch_size = 1;
+    b1.qo_indptr = l1.data<int32_t>();
+    b1.kv_indptr = l1.data<int32_t>() + 2;
+    b1.seq_lens = l1.data<int32_t>() + 4;
+    b1.kv_begin = l1.data<int32_t>() + 5;
+    b1.kv_end = l1.data<int32_t>() + 6;
+    cuda::AttentionPlan p1;
+    p1.max_qo_len = rows_total;
+    p1.max_seq_len = prefix + rows_total;
+    cpu::PagedBatch b2 = w.batch;
+    b2.kv_begin = l2b.data<int32_t>();
+    b2.kv_end = l2e.data<int32_t>();
+    const int64_t hq = a.num_qo_heads, d = a.head_dim;
+    const Tensor o1 = Tensor::empty({rows_total, hq, d}, DType::kF32, Device::cuda(0));
+    const Tensor lse1 = Tensor::empty({rows_total, hq}, DType::kF32, Device::cuda(0));
+    const Tensor lse2 = Tensor::empty({rows_total, hq}, DType::kF32, Device::cuda(0));
+    const Tensor merged = Tensor::empty({rows_total, hq, d}, DType::kF32, Device::cuda(0));
+    auto cascade = [&] {
+      cuda::paged_attention_prefill(rows(w.q), rows(w.k), rows(w.v), b1, w.cfg, p1, o1.data<float>(), o1.stride(0),
+                                    o1.stride(1), lse1.data<float>(), hq);
+      cuda::paged_attention_prefill(rows(w.q), rows(w.k), rows(w.v), b2, w.cfg, w.plan, merged.data<float>(),
+                                    merged.stride(0), merged.stride(1), lse2.data<float>(), hq);
+      cuda::merge_attention_states(o1.data<float>(), lse1.data<float>(), merged.data<float>(), lse2.data<float>(),
+                                   rows_total, hq, d, merged.data<float>(), nullptr);
+    };
+    const double t_single = median_seconds(a.iters, [&] { w.prefill(); });
+    const double t_cascade = median_seconds(a.iters, cascade);
+    const Tensor ref = w.out.to(Device::cpu()), got = merged.to(Device::cpu());
+    double max_diff = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      const double diff = std::abs(static_cast<double>(ref.data<float>()[i]) - got.data<float>()[i]);
+      max_diff = std::isfinite(diff) ? std::max(max_diff, diff) : std::numeric_limits<double>::infinity();
+    }
+    std::printf("  %-6lld %10.3f %10.3f %8.2f %12.2e\n", static_cast<long long>(n_new), t_single * 1e3,
+                t_cascade * 1e3, t_single / t_cascade, max_diff);
+    nlohmann::json row{{"batch", bs},           {"prefix", prefix},           {"new_tokens", n_new},
+                       {"single_ms", t_single * 1e3}, {"cascade_ms", t_cascade * 1e3},
+                       {"speedup", t_single / t_cascade}, {"max_abs_diff", max_diff}};
+    j["cascade"].push_back(row);
+  }
   if (!a.json_path.empty()) {
     std::ofstream f(a.json_path);
     f << j.dump(2) << "\n";
@@ -288,6 +354,10 @@ void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--dtype", a->dtype, "Cache dtype: bf16 (default), f16, f32");
   s->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::PositiveNumber);
   s->add_option("--json", a->json_path, "Write the numbers to this JSON file");
+  s->add_option("--cascade-batch", a->cascade_batch, "Cascade runs: requests sharing the prefix")
+      ->check(CLI::PositiveNumber);
+  s->add_option("--cascade-prefix", a->cascade_prefix, "Cascade runs: shared prefix tokens")->check(CLI::PositiveNumber);
+  s->add_option("--cascade-new", a->cascade_new, "Cascade runs: new tokens per request (list)")->delimiter(',');
   out.emplace_back(s, [a] { return run_bench_attention(*a); });
 }
 

@@ -1,4 +1,5 @@
-// The CUDA memory and CUDA-graph flags that serve, generate and bench one-batch share.
+// The runner flags that serve, generate and bench one-batch share: CUDA memory, CUDA graphs,
+// cascade attention.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@ struct RunnerFlags {
   double mem_fraction_static = 0.88;  // SGLang's default for large GPUs
   bool disable_cuda_graph = false;
   int64_t cuda_graph_max_bs = 160;    // SGLang's default on an H100
+  std::string cascade_attention = "auto";
 
   void add_to(CLI::App* app) {
     app->add_option("--mem-fraction-static", mem_fraction_static,
@@ -22,6 +24,11 @@ struct RunnerFlags {
                     "CUDA: largest decode batch captured as a CUDA graph (default 160; capped at the running "
                     "request limit)")
         ->check(CLI::PositiveNumber);
+    app->add_option("--cascade-attention", cascade_attention,
+                    "extend steps: attend shared/cached prefixes in a separate pass merged by log-sum-exp; auto "
+                    "(when adjacent requests share >= 64 prefix tokens), on (whenever a prefix is cached) or off "
+                    "(default auto)")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
   }
   // Sets the runner's graph options and, when `size_from_memory`, sizes the KV pool from the memory
   // fraction (CUDA only; the CPU keeps the runner's own sizing).
@@ -29,6 +36,7 @@ struct RunnerFlags {
     rc.cuda_graph = !disable_cuda_graph;
     rc.cuda_graph_max_bs = cuda_graph_max_bs;
     rc.mem_fraction_static = size_from_memory ? mem_fraction_static : 0.0;
+    rc.cascade_attention = parse_cascade_mode(cascade_attention).value();
   }
 };
 

@@ -118,6 +118,7 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     r->backend_ = std::make_unique<HybridLinearAttnBackend>(std::move(r->backend_),
                                                             std::make_unique<GatedDeltaNetBackend>());
   }
+  r->backend_->set_cascade_mode(config.cascade_attention);
   r->future_tokens_ = Tensor::zeros({r->config_.max_requests}, DType::kI32, config.device);
   r->model_ = std::move(model);
   const int64_t graph_bs = std::min(config.cuda_graph_max_bs, r->config_.max_requests);

@@ -34,6 +34,8 @@ struct ModelRunnerConfig {
   // A failed capture is reported on stderr and the runner decodes eagerly.
   bool cuda_graph = false;
   int64_t cuda_graph_max_bs = 160;
+  // Cascade attention for extend steps (attention/cascade_plan.h): auto / on / off.
+  CascadeMode cascade_attention = CascadeMode::kAuto;
 };
 
 class CudaGraphRunner;

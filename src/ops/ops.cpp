@@ -344,8 +344,9 @@ namespace {
 void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
                           const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
                           int64_t page_size, const AttentionParams& params, const Tensor& out,
-                          const PagedAttentionPlan* host_plan) {
-  OpCheck c("paged_attention");
+                          const PagedAttentionPlan* host_plan, const Tensor* kv_begin = nullptr,
+                          const Tensor* kv_end = nullptr, const Tensor* lse = nullptr) {
+  OpCheck c(lse != nullptr ? "paged_attention_partial" : "paged_attention");
   check_heads(c, "q", q, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
   check_heads(c, "out", out, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
   if (out.shape() != q.shape()) c.fail_with(str("out ", out.describe(), " must have the shape of q ", q.describe()));
@@ -379,8 +380,30 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
                          {"out", &out}}) {
     c.same_device(q, name, *t);
   }
+  if (lse != nullptr) {
+    check_index(c, "kv_begin", *kv_begin, bs, "[bs]");
+    check_index(c, "kv_end", *kv_end, bs, "[bs]");
+    c.dtype("lse", *lse, {DType::kF32});
+    c.dims("lse", *lse, 2, "[num_tokens, num_qo_heads]");
+    if (lse->size(0) != q.size(0) || lse->size(1) != num_qo_heads || !lse->is_contiguous()) {
+      c.fail_with(str("lse ", lse->describe(), " must be contiguous [", q.size(0), ", ", num_qo_heads, "]"));
+    }
+    for (auto [name, t] : {std::pair{"kv_begin", kv_begin}, {"kv_end", kv_end}, {"lse", lse}}) {
+      c.same_device(q, name, *t);
+    }
+  }
+  float* lse_ptr = lse != nullptr ? lse->data<float>() : nullptr;
+  const int64_t lse_ts = lse != nullptr ? lse->stride(0) : 0;
+  // Host copies of the key ranges, for the CPU kernels and host validation (not made when the CUDA
+  // path runs on the caller's plan, which must not synchronise).
+  Tensor kb_host, ke_host;
+  if (kv_begin != nullptr && (q.device().is_cpu() || host_plan == nullptr)) {
+    kb_host = kv_begin->to(Device::cpu()).contiguous();
+    ke_host = kv_end->to(Device::cpu()).contiguous();
+  }
   // The index arrays (on the host, or host copies of device tensors) and the per-layer config.
-  auto make_batch = [&](const Tensor& qo, const Tensor& kv, const Tensor& idx, const Tensor& sl) {
+  auto make_batch = [&](const Tensor& qo, const Tensor& kv, const Tensor& idx, const Tensor& sl, const Tensor* kb,
+                        const Tensor* ke) {
     cpu::PagedBatch batch;
     batch.batch_size = bs;
     batch.qo_indptr = qo.data<int32_t>();
@@ -391,6 +414,10 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
     batch.page_size = page_size;
     batch.num_slots = k_cache.size(0);
     batch.num_tokens = q.size(0);
+    if (kb != nullptr) {
+      batch.kv_begin = kb->data<int32_t>();
+      batch.kv_end = ke->data<int32_t>();
+    }
     return batch;
   };
   cpu::AttnConfig cfg;
@@ -400,12 +427,25 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
   cfg.scale = params.scale;
   cfg.sliding_window = params.sliding_window;
   cfg.logit_soft_cap = params.logit_soft_cap;
+#ifdef RADIXLM_WITH_CUDA
+  // Runs the CUDA kernels: the prefill kernel (with lse) for partial attention, else the dispatcher.
+  auto run_cuda = [&](const cpu::PagedBatch& batch, const cuda::AttentionPlan& plan) {
+    if (lse_ptr != nullptr) {
+      cuda::paged_attention_prefill(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan,
+                                    out.data<float>(), out.stride(0), out.stride(1), lse_ptr, lse_ts);
+    } else {
+      cuda::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan, out.data<float>(),
+                            out.stride(0), out.stride(1));
+    }
+  };
+#endif
   if (q.device().is_cpu()) {
     const Tensor qo_c = qo_indptr.contiguous(), kv_c = kv_indptr.contiguous();  // named: the batch points into them
     const Tensor idx_c = kv_indices.contiguous(), sl_c = seq_lens.contiguous();
-    const cpu::PagedBatch batch = make_batch(qo_c, kv_c, idx_c, sl_c);
+    const cpu::PagedBatch batch = make_batch(qo_c, kv_c, idx_c, sl_c, kv_begin != nullptr ? &kb_host : nullptr,
+                                                  kv_end != nullptr ? &ke_host : nullptr);
     cpu::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, out.data<float>(),
-                         out.stride(0), out.stride(1));
+                         out.stride(0), out.stride(1), lse_ptr, lse_ts);
   } else if (q.device().is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
     // Index tensors live on the device; a host copy (a synchronising transfer) is validated with the
@@ -414,6 +454,10 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
     for (auto [name, t] : {std::pair{"qo_indptr", &qo_indptr}, {"kv_indptr", &kv_indptr},
                            {"kv_indices", &kv_indices}, {"seq_lens", &seq_lens}}) {
       if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous on CUDA"));
+    }
+    if (kv_begin != nullptr && (!kv_begin->is_contiguous() || !kv_end->is_contiguous())) {
+      c.fail_with(str("kv_begin ", kv_begin->describe(), " and kv_end ", kv_end->describe(),
+                      " must be contiguous on CUDA"));
     }
     if (host_plan != nullptr) {
       // The caller's plan: no host copies, no synchronisation (CUDA-graph-capturable).
@@ -431,22 +475,25 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
       plan.max_seq_len = host_plan->max_seq_len;
       plan.all_decode = host_plan->all_decode;
       plan.num_kv_splits = host_plan->num_kv_splits;
-      cpu::PagedBatch batch = make_batch(qo_indptr, kv_indptr, kv_indices, seq_lens);
-      cuda::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan, out.data<float>(),
-                            out.stride(0), out.stride(1));
+      cpu::PagedBatch batch = make_batch(qo_indptr, kv_indptr, kv_indices, seq_lens, kv_begin, kv_end);
+      run_cuda(batch, plan);
       return;
     }
     const Tensor qo_h = qo_indptr.to(Device::cpu()), kv_h = kv_indptr.to(Device::cpu());
     const Tensor idx_h = kv_indices.to(Device::cpu()), sl_h = seq_lens.to(Device::cpu());
-    cpu::PagedBatch batch = make_batch(qo_h, kv_h, idx_h, sl_h);
+    cpu::PagedBatch batch = make_batch(qo_h, kv_h, idx_h, sl_h, kv_begin != nullptr ? &kb_host : nullptr,
+                                       kv_end != nullptr ? &ke_host : nullptr);
     cpu::validate_paged_batch(batch);
     const cuda::AttentionPlan plan = cuda::make_attention_plan(batch);
     batch.qo_indptr = qo_indptr.data<int32_t>();
     batch.kv_indptr = kv_indptr.data<int32_t>();
     batch.kv_indices = kv_indices.data<int32_t>();
     batch.seq_lens = seq_lens.data<int32_t>();
-    cuda::paged_attention(attn_rows(q), attn_rows(k_cache), attn_rows(v_cache), batch, cfg, plan, out.data<float>(),
-                          out.stride(0), out.stride(1));
+    if (kv_begin != nullptr) {
+      batch.kv_begin = kv_begin->data<int32_t>();
+      batch.kv_end = kv_end->data<int32_t>();
+    }
+    run_cuda(batch, plan);
 #else
     c.not_built(q.device());
 #endif
@@ -470,6 +517,52 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      const PagedAttentionPlan& plan) {
   paged_attention_impl(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, seq_lens, page_size, params, out,
                        &plan);
+}
+
+void paged_attention_partial(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                             const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                             const Tensor& kv_begin, const Tensor& kv_end, int64_t page_size,
+                             const AttentionParams& params, const Tensor& out, const Tensor& lse,
+                             const PagedAttentionPlan* plan) {
+  paged_attention_impl(q, k_cache, v_cache, qo_indptr, kv_indptr, kv_indices, seq_lens, page_size, params, out, plan,
+                       &kv_begin, &kv_end, &lse);
+}
+
+void merge_attention_states(const Tensor& o_a, const Tensor& lse_a, const Tensor& o_b, const Tensor& lse_b,
+                            const Tensor& out, const Tensor& lse_out) {
+  OpCheck c("merge_attention_states");
+  for (auto [name, t] : {std::pair{"o_a", &o_a}, {"o_b", &o_b}, {"out", &out}}) {
+    c.dtype(name, *t, {DType::kF32});
+    c.dims(name, *t, 3, "[n, heads, head_dim]");
+    if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous"));
+    if (t->shape() != o_a.shape()) c.fail_with(str(name, " ", t->describe(), " must have the shape of o_a ", o_a.describe()));
+    c.same_device(o_a, name, *t);
+  }
+  const bool with_lse_out = lse_out.defined();
+  for (auto [name, t] : {std::pair{"lse_a", &lse_a}, {"lse_b", &lse_b}, {"lse_out", &lse_out}}) {
+    if (t == &lse_out && !with_lse_out) continue;
+    c.dtype(name, *t, {DType::kF32});
+    c.dims(name, *t, 2, "[n, heads]");
+    if (!t->is_contiguous() || t->size(0) != o_a.size(0) || t->size(1) != o_a.size(1)) {
+      c.fail_with(str(name, " ", t->describe(), " must be contiguous [", o_a.size(0), ", ", o_a.size(1), "]"));
+    }
+    c.same_device(o_a, name, *t);
+  }
+  if (with_lse_out && (lse_out.data_ptr() == lse_a.data_ptr() || lse_out.data_ptr() == lse_b.data_ptr())) {
+    c.fail_with("lse_out must not alias lse_a or lse_b");
+  }
+  float* lse_out_ptr = with_lse_out ? lse_out.data<float>() : nullptr;
+  if (o_a.device().is_cpu()) {
+    cpu::merge_attention_states(o_a.data<float>(), lse_a.data<float>(), o_b.data<float>(), lse_b.data<float>(),
+                                o_a.size(0), o_a.size(1), o_a.size(2), out.data<float>(), lse_out_ptr);
+  } else if (o_a.device().is_cuda()) {
+    RLM_IF_CUDA(c, o_a.device(),
+                cuda::merge_attention_states(o_a.data<float>(), lse_a.data<float>(), o_b.data<float>(),
+                                             lse_b.data<float>(), o_a.size(0), o_a.size(1), o_a.size(2),
+                                             out.data<float>(), lse_out_ptr));
+  } else {
+    c.not_built(o_a.device());
+  }
 }
 
 namespace {

@@ -109,6 +109,28 @@ void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      int64_t page_size, const AttentionParams& params, const Tensor& out,
                      const PagedAttentionPlan& plan);
 
+// Cascade attention, first part: paged_attention where request r sees only keys at positions in
+// [kv_begin[r], kv_end[r]) (besides the causal and sliding-window rules), also writing each row's
+// softmax log-sum-exp lse = max + log(sum exp(s - max)) (natural log). A row that sees no key gets
+// zeros and lse = -inf. Always runs the prefill kernels on CUDA. `plan` as above (null: the index
+// data, key ranges included, are validated on a host copy).
+//   kv_begin, kv_end: i32 [bs], 0 <= kv_begin <= kv_end <= seq_len; lse: f32 [num_tokens,
+//   num_qo_heads] contiguous; the rest as in paged_attention.
+void paged_attention_partial(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qo_indptr,
+                             const Tensor& kv_indptr, const Tensor& kv_indices, const Tensor& seq_lens,
+                             const Tensor& kv_begin, const Tensor& kv_end, int64_t page_size,
+                             const AttentionParams& params, const Tensor& out, const Tensor& lse,
+                             const PagedAttentionPlan* plan = nullptr);
+
+// Cascade attention, second part: merges two results over disjoint key sets of the same rows.
+//   m = max(lse_a, lse_b), w = exp(lse - m): out = (w_a o_a + w_b o_b) / (w_a + w_b), lse_out =
+//   m + log(w_a + w_b); both -inf: zeros and -inf.
+//   o_a, o_b, out: f32 [n, heads, head_dim]; lse_a, lse_b, lse_out: f32 [n, heads]; all contiguous
+//   on one device. out may alias o_a or o_b; lse_out is optional (undefined: not written) and must
+//   not alias lse_a or lse_b.
+void merge_attention_states(const Tensor& o_a, const Tensor& lse_a, const Tensor& o_b, const Tensor& lse_b,
+                            const Tensor& out, const Tensor& lse_out = Tensor());
+
 // Row-wise softmax / log-softmax in place (max-subtracted).   x: f32 [n, v].
 void softmax(const Tensor& x);
 void log_softmax(const Tensor& x);

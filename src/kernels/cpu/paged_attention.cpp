@@ -45,6 +45,11 @@ void validate_paged_batch(const PagedBatch& b) {
     if (num_pages * b.page_size < seq_len) {
       fail(req(r) + str(num_pages, " pages of ", b.page_size, " slots cannot hold seq_len ", seq_len));
     }
+    const int64_t kb = b.kv_begin != nullptr ? b.kv_begin[r] : 0;
+    const int64_t ke = b.kv_end != nullptr ? b.kv_end[r] : seq_len;
+    if (kb < 0 || kb > ke || ke > seq_len) {
+      fail(req(r) + str("key range [", kb, ", ", ke, ") is not inside [0, seq_len ", seq_len, "]"));
+    }
     const int64_t used = (seq_len + b.page_size - 1) / b.page_size;
     for (int64_t i = 0; i < used; ++i) {
       const int64_t page = b.kv_indices[b.kv_indptr[r] + i];
@@ -98,25 +103,28 @@ inline float dot_v8(const float* a, const float* b, int64_t nv) {
   return hsum(acc0 + acc1);
 }
 
-// Pointers to f32 rows of one kv head for key positions [0, count); 16-bit caches are widened into
-// `storage` (exact conversion, so the result does not depend on how items are formed).
-void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, int64_t kv_head, int64_t count,
-                 int64_t head_dim, std::vector<float>& storage, std::vector<const float*>& rows) {
+// Pointers to f32 rows of one kv head for key positions [first, first + count) (rows[i] is
+// position first + i); 16-bit caches are widened into `storage` (exact conversion, so the result
+// does not depend on how items are formed).
+void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, int64_t kv_head, int64_t first,
+                 int64_t count, int64_t head_dim, std::vector<float>& storage, std::vector<const float*>& rows) {
+  count = std::max<int64_t>(count, 0);
   rows.resize(static_cast<size_t>(count));
   const bool widen = cache.dtype != DType::kF32;
   if (widen) storage.resize(static_cast<size_t>(count * head_dim));
   const int32_t* pages = b.kv_indices + b.kv_indptr[request];
   const size_t es = dtype_size(cache.dtype);
-  for (int64_t pos = 0; pos < count; ++pos) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t pos = first + i;
     const int64_t slot = static_cast<int64_t>(pages[pos / b.page_size]) * b.page_size + pos % b.page_size;
     const char* src = static_cast<const char*>(cache.data) +
                       static_cast<size_t>(slot * cache.token_stride + kv_head * cache.head_stride) * es;
     if (widen) {
-      float* dst = storage.data() + pos * head_dim;
+      float* dst = storage.data() + i * head_dim;
       convert_to_f32(src, cache.dtype, dst, static_cast<size_t>(head_dim));
-      rows[pos] = dst;
+      rows[i] = dst;
     } else {
-      rows[pos] = reinterpret_cast<const float*>(src);
+      rows[i] = reinterpret_cast<const float*>(src);
     }
   }
 }
@@ -126,7 +134,8 @@ void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, in
 __attribute__((target_clones("avx2", "default")))
 #endif
 void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache,
-              const PagedBatch& b, const AttnConfig& cfg, float* out, int64_t out_ts, int64_t out_hs) {
+              const PagedBatch& b, const AttnConfig& cfg, float* out, int64_t out_ts, int64_t out_hs, float* lse,
+              int64_t lse_ts) {
   // Accumulators are plain floats (a std::vector<V8> would not honour the vector's alignment).
   thread_local std::vector<float> k_store, v_store, scores, sums, acc;
   thread_local std::vector<const float*> k_rows, v_rows, q_rows;
@@ -137,10 +146,13 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
   const int64_t d = cfg.head_dim;
   const int64_t nv = d / 8;
   const bool vec = d % 8 == 0 && nv <= kMaxVecs;
-  // Keys visible to the last query of the block: positions [0, n_keys).
-  const int64_t n_keys = seq_len - qo_len + item.q_end;
-  gather_rows(k_cache, b, r, item.kv_head, n_keys, d, k_store, k_rows);
-  gather_rows(v_cache, b, r, item.kv_head, n_keys, d, v_store, v_rows);
+  // Keys visible to some query of the block: positions [kb, ke) (score and row buffers are
+  // indexed by position - kb).
+  const int64_t kb = b.kv_begin != nullptr ? b.kv_begin[r] : 0;
+  const int64_t ke = std::min<int64_t>(b.kv_end != nullptr ? b.kv_end[r] : seq_len, seq_len - qo_len + item.q_end);
+  const int64_t n_keys = std::max<int64_t>(ke - kb, 0);
+  gather_rows(k_cache, b, r, item.kv_head, kb, n_keys, d, k_store, k_rows);
+  gather_rows(v_cache, b, r, item.kv_head, kb, n_keys, d, v_store, v_rows);
   // The qo heads of one kv head share each loaded K/V row; every head's arithmetic (order of the
   // dot product, the max, the exp sum and the weighted sum over keys) is the same as alone.
   const int64_t group = cfg.num_qo_heads / cfg.num_kv_heads;
@@ -151,12 +163,15 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
   const float* qbase = static_cast<const float*>(q.data);
   for (int64_t j = item.q_begin; j < item.q_end; ++j) {
     const int64_t pos = seq_len - qo_len + j;
-    const int64_t lo = cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0;
+    // Visible keys of this query, as indices into k_rows/v_rows: [lo, hi].
+    const int64_t lo =
+        std::max<int64_t>(cfg.sliding_window > 0 ? std::max<int64_t>(0, pos - cfg.sliding_window + 1) : 0, kb) - kb;
+    const int64_t hi = std::min<int64_t>(pos, ke - 1) - kb;
     const int64_t row = qo_begin + j;
     for (int64_t hh = 0; hh < group; ++hh) {
       q_rows[hh] = qbase + row * q.token_stride + (item.kv_head * group + hh) * q.head_stride;
     }
-    for (int64_t t = lo; t <= pos; ++t) {
+    for (int64_t t = lo; t <= hi; ++t) {
       const float* kr = k_rows[t];
       for (int64_t hh = 0; hh < group; ++hh) {
         float s = (vec ? dot_v8(q_rows[hh], kr, nv) : dot(q_rows[hh], kr, d)) * cfg.scale;
@@ -167,17 +182,21 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
     for (int64_t hh = 0; hh < group; ++hh) {
       float* sc = scores.data() + hh * n_keys;
       float m = -std::numeric_limits<float>::infinity();
-      for (int64_t t = lo; t <= pos; ++t) m = std::max(m, sc[t]);
+      for (int64_t t = lo; t <= hi; ++t) m = std::max(m, sc[t]);
       float sum = 0.0f;
-      for (int64_t t = lo; t <= pos; ++t) {
+      for (int64_t t = lo; t <= hi; ++t) {
         sc[t] = std::exp(sc[t] - m);
         sum += sc[t];
       }
       sums[hh] = sum;
+      if (lse != nullptr) {
+        lse[row * lse_ts + item.kv_head * group + hh] =
+            hi < lo ? -std::numeric_limits<float>::infinity() : m + std::log(sum);
+      }
     }
     std::fill(acc.begin(), acc.end(), 0.0f);
     if (vec) {
-      for (int64_t t = lo; t <= pos; ++t) {
+      for (int64_t t = lo; t <= hi; ++t) {
         const float* vr = v_rows[t];
         for (int64_t hh = 0; hh < group; ++hh) {
           const V8 p = V8{} + scores[hh * n_keys + t];
@@ -186,7 +205,7 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
         }
       }
     } else {
-      for (int64_t t = lo; t <= pos; ++t) {
+      for (int64_t t = lo; t <= hi; ++t) {
         const float* vr = v_rows[t];
         for (int64_t hh = 0; hh < group; ++hh) {
           const float p = scores[hh * n_keys + t];
@@ -196,7 +215,7 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
       }
     }
     for (int64_t hh = 0; hh < group; ++hh) {
-      const float inv = 1.0f / sums[hh];
+      const float inv = hi < lo ? 0.0f : 1.0f / sums[hh];  // no visible key: zeros
       float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
       const float* a = acc.data() + hh * d;
       if (vec) {
@@ -211,7 +230,8 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
 }  // namespace
 
 void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache, const PagedBatch& batch,
-                     const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride) {
+                     const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride,
+                     float* lse, int64_t lse_token_stride) {
   RLM_CHECK(cfg.num_kv_heads > 0 && cfg.num_qo_heads % cfg.num_kv_heads == 0)
       << "paged_attention: num_qo_heads " << cfg.num_qo_heads << " is not a multiple of num_kv_heads "
       << cfg.num_kv_heads;
@@ -225,7 +245,33 @@ void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows&
   }
   parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      run_item(items[i], q, k_cache, v_cache, batch, cfg, out, out_token_stride, out_head_stride);
+      run_item(items[i], q, k_cache, v_cache, batch, cfg, out, out_token_stride, out_head_stride, lse,
+               lse_token_stride);
+    }
+  });
+}
+
+void merge_attention_states(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b, int64_t n,
+                            int64_t heads, int64_t head_dim, float* out, float* lse_out) {
+  RLM_CHECK(n >= 0 && heads > 0 && head_dim > 0) << "merge_attention_states: bad shape [" << n << ", " << heads
+                                                 << ", " << head_dim << "]";
+  parallel_for(n * heads, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float la = lse_a[i], lb = lse_b[i];
+      const float m = std::max(la, lb);
+      const float* a = o_a + i * head_dim;
+      const float* b = o_b + i * head_dim;
+      float* o = out + i * head_dim;
+      if (m == -std::numeric_limits<float>::infinity()) {
+        for (int64_t c = 0; c < head_dim; ++c) o[c] = 0.0f;
+        if (lse_out != nullptr) lse_out[i] = m;
+        continue;
+      }
+      const float wa = std::exp(la - m), wb = std::exp(lb - m);
+      const float sum = wa + wb;
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < head_dim; ++c) o[c] = (wa * a[c] + wb * b[c]) * inv;
+      if (lse_out != nullptr) lse_out[i] = m + std::log(sum);
     }
   });
 }

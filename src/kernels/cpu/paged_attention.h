@@ -28,6 +28,11 @@ struct PagedBatch {
   int64_t page_size = 1;
   int64_t num_slots = 0;                // slots in the caches
   int64_t num_tokens = 0;               // rows of q / out
+  // Optional key ranges (cascade attention): request r sees only keys at positions in
+  // [kv_begin[r], kv_end[r]) besides the causal/window rule; null: [0, seq_len).
+  // 0 <= kv_begin <= kv_end <= seq_len.
+  const int32_t* kv_begin = nullptr;    // [bs]
+  const int32_t* kv_end = nullptr;      // [bs]
 };
 
 struct AttnConfig {
@@ -46,7 +51,19 @@ void validate_paged_batch(const PagedBatch& batch);
 // Validates the index data (throws rlm::Error naming the request and the bad value) and then
 // computes out. q, out: f32 [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
 // [num_slots, num_kv_heads, head_dim]. Scores, softmax and the weighted sum are all in f32.
+// lse (optional, f32 [num_tokens, num_qo_heads] with token stride lse_token_stride): the natural
+// log of each row's softmax denominator, max + log(sum exp(s - max)). A row that sees no key (only
+// possible with key ranges) gets an all-zero output and lse = -inf.
 void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows& v_cache, const PagedBatch& batch,
-                     const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride);
+                     const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride,
+                     float* lse = nullptr, int64_t lse_token_stride = 0);
+
+// Merges two attention results over disjoint key sets of the same queries (cascade attention):
+//   m = max(lse_a, lse_b); w_x = exp(lse_x - m); out = (w_a * o_a + w_b * o_b) / (w_a + w_b);
+//   lse_out = m + log(w_a + w_b); both -inf: out = 0, lse_out = -inf.
+// o_a, o_b, out: f32 [n, heads, head_dim] contiguous; lse_a, lse_b, lse_out: f32 [n, heads]
+// contiguous. out may alias o_a or o_b; lse_out (may be null) must not alias lse_a or lse_b.
+void merge_attention_states(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b, int64_t n,
+                            int64_t heads, int64_t head_dim, float* out, float* lse_out);
 
 }  // namespace rlm::cpu

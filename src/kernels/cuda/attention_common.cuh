@@ -100,6 +100,13 @@ struct DeviceArgs {
   float scale = 1.0f;
   int32_t sliding_window = -1;
   float soft_cap = 0.0f;
+  // Cascade attention (prefill kernels only): optional per-request key ranges [kv_begin, kv_end)
+  // (null: [0, seq_len)) and optional lse output [num_tokens, num_qo_heads] (natural log; -inf and
+  // a zero output row when a query sees no key).
+  const int32_t* kv_begin = nullptr;  // [bs]
+  const int32_t* kv_end = nullptr;    // [bs]
+  float* lse = nullptr;
+  int64_t lse_ts = 0;
 };
 
 // Slot of key position `pos` of a request whose pages start at `pages`.

@@ -48,6 +48,8 @@ DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   a.scale = cfg.scale;
   a.sliding_window = static_cast<int32_t>(std::min<int64_t>(cfg.sliding_window, kMaxI32));
   a.soft_cap = cfg.logit_soft_cap;
+  a.kv_begin = b.kv_begin;
+  a.kv_end = b.kv_end;
   return a;
 }
 
@@ -76,7 +78,7 @@ void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const
                      const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
                      float* out, int64_t out_token_stride, int64_t out_head_stride) {
   if (device_batch.batch_size == 0) return;
-  if (plan.all_decode) {
+  if (plan.all_decode && device_batch.kv_begin == nullptr && device_batch.kv_end == nullptr) {
     paged_attention_decode(q, k_cache, v_cache, device_batch, cfg, plan, out, out_token_stride, out_head_stride,
                            plan.num_kv_splits);
   } else {

@@ -24,7 +24,8 @@ struct AttentionPlan {
 // Computes the plan from host index arrays (see cpu::PagedBatch).
 AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch);
 
-// Picks the decode kernel (plan.all_decode, with plan.num_kv_splits) or the prefill kernel and runs
+// Picks the decode kernel (plan.all_decode, with plan.num_kv_splits, and no key ranges) or the
+// prefill kernel and runs
 // it on the current device's stream (asynchronous; capturable when the plan is fixed). Every pointer in q, k_cache, v_cache, device_batch and
 // out is a device pointer; device_batch's index arrays must have been validated (values are not
 // re-checked on the device). q, out: f32; caches f32/bf16/f16. head_dim must be 64, 128 or 256
@@ -39,10 +40,17 @@ void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const
 void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                             const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
                             float* out, int64_t out_token_stride, int64_t out_head_stride, int num_kv_splits = 0);
+// The prefill kernels also serve cascade attention: device_batch's optional kv_begin/kv_end key
+// ranges are honoured, and lse (optional, f32 [num_tokens, num_qo_heads], token stride
+// lse_token_stride) receives each row's natural-log softmax denominator (see cpu::paged_attention).
 void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                              const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg,
                              const AttentionPlan& plan, float* out, int64_t out_token_stride,
-                             int64_t out_head_stride);
+                             int64_t out_head_stride, float* lse = nullptr, int64_t lse_token_stride = 0);
+
+// Twin of cpu::merge_attention_states on the device's stream (all device pointers).
+void merge_attention_states(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b, int64_t n,
+                            int64_t heads, int64_t head_dim, float* out, float* lse_out);
 
 // Number of KV splits the decode kernel uses for a longest sequence of max_seq_len keys.
 int decode_num_kv_splits(int64_t max_seq_len);

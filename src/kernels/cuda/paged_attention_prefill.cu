@@ -57,8 +57,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(DeviceArgs a, Cap cap
   const int n_rows = min(kRows, qo_len - q0);
   const int seq_len = a.seq_lens[r];
   const int pos0 = seq_len - qo_len + q0;  // position of the block's first query
-  const int k_lo = kWindow ? max(0, pos0 - a.sliding_window + 1) : 0;
-  const int k_hi = pos0 + n_rows;  // keys [k_lo, k_hi) are visible to some row
+  const int kb = a.kv_begin != nullptr ? a.kv_begin[r] : 0;
+  const int k_lo = max(kWindow ? max(0, pos0 - a.sliding_window + 1) : 0, kb);
+  // keys [k_lo, k_hi) are visible to some row
+  const int k_hi = a.kv_end != nullptr ? min(pos0 + n_rows, a.kv_end[r]) : pos0 + n_rows;
   const int kv_head = h / (a.num_qo_heads / a.num_kv_heads);
   const int32_t* pages = a.kv_indices + a.kv_indptr[r];
   const T* kc = static_cast<const T*>(a.k);
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(DeviceArgs a, Cap cap
     for (int e = tid; e < kRows * kKeys; e += kThreads) {
       const int row = e / kKeys, j = e % kKeys, key = t0 + j;
       const int pos = pos0 + row;
-      bool visible = row < n_rows && key <= pos;
+      bool visible = row < n_rows && key <= pos && key < k_hi;
       if (kWindow) visible = visible && key > pos - a.sliding_window;
       float s = kNegInf;
       if (visible) {
@@ -152,10 +154,14 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(DeviceArgs a, Cap cap
   for (int i = 0; i < Tl::kRowsPerThread; ++i) {
     const int row = r0 + i * Tl::kRStep;
     if (row < n_rows) {
-      const float inv = 1.0f / s_l[row];
+      const float l = s_l[row];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key (key ranges): zeros
       float* o = a.out + static_cast<int64_t>(qo_begin + q0 + row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs;
 #pragma unroll
       for (int n = 0; n < Tl::kCols; ++n) o[c0 + n * Tl::kCStep] = acc[i][n] * inv;
+      if (a.lse != nullptr && c0 == 0) {
+        a.lse[static_cast<int64_t>(qo_begin + q0 + row) * a.lse_ts + h] = l > 0.0f ? s_m[row] + logf(l) : kNegInf;
+      }
     }
   }
 }
@@ -238,12 +244,13 @@ void launch_tc_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
 void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                              const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg,
                              const AttentionPlan& plan, float* out, int64_t out_token_stride,
-                             int64_t out_head_stride) {
+                             int64_t out_head_stride, float* lse, int64_t lse_token_stride) {
   if (device_batch.batch_size == 0 || plan.max_qo_len == 0) return;
   RLM_CHECK(device_batch.batch_size <= 65535) << "cuda::paged_attention_prefill: batch of "
                                               << device_batch.batch_size << " requests is over 65535";
-  const DeviceArgs a =
-      make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
+  DeviceArgs a = make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
+  a.lse = lse;
+  a.lse_ts = lse_token_stride;
   const bool tc = (k_cache.dtype == DType::kBF16 || k_cache.dtype == DType::kF16) && tc_aligned(k_cache) &&
                   tc_aligned(v_cache) && tc_device();
   if (tc) {

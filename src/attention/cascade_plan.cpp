@@ -1,0 +1,109 @@
+#include "attention/cascade_plan.h"
+
+#include <algorithm>
+
+namespace rlm {
+
+StatusOr<CascadeMode> parse_cascade_mode(const std::string& name) {
+  if (name == "auto") return CascadeMode::kAuto;
+  if (name == "on") return CascadeMode::kOn;
+  if (name == "off") return CascadeMode::kOff;
+  return invalid_argument(str("cascade attention mode must be auto, on or off, got '", name, "'"));
+}
+
+const char* cascade_mode_name(CascadeMode mode) {
+  switch (mode) {
+    case CascadeMode::kAuto: return "auto";
+    case CascadeMode::kOn: return "on";
+    case CascadeMode::kOff: return "off";
+  }
+  return "?";
+}
+
+namespace {
+
+// Leading tokens (in whole pages, at most `limit` rounded down to pages) whose KV slots are the
+// same in both rows: a page is shared when its first slot is (slots of a page are consecutive).
+int64_t common_pages_tokens(const int32_t* a, const int32_t* b, int64_t limit, int64_t page_size) {
+  const int64_t pages = limit / page_size;
+  int64_t p = 0;
+  while (p < pages && a[p * page_size] == b[p * page_size]) ++p;
+  return p * page_size;
+}
+
+}  // namespace
+
+CascadePlan make_cascade_plan(CascadeMode mode, const ForwardBatch& batch, const std::vector<int32_t>& kv_indptr,
+                              const Tensor& req_to_token, int64_t page_size) {
+  CascadePlan plan;
+  const int64_t bs = batch.batch_size;
+  if (mode == CascadeMode::kOff || batch.mode != ForwardMode::kExtend || bs == 0) return plan;
+  RLM_CHECK(static_cast<int64_t>(batch.seq_lens_cpu.size()) == bs &&
+            static_cast<int64_t>(batch.extend_lens_cpu.size()) == bs &&
+            static_cast<int64_t>(batch.req_pool_indices_cpu.size()) == bs &&
+            static_cast<int64_t>(kv_indptr.size()) == bs + 1)
+      << "make_cascade_plan: ForwardBatch without host seq_lens/extend_lens/req_pool_indices";
+  RLM_CHECK(req_to_token.device().is_cpu() && req_to_token.dim() == 2) << "make_cascade_plan: req_to_token "
+                                                                        << req_to_token.describe();
+  const int32_t* table = req_to_token.data<int32_t>();
+  const int64_t row_len = req_to_token.size(1);
+  auto row = [&](int64_t r) { return table + static_cast<int64_t>(batch.req_pool_indices_cpu[r]) * row_len; };
+  auto prefix = [&](int64_t r) { return static_cast<int64_t>(batch.seq_lens_cpu[r] - batch.extend_lens_cpu[r]); };
+
+  bool any_prefix = false;
+  plan.first.push_back(0);
+  for (int64_t r = 0; r < bs;) {
+    any_prefix = any_prefix || prefix(r) > 0;
+    // Grow a group while the next request shares >= kMinSharedPrefix tokens of whole pages.
+    int64_t shared = prefix(r) / page_size * page_size;
+    int64_t j = r + 1;
+    while (j < bs && shared >= kMinSharedPrefix) {
+      const int64_t c = common_pages_tokens(row(r), row(j), std::min(shared, prefix(j)), page_size);
+      if (c < kMinSharedPrefix) break;
+      shared = c;
+      any_prefix = true;
+      ++j;
+    }
+    int64_t len = 0;
+    if (j - r >= 2) {
+      len = shared;
+      plan.grouped = true;
+      plan.saved_prefix_reads += (j - r - 1) * shared;
+    } else if (mode == CascadeMode::kOn) {
+      len = prefix(r);  // a lone request: its own cached prefix, at its true positions
+    }
+    plan.first.push_back(static_cast<int32_t>(j));
+    plan.shared_len.push_back(static_cast<int32_t>(len));
+    r = j;
+  }
+  plan.enabled = mode == CascadeMode::kOn ? any_prefix : plan.grouped;
+  if (!plan.enabled) return CascadePlan{};
+
+  plan.num_entries = static_cast<int64_t>(plan.shared_len.size());
+  int32_t rows = 0;
+  plan.l1_qo_indptr.push_back(0);
+  for (int64_t g = 0; g < plan.num_entries; ++g) {
+    const int32_t a = plan.first[g], b = plan.first[g + 1];
+    int32_t entry_rows = 0;
+    for (int32_t r = a; r < b; ++r) entry_rows += batch.extend_lens_cpu[r];
+    rows += entry_rows;
+    plan.l1_qo_indptr.push_back(rows);
+    plan.l1_kv_indptr.push_back(kv_indptr[a]);
+    // A lone request keeps its true positions (sliding windows stay exact); a group's rows are
+    // placed right after the shared prefix.
+    const int32_t seq_len = b - a == 1 ? batch.seq_lens_cpu[a] : plan.shared_len[g] + entry_rows;
+    plan.l1_seq_lens.push_back(seq_len);
+    plan.l1_kv_begin.push_back(0);
+    plan.l1_kv_end.push_back(plan.shared_len[g]);
+    plan.max_entry_rows = std::max<int64_t>(plan.max_entry_rows, entry_rows);
+    plan.max_entry_seq_len = std::max<int64_t>(plan.max_entry_seq_len, seq_len);
+    for (int32_t r = a; r < b; ++r) {
+      plan.l2_kv_begin.push_back(plan.shared_len[g]);
+      plan.l2_kv_end.push_back(batch.seq_lens_cpu[r]);
+    }
+  }
+  plan.l1_kv_indptr.push_back(kv_indptr[bs]);
+  return plan;
+}
+
+}  // namespace rlm
