@@ -31,6 +31,28 @@ int64_t common_pages_tokens(const int32_t* a, const int32_t* b, int64_t limit, i
   return p * page_size;
 }
 
+// The prefill kernels' work is about (query tiles) x (keys walked): each tile of up to
+// kQueryTile rows of one request reads and multiplies every visible key. A group pays when its
+// level-1 tiles over the shared prefix plus the members' level-2 tiles over the rest cost at most
+// kMaxCostRatio of the single pass (the rest pays for the extra pass and the merge): many requests
+// with few new tokens each over a long shared prefix, not a few long prompts.
+constexpr int64_t kQueryTile = 128;
+constexpr double kMaxCostRatio = 0.8;
+
+bool group_pays(const ForwardBatch& batch, int64_t first, int64_t end, int64_t shared) {
+  auto tiles = [](int64_t rows) { return (rows + kQueryTile - 1) / kQueryTile; };
+  double single = 0, cascade = 0;
+  int64_t rows = 0;
+  for (int64_t r = first; r < end; ++r) {
+    const int64_t qo = batch.extend_lens_cpu[r], seq = batch.seq_lens_cpu[r];
+    single += static_cast<double>(tiles(qo) * seq);
+    cascade += static_cast<double>(tiles(qo) * (seq - shared));
+    rows += qo;
+  }
+  cascade += static_cast<double>(tiles(rows) * shared);
+  return cascade <= kMaxCostRatio * single;
+}
+
 }  // namespace
 
 CascadePlan make_cascade_plan(CascadeMode mode, const ForwardBatch& batch, const std::vector<int32_t>& kv_indptr,
@@ -65,6 +87,7 @@ CascadePlan make_cascade_plan(CascadeMode mode, const ForwardBatch& batch, const
       ++j;
     }
     int64_t len = 0;
+    if (j - r >= 2 && mode == CascadeMode::kAuto && !group_pays(batch, r, j, shared)) j = r + 1;
     if (j - r >= 2) {
       len = shared;
       plan.grouped = true;

@@ -21,8 +21,9 @@
 namespace rlm {
 
 enum class CascadeMode : uint8_t {
-  kAuto,  // cascade when some group of >= 2 requests shares >= kMinSharedPrefix tokens
-  kOn,    // cascade whenever some request has a cached prefix (groups as in auto)
+  kAuto,  // cascade when some group of >= 2 requests shares >= kMinSharedPrefix tokens and the
+          // split saves work (see group_pays in cascade_plan.cpp: few new tokens per request)
+  kOn,    // cascade whenever some request has a cached prefix (every group kept, paying or not)
   kOff,   // always the single pass
 };
 

@@ -363,5 +363,22 @@ TEST(CascadePlan, AutoNeedsAGroupAndWholePages) {
   EXPECT_FALSE(parse_cascade_mode("sometimes").is_ok());
 }
 
+TEST(CascadePlan, AutoSkipsGroupsThatSaveNoWork) {
+  // Two requests with long new parts (2 x 300 rows) over a 100-token shared prefix: the level-1
+  // pass would walk the prefix for as many query tiles as the single pass does.
+  PlanFixture f;
+  f.add(cat(range(0, 100), range(1000, 300)), 300, 1);
+  f.add(cat(range(0, 100), range(2000, 300)), 300, 1);
+  EXPECT_FALSE(make_cascade_plan(CascadeMode::kAuto, f.batch, f.kv_indptr, f.r2t.table(), 1).enabled);
+  const CascadePlan on = make_cascade_plan(CascadeMode::kOn, f.batch, f.kv_indptr, f.r2t.table(), 1);
+  EXPECT_TRUE(on.enabled && on.grouped);  // `on` keeps every group
+  // Eight requests of 4 new tokens each over the same prefix: one level-1 tile instead of eight.
+  PlanFixture g;
+  for (int i = 0; i < 8; ++i) g.add(cat(range(0, 100), range(1000 + 10 * i, 4)), 4, 1);
+  const CascadePlan plan = make_cascade_plan(CascadeMode::kAuto, g.batch, g.kv_indptr, g.r2t.table(), 1);
+  ASSERT_TRUE(plan.enabled);
+  EXPECT_EQ(plan.first, (std::vector<int32_t>{0, 8}));
+}
+
 }  // namespace
 }  // namespace rlm

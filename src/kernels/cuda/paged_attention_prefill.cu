@@ -213,7 +213,8 @@ bool tc_device() {
 
 template <int D, typename T, bool kWindow, typename Cap>
 void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
-  auto* kernel = prefill_tc_kernel<D, T, kWindow, Cap>;
+  const bool ranges = a.kv_begin != nullptr || a.kv_end != nullptr || a.lse != nullptr;
+  auto* kernel = ranges ? prefill_tc_kernel<D, T, kWindow, Cap, true> : prefill_tc_kernel<D, T, kWindow, Cap, false>;
   constexpr size_t smem = TcShape<D>::kSmemBytes;
   RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,

@@ -39,7 +39,9 @@ struct TcShape {
 };
 
 // kWindow: sliding window on (a.sliding_window > 0), a compile-time variant like the soft-cap.
-template <int D, typename T, bool kWindow, typename Cap>
+// kRanges: cascade attention's key ranges (a.kv_begin / a.kv_end) and lse output, a separate
+// instantiation so the ordinary prefill's code (and registers) stay as they were.
+template <int D, typename T, bool kWindow, typename Cap, bool kRanges = false>
 __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Cap cap) {
   using S = TcShape<D>;
   using M = Mma<T>;
@@ -58,18 +60,21 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   const int pos0 = seq_len - qo_len + q0;   // position of the block's first query
   const int pos_last = pos0 + S::kRows - 1;  // of its last row (rows past qo_len are padding)
   const int window = kWindow ? a.sliding_window : 0;
-  const int k_lo = max(kWindow ? max(0, pos0 - window + 1) : 0, a.kv_begin != nullptr ? a.kv_begin[r] : 0);
-  // keys [k_lo, k_hi) are visible to some row
-  const int k_hi = min(min(seq_len, pos_last + 1), a.kv_end != nullptr ? a.kv_end[r] : seq_len);
-  if (k_hi <= k_lo) {  // no key in range (cascade key ranges): zeros and lse = -inf, uniform exit
-    for (int i = threadIdx.x; i < S::kRows * D; i += kTcThreads) {
-      const int row = i / D;
-      if (q0 + row >= qo_len) continue;
-      const int64_t t = qo_begin + q0 + row;
-      a.out[t * a.out_ts + static_cast<int64_t>(h) * a.out_hs + i % D] = 0.0f;
-      if (a.lse != nullptr && i % D == 0) a.lse[t * a.lse_ts + h] = kNegInf;
+  int k_lo = kWindow ? max(0, pos0 - window + 1) : 0;
+  int k_hi = min(seq_len, pos_last + 1);  // keys [k_lo, k_hi) are visible to some row
+  if constexpr (kRanges) {
+    if (a.kv_begin != nullptr) k_lo = max(k_lo, a.kv_begin[r]);
+    if (a.kv_end != nullptr) k_hi = min(k_hi, a.kv_end[r]);
+    if (k_hi <= k_lo) {  // no key in range: zeros and lse = -inf, a uniform exit before any barrier
+      for (int i = threadIdx.x; i < S::kRows * D; i += kTcThreads) {
+        const int row = i / D;
+        if (q0 + row >= qo_len) continue;
+        const int64_t t = qo_begin + q0 + row;
+        a.out[t * a.out_ts + static_cast<int64_t>(h) * a.out_hs + i % D] = 0.0f;
+        if (a.lse != nullptr && i % D == 0) a.lse[t * a.lse_ts + h] = kNegInf;
+      }
+      return;
     }
-    return;
   }
   const int t_begin = k_lo / kKeys * kKeys;
   const int n_tiles = (k_hi - t_begin + kKeys - 1) / kKeys;  // >= 1
@@ -206,8 +211,8 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
 
     // Scores in log2 units, masked where needed.
     const int t0 = t_begin + it * kKeys;
-    const bool need_mask =
-        t0 + kKeys - 1 > pos0 || t0 + kKeys > k_hi || t0 < k_lo || (kWindow && t0 <= pos_last - window);
+    const bool need_mask = t0 + kKeys - 1 > pos0 || (kWindow && t0 <= pos_last - window) ||
+                           (kRanges && (t0 + kKeys > k_hi || t0 < k_lo));
 #pragma unroll
     for (int mi = 0; mi < kM; ++mi) {
 #pragma unroll
@@ -218,7 +223,8 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
           if (need_mask) {
             const int pos = pos0 + wrow + mi * 16 + g + (e >= 2 ? 8 : 0);
             const int key = t0 + n * 8 + 2 * tq + (e & 1);
-            const bool visible = key <= pos && key < k_hi && key >= k_lo && (!kWindow || key > pos - window);
+            const bool visible =
+                key <= pos && key < k_hi && (!kRanges || key >= k_lo) && (!kWindow || key > pos - window);
             if (!visible) x = kNegInf;
           }
           s[mi][n][e] = x;
@@ -312,11 +318,14 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = wrow + mi * 16 + g + 8 * hr;
       if (q0 + row < qo_len) {
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key (key ranges): zeros
-        if (a.lse != nullptr && tq == 0) {
-          // m_run and the exponents are in log2 units.
-          a.lse[static_cast<int64_t>(qo_begin + q0 + row) * a.lse_ts + h] =
-              l > 0.0f ? (m_run[mi][hr] + log2f(l)) * 0.69314718055994531f : kNegInf;
+        float inv = 1.0f / l;
+        if constexpr (kRanges) {
+          if (l == 0.0f) inv = 0.0f;  // no visible key in the ranges: zeros
+          if (a.lse != nullptr && tq == 0) {
+            // m_run and the exponents are in log2 units.
+            a.lse[static_cast<int64_t>(qo_begin + q0 + row) * a.lse_ts + h] =
+                l > 0.0f ? (m_run[mi][hr] + log2f(l)) * 0.69314718055994531f : kNegInf;
+          }
         }
         float* dst = a.out + static_cast<int64_t>(qo_begin + q0 + row) * a.out_ts +
                      static_cast<int64_t>(h) * a.out_hs + 2 * tq;
