@@ -38,6 +38,11 @@ int64_t common_pages_tokens(const int32_t* a, const int32_t* b, int64_t limit, i
 // with few new tokens each over a long shared prefix, not a few long prompts.
 constexpr int64_t kQueryTile = 128;
 constexpr double kMaxCostRatio = 0.8;
+// Level-1 key chunks: up to kMaxChunks, at least kMinChunkKeys keys each, aiming at kTargetTiles
+// query tiles (chunks x group tiles) per head.
+constexpr int64_t kTargetTiles = 16;
+constexpr int64_t kMaxChunks = 16;
+constexpr int64_t kMinChunkKeys = 64;
 
 bool group_pays(const ForwardBatch& batch, int64_t first, int64_t end, int64_t shared) {
   auto tiles = [](int64_t rows) { return (rows + kQueryTile - 1) / kQueryTile; };
@@ -54,6 +59,13 @@ bool group_pays(const ForwardBatch& batch, int64_t first, int64_t end, int64_t s
 }
 
 }  // namespace
+
+int64_t cascade_num_chunks(int64_t level1_tiles, int64_t max_shared) {
+  const int64_t tiles = std::max<int64_t>(level1_tiles, 1);
+  const int64_t by_tiles = (kTargetTiles + tiles - 1) / tiles;
+  const int64_t by_keys = std::max<int64_t>(1, (max_shared + kMinChunkKeys - 1) / kMinChunkKeys);
+  return std::clamp<int64_t>(std::min(by_tiles, by_keys), 1, kMaxChunks);
+}
 
 CascadePlan make_cascade_plan(CascadeMode mode, const ForwardBatch& batch, const std::vector<int32_t>& kv_indptr,
                               const Tensor& req_to_token, int64_t page_size) {
@@ -102,30 +114,46 @@ CascadePlan make_cascade_plan(CascadeMode mode, const ForwardBatch& batch, const
   plan.enabled = mode == CascadeMode::kOn ? any_prefix : plan.grouped;
   if (!plan.enabled) return CascadePlan{};
 
-  plan.num_entries = static_cast<int64_t>(plan.shared_len.size());
-  int32_t rows = 0;
+  // Level-1 entries: chunk k of every group's shared prefix, k = 0 .. num_chunks - 1. A group of few
+  // query tiles is one block per head; splitting its prefix into chunks (each on its own copy of the
+  // group's rows, merged afterwards) gives the GPU about kTargetTiles tiles per head to run at once.
+  const int64_t num_groups = static_cast<int64_t>(plan.shared_len.size());
+  int64_t tiles = 0, max_shared = 0;
+  std::vector<int32_t> group_rows(num_groups, 0);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int32_t r = plan.first[g]; r < plan.first[g + 1]; ++r) group_rows[g] += batch.extend_lens_cpu[r];
+    if (plan.shared_len[g] > 0) tiles += (group_rows[g] + kQueryTile - 1) / kQueryTile;
+    max_shared = std::max<int64_t>(max_shared, plan.shared_len[g]);
+  }
+  plan.num_chunks = cascade_num_chunks(tiles, max_shared);
+  plan.num_rows = 0;
+  for (int32_t e : batch.extend_lens_cpu) plan.num_rows += e;
+
+  plan.num_entries = plan.num_chunks * num_groups;
   plan.l1_qo_indptr.push_back(0);
-  for (int64_t g = 0; g < plan.num_entries; ++g) {
-    const int32_t a = plan.first[g], b = plan.first[g + 1];
-    int32_t entry_rows = 0;
-    for (int32_t r = a; r < b; ++r) entry_rows += batch.extend_lens_cpu[r];
-    rows += entry_rows;
-    plan.l1_qo_indptr.push_back(rows);
-    plan.l1_kv_indptr.push_back(kv_indptr[a]);
-    // A lone request keeps its true positions (sliding windows stay exact); a group's rows are
-    // placed right after the shared prefix.
-    const int32_t seq_len = b - a == 1 ? batch.seq_lens_cpu[a] : plan.shared_len[g] + entry_rows;
-    plan.l1_seq_lens.push_back(seq_len);
-    plan.l1_kv_begin.push_back(0);
-    plan.l1_kv_end.push_back(plan.shared_len[g]);
-    plan.max_entry_rows = std::max<int64_t>(plan.max_entry_rows, entry_rows);
-    plan.max_entry_seq_len = std::max<int64_t>(plan.max_entry_seq_len, seq_len);
-    for (int32_t r = a; r < b; ++r) {
+  for (int64_t k = 0; k < plan.num_chunks; ++k) {
+    for (int64_t g = 0; g < num_groups; ++g) {
+      const int32_t a = plan.first[g], b = plan.first[g + 1];
+      const int64_t shared = plan.shared_len[g];
+      plan.l1_qo_indptr.push_back(plan.l1_qo_indptr.back() + group_rows[g]);
+      plan.l1_kv_indptr.push_back(kv_indptr[a]);
+      // A lone request keeps its true positions (sliding windows stay exact); a group's rows are
+      // placed right after the shared prefix.
+      const int32_t seq_len = b - a == 1 ? batch.seq_lens_cpu[a] : static_cast<int32_t>(shared + group_rows[g]);
+      plan.l1_seq_lens.push_back(seq_len);
+      plan.l1_kv_begin.push_back(static_cast<int32_t>(shared * k / plan.num_chunks));
+      plan.l1_kv_end.push_back(static_cast<int32_t>(shared * (k + 1) / plan.num_chunks));
+      plan.max_entry_rows = std::max<int64_t>(plan.max_entry_rows, group_rows[g]);
+      plan.max_entry_seq_len = std::max<int64_t>(plan.max_entry_seq_len, seq_len);
+    }
+  }
+  plan.l1_kv_indptr.push_back(kv_indptr[bs]);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    for (int32_t r = plan.first[g]; r < plan.first[g + 1]; ++r) {
       plan.l2_kv_begin.push_back(plan.shared_len[g]);
       plan.l2_kv_end.push_back(batch.seq_lens_cpu[r]);
     }
   }
-  plan.l1_kv_indptr.push_back(kv_indptr[bs]);
   return plan;
 }
 

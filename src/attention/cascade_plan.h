@@ -33,26 +33,37 @@ inline constexpr int64_t kMinSharedPrefix = 64;
 StatusOr<CascadeMode> parse_cascade_mode(const std::string& name);  // "auto", "on", "off"
 const char* cascade_mode_name(CascadeMode mode);
 
-// The host side of one extend step's cascade (uploaded by the backend). Level-1 entries cover all
-// query rows in batch order: entry g is requests [first[g], first[g + 1]) with their query rows
-// concatenated, attending keys [0, shared_len[g]) of the first member's pages. A group of several
-// requests is given positions shared_len + i (every shared key is visible to every row, as there is
-// no window), so grouped plans are only valid for layers without a sliding window (`grouped`).
+// The host side of one extend step's cascade (uploaded by the backend). Groups cover all query rows
+// in batch order: group g is requests [first[g], first[g + 1]) with their query rows concatenated,
+// attending keys [0, shared_len[g]) of the first member's pages. A group of several requests is
+// given positions shared_len + i (every shared key is visible to every row, as there is no window),
+// so grouped plans are only valid for layers without a sliding window (`grouped`).
+// The level-1 pass runs num_chunks times over the rows, on num_chunks stacked copies of q (rows
+// [k * num_rows, (k + 1) * num_rows) are copy k): entry k * num_groups + g takes copy k of group
+// g's rows and chunk k of its shared keys, [shared * k / num_chunks, shared * (k + 1) / num_chunks).
+// The num_chunks level-1 results and the level-2 result are merged in one K-way merge.
 struct CascadePlan {
   bool enabled = false;
-  bool grouped = false;  // some entry has >= 2 requests
-  int64_t num_entries = 0;
+  bool grouped = false;  // some group has >= 2 requests
+  int64_t num_chunks = 1;
+  int64_t num_rows = 0;     // query rows of the batch
+  int64_t num_entries = 0;  // num_chunks * groups
   int64_t max_entry_rows = 0;
   int64_t max_entry_seq_len = 0;
-  std::vector<int32_t> first;         // [num_entries + 1] first request of each entry
-  std::vector<int32_t> shared_len;    // [num_entries]
-  // Level-1 batch (num_entries requests): qo_indptr, kv_indptr [num_entries + 1], seq_lens,
-  // kv_begin (zeros), kv_end (= shared_len) [num_entries].
+  std::vector<int32_t> first;         // [groups + 1] first request of each group
+  std::vector<int32_t> shared_len;    // [groups]
+  // Level-1 batch (num_entries requests over num_chunks * num_rows query rows): qo_indptr,
+  // kv_indptr [num_entries + 1], seq_lens, kv_begin, kv_end [num_entries].
   std::vector<int32_t> l1_qo_indptr, l1_kv_indptr, l1_seq_lens, l1_kv_begin, l1_kv_end;
   // Level-2 key ranges of the batch's own requests [bs]: [shared_len of its entry, seq_len).
   std::vector<int32_t> l2_kv_begin, l2_kv_end;
   int64_t saved_prefix_reads = 0;  // sum over groups of (members - 1) * shared_len
 };
+
+// Level-1 key chunks for groups totalling `level1_tiles` query tiles (128 rows) over shared
+// prefixes of at most `max_shared` tokens: about 16 tiles per head in all, chunks of >= 64 keys, at
+// most 16 chunks.
+int64_t cascade_num_chunks(int64_t level1_tiles, int64_t max_shared);
 
 // Plans an extend step. `kv_indptr`: [bs + 1] the batch's page offsets into kv_indices (pages of
 // request r in req_to_token order); `req_to_token`: the host table (i32 [max_reqs, max_ctx]).

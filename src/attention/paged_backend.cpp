@@ -175,20 +175,26 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
 Tensor PagedAttentionBackend::forward_cascade(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                               const AttentionLayer& layer, const ForwardBatch& batch) {
   const int64_t n = q.size(0), heads = layer.num_qo_heads, d = layer.head_dim;
+  const int64_t chunks = cascade_.num_chunks;
   const int64_t page_size = batch.kv_pool->page_size();
-  Tensor o1 = Tensor::empty({n, heads, d}, DType::kF32, q.device());
-  Tensor lse1 = Tensor::empty({n, heads}, DType::kF32, q.device());
-  Tensor out = Tensor::empty({n, heads, d}, DType::kF32, q.device());
-  Tensor lse2 = Tensor::empty({n, heads}, DType::kF32, q.device());
-  // Level 1: each entry's queries over its shared (or own cached) prefix, no causal cut inside it.
-  ops::paged_attention_partial(q, k_cache, v_cache, l1_qo_indptr_, l1_kv_indptr_, kv_indices_, l1_seq_lens_,
-                               l1_kv_begin_, l1_kv_end_, page_size, layer.params, o1, lse1,
-                               have_plan_ ? &l1_plan_ : nullptr);
-  // Level 2: every request over the rest of its sequence, causal.
+  RLM_CHECK(n == cascade_.num_rows) << "cascade plan for " << cascade_.num_rows << " rows, q " << q.describe();
+  // Parts 0 .. chunks-1: level 1 (one per key chunk of the shared prefixes); part `chunks`: level 2.
+  Tensor parts = Tensor::empty({chunks + 1, n, heads, d}, DType::kF32, q.device());
+  Tensor lse = Tensor::empty({chunks + 1, n, heads}, DType::kF32, q.device());
+  Tensor q1 = q;
+  if (chunks > 1) {  // one copy of the rows per chunk (level-1 rows k * n + i read copy k)
+    q1 = Tensor::empty({chunks * n, heads, d}, DType::kF32, q.device());
+    for (int64_t k = 0; k < chunks; ++k) q1.slice(0, k * n, (k + 1) * n).copy_(q);
+  }
+  ops::paged_attention_partial(q1, k_cache, v_cache, l1_qo_indptr_, l1_kv_indptr_, kv_indices_, l1_seq_lens_,
+                               l1_kv_begin_, l1_kv_end_, page_size, layer.params,
+                               parts.slice(0, 0, chunks).view({chunks * n, heads, d}),
+                               lse.slice(0, 0, chunks).view({chunks * n, heads}), have_plan_ ? &l1_plan_ : nullptr);
   ops::paged_attention_partial(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                               l2_kv_begin_, l2_kv_end_, page_size, layer.params, out, lse2,
-                               have_plan_ ? &plan_ : nullptr);
-  ops::merge_attention_states(o1, lse1, out, lse2, out);
+                               l2_kv_begin_, l2_kv_end_, page_size, layer.params, parts.select(0, chunks),
+                               lse.select(0, chunks), have_plan_ ? &plan_ : nullptr);
+  Tensor out = Tensor::empty({n, heads, d}, DType::kF32, q.device());
+  ops::merge_attention_states(parts, lse, out);
   return out;
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/cascade_plan.h"
 #include "cli/commands.h"
 #include "core/tensor.h"
 
@@ -262,25 +263,33 @@ int run_bench_attention(const BenchAttentionArgs& a) {
     j["prefill"].push_back(row);
   }
   // ---- cascade: shared prefix, level 1 once for the whole batch ----
-  std::printf("cascade (%lld requests sharing a %lld-token prefix, each extending it):\n  %-6s %10s %10s %8s %12s\n",
+  std::printf("cascade (%lld requests sharing a %lld-token prefix, each extending it):\n  %-6s %10s %10s %8s %12s %7s\n",
               static_cast<long long>(a.cascade_batch), static_cast<long long>(a.cascade_prefix), "new", "single ms",
-              "cascade ms", "speedup", "max |diff|");
+              "cascade ms", "speedup", "max |diff|", "chunks");
   for (int64_t n_new : a.cascade_new) {
     const int64_t prefix = a.cascade_prefix / a.page_size * a.page_size;  // whole shared pages
     const int64_t bs = a.cascade_batch, rows_total = bs * n_new;
     const Workload w(rng, a, dtype, bs, prefix + n_new, n_new, prefix / a.page_size);
-    // Level 1: one entry holding every request's queries over the shared prefix.
-    const Tensor l1 = gpu_i32({0, static_cast<int32_t>(rows_total), 0, w.kv_indptr[1],
-                               static_cast<int32_t>(prefix + rows_total), 0, static_cast<int32_t>(prefix)});
+    // Level 1: the group's rows over the shared prefix, split into `chunks` key chunks (entry k
+    // reads copy k of the rows), as PagedAttentionBackend runs it.
+    const int64_t chunks = cascade_num_chunks((rows_total + 127) / 128, prefix);
+    std::vector<int32_t> l1;  // qo_indptr [chunks + 1], kv_indptr [chunks + 1], seq_lens, kv_begin, kv_end
+    for (int64_t k = 0; k <= chunks; ++k) l1.push_back(static_cast<int32_t>(k * rows_total));
+    for (int64_t k = 0; k <= chunks; ++k) l1.push_back(0);
+    for (int64_t k = 0; k < chunks; ++k) l1.push_back(static_cast<int32_t>(prefix + rows_total));
+    for (int64_t k = 0; k < chunks; ++k) l1.push_back(static_cast<int32_t>(prefix * k / chunks));
+    for (int64_t k = 0; k < chunks; ++k) l1.push_back(static_cast<int32_t>(prefix * (k + 1) / chunks));
+    const Tensor l1_g = gpu_i32(l1);
+    const int32_t* l1p = l1_g.data<int32_t>();
     std::vector<int32_t> l2_begin(bs, static_cast<int32_t>(prefix));
     const Tensor l2b = gpu_i32(l2_begin), l2e = w.sl_g;
     cpu::PagedBatch b1 = w.batch;
-    b1.batch_size = 1;
-    b1.qo_indptr = l1.data<int32_t>();
-    b1.kv_indptr = l1.data<int32_t>() + 2;
-    b1.seq_lens = l1.data<int32_t>() + 4;
-    b1.kv_begin = l1.data<int32_t>() + 5;
-    b1.kv_end = l1.data<int32_t>() + 6;
+    b1.batch_size = chunks;
+    b1.qo_indptr = l1p;
+    b1.kv_indptr = l1p + (chunks + 1);
+    b1.seq_lens = l1p + 2 * (chunks + 1);
+    b1.kv_begin = l1p + 2 * (chunks + 1) + chunks;
+    b1.kv_end = l1p + 2 * (chunks + 1) + 2 * chunks;
     cuda::AttentionPlan p1;
     p1.max_qo_len = rows_total;
     p1.max_seq_len = prefix + rows_total;
@@ -288,17 +297,19 @@ int run_bench_attention(const BenchAttentionArgs& a) {
     b2.kv_begin = l2b.data<int32_t>();
     b2.kv_end = l2e.data<int32_t>();
     const int64_t hq = a.num_qo_heads, d = a.head_dim;
-    const Tensor o1 = Tensor::empty({rows_total, hq, d}, DType::kF32, Device::cuda(0));
-    const Tensor lse1 = Tensor::empty({rows_total, hq}, DType::kF32, Device::cuda(0));
-    const Tensor lse2 = Tensor::empty({rows_total, hq}, DType::kF32, Device::cuda(0));
+    const Tensor q1 = Tensor::empty({chunks * rows_total, hq, d}, DType::kF32, Device::cuda(0));
+    const Tensor parts = Tensor::empty({chunks + 1, rows_total, hq, d}, DType::kF32, Device::cuda(0));
+    const Tensor lse = Tensor::empty({chunks + 1, rows_total, hq}, DType::kF32, Device::cuda(0));
     const Tensor merged = Tensor::empty({rows_total, hq, d}, DType::kF32, Device::cuda(0));
+    float* level2 = parts.data<float>() + chunks * rows_total * hq * d;
     auto cascade = [&] {
-      cuda::paged_attention_prefill(rows(w.q), rows(w.k), rows(w.v), b1, w.cfg, p1, o1.data<float>(), o1.stride(0),
-                                    o1.stride(1), lse1.data<float>(), hq);
-      cuda::paged_attention_prefill(rows(w.q), rows(w.k), rows(w.v), b2, w.cfg, w.plan, merged.data<float>(),
-                                    merged.stride(0), merged.stride(1), lse2.data<float>(), hq);
-      cuda::merge_attention_states(o1.data<float>(), lse1.data<float>(), merged.data<float>(), lse2.data<float>(),
-                                   rows_total, hq, d, merged.data<float>(), nullptr);
+      for (int64_t k = 0; k < chunks; ++k) q1.slice(0, k * rows_total, (k + 1) * rows_total).copy_(w.q);
+      cuda::paged_attention_prefill(rows(q1), rows(w.k), rows(w.v), b1, w.cfg, p1, parts.data<float>(), hq * d, d,
+                                    lse.data<float>(), hq);
+      cuda::paged_attention_prefill(rows(w.q), rows(w.k), rows(w.v), b2, w.cfg, w.plan, level2, hq * d, d,
+                                    lse.data<float>() + chunks * rows_total * hq, hq);
+      cuda::merge_attention_states(parts.data<float>(), lse.data<float>(), chunks + 1, rows_total, hq, d,
+                                   merged.data<float>(), nullptr);
     };
     const double t_single = median_seconds(a.iters, [&] { w.prefill(); });
     const double t_cascade = median_seconds(a.iters, cascade);
@@ -308,11 +319,11 @@ int run_bench_attention(const BenchAttentionArgs& a) {
       const double diff = std::abs(static_cast<double>(ref.data<float>()[i]) - got.data<float>()[i]);
       max_diff = std::isfinite(diff) ? std::max(max_diff, diff) : std::numeric_limits<double>::infinity();
     }
-    std::printf("  %-6lld %10.3f %10.3f %8.2f %12.2e\n", static_cast<long long>(n_new), t_single * 1e3,
-                t_cascade * 1e3, t_single / t_cascade, max_diff);
+    std::printf("  %-6lld %10.3f %10.3f %8.2f %12.2e %7lld\n", static_cast<long long>(n_new), t_single * 1e3,
+                t_cascade * 1e3, t_single / t_cascade, max_diff, static_cast<long long>(chunks));
     nlohmann::json row{{"batch", bs},           {"prefix", prefix},           {"new_tokens", n_new},
                        {"single_ms", t_single * 1e3}, {"cascade_ms", t_cascade * 1e3},
-                       {"speedup", t_single / t_cascade}, {"max_abs_diff", max_diff}};
+                       {"speedup", t_single / t_cascade}, {"max_abs_diff", max_diff}, {"chunks", chunks}};
     j["cascade"].push_back(row);
   }
   if (!a.json_path.empty()) {

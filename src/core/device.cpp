@@ -279,6 +279,24 @@ void device_memcpy(void* dst, Device dst_device, const void* src, Device src_dev
 #endif
 }
 
+void device_memcpy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                      Device device) {
+  if (width == 0 || rows == 0) return;
+  if (device.is_cpu()) {
+    for (size_t i = 0; i < rows; ++i) {
+      std::memmove(static_cast<char*>(dst) + i * dst_pitch, static_cast<const char*>(src) + i * src_pitch, width);
+    }
+    return;
+  }
+#ifdef RADIXLM_WITH_CUDA
+  RLM_CUDART_CHECK(cudaSetDevice(device.index));
+  RLM_CUDART_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice,
+                                     static_cast<cudaStream_t>(cuda_stream(device.index))));
+#else
+  fail("device_memcpy_2d: CUDA device used but radixlm was built without CUDA");
+#endif
+}
+
 void device_memset(void* dst, Device device, int value, size_t nbytes) {
   if (nbytes == 0) return;
   if (device.is_cpu()) {

@@ -43,6 +43,10 @@ void device_free(Device device, void* ptr);
 // (ordered before any later op); larger ones wait. Device-to-device copies on one GPU are queued on
 // its stream and are CUDA-graph capturable; a copy touching the host inside a capture is an error.
 void device_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+// `rows` rows of `width` bytes, row i from src + i * src_pitch to dst + i * dst_pitch, both on
+// `device` (CPU, or one GPU: cudaMemcpy2DAsync on its stream, capturable).
+void device_memcpy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows,
+                      Device device);
 // Queued on the device's stream for CUDA (capturable); immediate on the CPU.
 void device_memset(void* dst, Device device, int value, size_t nbytes);
 

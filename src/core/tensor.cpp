@@ -208,8 +208,27 @@ void Tensor::copy_(const Tensor& src) const {
     device_memcpy(data_ptr(), device_, src.data_ptr(), src.device_, nbytes());
     return;
   }
+  // Rows of contiguous elements at a pitch (a row slice of a wider buffer, e.g. q inside a fused
+  // QKV activation): one 2-D copy, on a GPU too.
+  auto pitched = [](const Shape& shape, const Shape& strides) {
+    if (shape.size() < 2) return false;
+    int64_t expect = 1;
+    for (size_t i = shape.size(); i-- > 1;) {
+      if (shape[i] != 1 && strides[i] != expect) return false;
+      expect *= shape[i];
+    }
+    return strides[0] >= expect;
+  };
+  if (dtype_ == src.dtype_ && device_ == src.device_ && pitched(shape_, strides_) && pitched(src.shape_, src.strides_)) {
+    const size_t es = dtype_size(dtype_);
+    const size_t row = static_cast<size_t>(numel() / std::max<int64_t>(shape_[0], 1)) * es;
+    device_memcpy_2d(data_ptr(), static_cast<size_t>(strides_[0]) * es, src.data_ptr(),
+                     static_cast<size_t>(src.strides_[0]) * es, row, static_cast<size_t>(shape_[0]), device_);
+    return;
+  }
   RLM_CHECK(device_.is_cpu() && src.device_.is_cpu())
-      << "copy_(): strided or converting copies are CPU-only; got " << describe() << " <- " << src.describe();
+      << "copy_(): strided or converting copies are CPU-only (besides row-pitched ones); got " << describe()
+      << " <- " << src.describe();
   const size_t dsz = dtype_size(dtype_), ssz = dtype_size(src.dtype_);
   char* dbase = static_cast<char*>(data_ptr());
   const char* sbase = static_cast<const char*>(src.data_ptr());

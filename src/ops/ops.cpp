@@ -528,40 +528,34 @@ void paged_attention_partial(const Tensor& q, const Tensor& k_cache, const Tenso
                        &kv_begin, &kv_end, &lse);
 }
 
-void merge_attention_states(const Tensor& o_a, const Tensor& lse_a, const Tensor& o_b, const Tensor& lse_b,
-                            const Tensor& out, const Tensor& lse_out) {
+void merge_attention_states(const Tensor& parts, const Tensor& lse, const Tensor& out, const Tensor& lse_out) {
   OpCheck c("merge_attention_states");
-  for (auto [name, t] : {std::pair{"o_a", &o_a}, {"o_b", &o_b}, {"out", &out}}) {
-    c.dtype(name, *t, {DType::kF32});
-    c.dims(name, *t, 3, "[n, heads, head_dim]");
-    if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous"));
-    if (t->shape() != o_a.shape()) c.fail_with(str(name, " ", t->describe(), " must have the shape of o_a ", o_a.describe()));
-    c.same_device(o_a, name, *t);
-  }
-  const bool with_lse_out = lse_out.defined();
-  for (auto [name, t] : {std::pair{"lse_a", &lse_a}, {"lse_b", &lse_b}, {"lse_out", &lse_out}}) {
-    if (t == &lse_out && !with_lse_out) continue;
-    c.dtype(name, *t, {DType::kF32});
-    c.dims(name, *t, 2, "[n, heads]");
-    if (!t->is_contiguous() || t->size(0) != o_a.size(0) || t->size(1) != o_a.size(1)) {
-      c.fail_with(str(name, " ", t->describe(), " must be contiguous [", o_a.size(0), ", ", o_a.size(1), "]"));
+  c.dtype("parts", parts, {DType::kF32});
+  c.dims("parts", parts, 4, "[K, n, heads, head_dim]");
+  const int64_t k = parts.size(0), n = parts.size(1), heads = parts.size(2), d = parts.size(3);
+  if (k < 1) c.fail_with(str("parts ", parts.describe(), " must hold at least one part"));
+  auto contiguous_shape = [&](const char* name, const Tensor& t, Shape want) {
+    c.dtype(name, t, {DType::kF32});
+    if (!t.is_contiguous() || t.shape() != want) {
+      c.fail_with(str(name, " ", t.describe(), " must be contiguous with shape ", shape_to_string(want)));
     }
-    c.same_device(o_a, name, *t);
-  }
-  if (with_lse_out && (lse_out.data_ptr() == lse_a.data_ptr() || lse_out.data_ptr() == lse_b.data_ptr())) {
-    c.fail_with("lse_out must not alias lse_a or lse_b");
-  }
+    c.same_device(parts, name, t);
+  };
+  contiguous_shape("parts", parts, {k, n, heads, d});
+  contiguous_shape("lse", lse, {k, n, heads});
+  contiguous_shape("out", out, {n, heads, d});
+  const bool with_lse_out = lse_out.defined();
+  if (with_lse_out) contiguous_shape("lse_out", lse_out, {n, heads});
   float* lse_out_ptr = with_lse_out ? lse_out.data<float>() : nullptr;
-  if (o_a.device().is_cpu()) {
-    cpu::merge_attention_states(o_a.data<float>(), lse_a.data<float>(), o_b.data<float>(), lse_b.data<float>(),
-                                o_a.size(0), o_a.size(1), o_a.size(2), out.data<float>(), lse_out_ptr);
-  } else if (o_a.device().is_cuda()) {
-    RLM_IF_CUDA(c, o_a.device(),
-                cuda::merge_attention_states(o_a.data<float>(), lse_a.data<float>(), o_b.data<float>(),
-                                             lse_b.data<float>(), o_a.size(0), o_a.size(1), o_a.size(2),
-                                             out.data<float>(), lse_out_ptr));
+  if (parts.device().is_cpu()) {
+    cpu::merge_attention_states(parts.data<float>(), lse.data<float>(), k, n, heads, d, out.data<float>(),
+                                lse_out_ptr);
+  } else if (parts.device().is_cuda()) {
+    RLM_IF_CUDA(c, parts.device(),
+                cuda::merge_attention_states(parts.data<float>(), lse.data<float>(), k, n, heads, d, out.data<float>(),
+                                             lse_out_ptr));
   } else {
-    c.not_built(o_a.device());
+    c.not_built(parts.device());
   }
 }
 

@@ -122,14 +122,14 @@ void paged_attention_partial(const Tensor& q, const Tensor& k_cache, const Tenso
                              const AttentionParams& params, const Tensor& out, const Tensor& lse,
                              const PagedAttentionPlan* plan = nullptr);
 
-// Cascade attention, second part: merges two results over disjoint key sets of the same rows.
-//   m = max(lse_a, lse_b), w = exp(lse - m): out = (w_a o_a + w_b o_b) / (w_a + w_b), lse_out =
-//   m + log(w_a + w_b); both -inf: zeros and -inf.
-//   o_a, o_b, out: f32 [n, heads, head_dim]; lse_a, lse_b, lse_out: f32 [n, heads]; all contiguous
-//   on one device. out may alias o_a or o_b; lse_out is optional (undefined: not written) and must
-//   not alias lse_a or lse_b.
-void merge_attention_states(const Tensor& o_a, const Tensor& lse_a, const Tensor& o_b, const Tensor& lse_b,
-                            const Tensor& out, const Tensor& lse_out = Tensor());
+// Cascade attention, second part: merges K results over disjoint key sets of the same rows.
+//   m = max_k lse_k, w_k = exp(lse_k - m): out = sum_k w_k o_k / sum_k w_k, lse_out =
+//   m + log(sum_k w_k); all -inf: zeros and -inf.
+//   parts: f32 [K, n, heads, head_dim]; lse: f32 [K, n, heads]; out: f32 [n, heads, head_dim];
+//   lse_out: f32 [n, heads] (optional: undefined is not written); all contiguous on one device;
+//   out and lse_out must not overlap the inputs.
+void merge_attention_states(const Tensor& parts, const Tensor& lse, const Tensor& out,
+                            const Tensor& lse_out = Tensor());
 
 // Row-wise softmax / log-softmax in place (max-subtracted).   x: f32 [n, v].
 void softmax(const Tensor& x);

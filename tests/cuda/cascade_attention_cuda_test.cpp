@@ -164,11 +164,11 @@ TEST(CascadeAttentionCuda, LevelsMergedEqualSinglePass) {
     }
     const Result a = run(l1, testing::gpu(), true), b = run(l2, testing::gpu(), true);
     const Result single = run(full, testing::gpu(), true);
-    const Tensor oa = testing::to_gpu(a.out), la = testing::to_gpu(a.lse);
-    const Tensor ob = testing::to_gpu(b.out), lb = testing::to_gpu(b.lse);
+    // Parts [2, n, ...] on the host (for the CPU twin) and on the GPU.
+    const Tensor parts = testing::stack({a.out, b.out}), lse = testing::stack({a.lse, b.lse});
     Tensor merged = testing::to_gpu(testing::poisoned(a.out.shape(), DType::kF32));
     Tensor lm = testing::to_gpu(testing::poisoned(a.lse.shape(), DType::kF32));
-    ops::merge_attention_states(oa, la, ob, lb, merged, lm);
+    ops::merge_attention_states(testing::to_gpu(parts), testing::to_gpu(lse), merged, lm);
     // The two passes round differently from one pass (P and the split of the sums), so the
     // comparison is at the kernel tolerance, not bitwise.
     EXPECT_LE(testing::rel_l2(merged.to(Device::cpu()), testing::to_doubles(single.out)), out_tol(c.cache))
@@ -176,9 +176,56 @@ TEST(CascadeAttentionCuda, LevelsMergedEqualSinglePass) {
     expect_lse(lm.to(Device::cpu()), single.lse, lse_tol(c.cache), describe(c));
     // The merge kernel against its CPU twin on the same inputs.
     Tensor cpu_m = Tensor::empty(a.out.shape(), DType::kF32), cpu_l = Tensor::empty(a.lse.shape(), DType::kF32);
-    ops::merge_attention_states(a.out, a.lse, b.out, b.lse, cpu_m, cpu_l);
+    ops::merge_attention_states(parts, lse, cpu_m, cpu_l);
     EXPECT_LE(testing::rel_l2(merged.to(Device::cpu()), testing::to_doubles(cpu_m)), 1e-6) << describe(c);
     expect_lse(lm.to(Device::cpu()), cpu_l, 1e-6, describe(c) + " merge vs CPU");
+  }
+}
+
+TEST(CascadeAttentionCuda, ChunkedGroupLevelOne) {
+  // The backend's grouped level 1 on the GPU: three requests' rows over a shared prefix, as one
+  // entry per key chunk (chunk k on copy k of the rows, every entry on one page list: kv_indptr 0,
+  // not CSR), with the host plan; K-way merged, it must equal each request's own prefix attention.
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const Case c{16, 2, 4, 128, dt, -1, 0.0f};
+    const int32_t shared = 400, chunks = 5;
+    const std::vector<int32_t> qo = {3, 1, 9};
+    // Per-request reference problem: each request's pages begin with the same 25 pages.
+    std::vector<std::array<int32_t, 4>> reqs;
+    for (int32_t n : qo) reqs.push_back({shared + n, n, 0, shared});
+    Problem per = make_problem(rng, c, reqs);
+    const int32_t pages_shared = shared / 16;
+    for (size_t r = 1; r < qo.size(); ++r) {
+      std::copy(per.kv_indices.begin(), per.kv_indices.begin() + pages_shared,
+                per.kv_indices.begin() + per.kv_indptr[r]);
+    }
+    const int32_t rows = per.qo_indptr.back();
+    Problem chunked = per;
+    chunked.qo_indptr = {0};
+    chunked.kv_indptr.clear();
+    chunked.seq_lens.clear();
+    chunked.kv_begin.clear();
+    chunked.kv_end.clear();
+    for (int32_t k = 0; k < chunks; ++k) {
+      chunked.qo_indptr.push_back((k + 1) * rows);
+      chunked.kv_indptr.push_back(0);
+      chunked.seq_lens.push_back(shared + rows);
+      chunked.kv_begin.push_back(shared * k / chunks);
+      chunked.kv_end.push_back(shared * (k + 1) / chunks);
+    }
+    chunked.kv_indptr.push_back(static_cast<int32_t>(per.kv_indices.size()));
+    Tensor q_rep = Tensor::empty({chunks * rows, per.hq, c.d}, DType::kF32);
+    for (int32_t k = 0; k < chunks; ++k) q_rep.slice(0, k * rows, (k + 1) * rows).copy_(per.q);
+    chunked.q = q_rep;
+    const Result got = run(chunked, testing::gpu(), true);
+    Tensor merged = testing::to_gpu(testing::poisoned({rows, per.hq, c.d}, DType::kF32));
+    ops::merge_attention_states(testing::to_gpu(got.out.view({chunks, rows, per.hq, c.d})),
+                                testing::to_gpu(got.lse.view({chunks, rows, per.hq})), merged);
+    const Result want = run(per, Device::cpu(), false);
+    EXPECT_LE(testing::rel_l2(merged.to(Device::cpu()), testing::to_doubles(want.out)), out_tol(dt)) << describe(c);
   }
 }
 

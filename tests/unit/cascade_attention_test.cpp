@@ -112,17 +112,17 @@ void expect_lse_near(const Tensor& lse, const std::vector<double>& want) {
   }
 }
 
-struct Shape {
+struct CaseShape {
   int64_t hq, hk, d, page_size;
   DType cache;
   int64_t window;
   float cap;
 };
 
-class CascadeOps : public ::testing::TestWithParam<Shape> {};
+class CascadeOps : public ::testing::TestWithParam<CaseShape> {};
 
 TEST_P(CascadeOps, PartialMatchesReferenceAndMergedEqualsSinglePass) {
-  const Shape sh = GetParam();
+  const CaseShape sh = GetParam();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   ops::AttentionParams p;
@@ -179,19 +179,16 @@ TEST_P(CascadeOps, PartialMatchesReferenceAndMergedEqualsSinglePass) {
   Tensor merged = Tensor::empty(q.shape(), DType::kF32);
   Tensor lse_m = Tensor::empty({q.size(0), sh.hq}, DType::kF32);
   testing::poison(merged);
-  ops::merge_attention_states(o1, lse1, o2, lse2, merged, lse_m);
+  ops::merge_attention_states(testing::stack({o1, o2}), testing::stack({lse1, lse2}), merged, lse_m);
   EXPECT_LT(testing::rel_l2(merged, want_o), kTol);
   expect_lse_near(lse_m, want_lse);
-  // In place into the second operand, as the backend does.
-  ops::merge_attention_states(o1, lse1, o2, lse2, o2);
-  EXPECT_TRUE(testing::bitwise_equal(o2, merged));
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, CascadeOps,
-    ::testing::Values(Shape{4, 4, 64, 1, DType::kF32, -1, 0.0f}, Shape{8, 2, 128, 16, DType::kBF16, -1, 0.0f},
-                      Shape{8, 1, 64, 4, DType::kF16, -1, 30.0f}, Shape{4, 2, 64, 1, DType::kF32, 24, 0.0f},
-                      Shape{6, 3, 256, 64, DType::kBF16, 50, 20.0f}, Shape{2, 1, 40, 3, DType::kF32, -1, 0.0f}));
+    ::testing::Values(CaseShape{4, 4, 64, 1, DType::kF32, -1, 0.0f}, CaseShape{8, 2, 128, 16, DType::kBF16, -1, 0.0f},
+                      CaseShape{8, 1, 64, 4, DType::kF16, -1, 30.0f}, CaseShape{4, 2, 64, 1, DType::kF32, 24, 0.0f},
+                      CaseShape{6, 3, 256, 64, DType::kBF16, 50, 20.0f}, CaseShape{2, 1, 40, 3, DType::kF32, -1, 0.0f}));
 
 TEST(CascadeOps, GroupedLevelOneMatchesPerRequestPrefix) {
   // Three requests share the first 48 pages-of-1 of their sequences; the level-1 entry of the
@@ -237,37 +234,76 @@ TEST(CascadeOps, GroupedLevelOneMatchesPerRequestPrefix) {
   expect_lse_near(lseg, want_lse);
 }
 
-TEST(CascadeOps, MergeHandlesEmptySides) {
+TEST(CascadeOps, MergeHandlesEmptyParts) {
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   const float inf = std::numeric_limits<float>::infinity();
-  const Tensor a = testing::random_normal(rng, {3, 2, 8});
-  const Tensor b = testing::random_normal(rng, {3, 2, 8});
-  Tensor la = Tensor::from_vector(std::vector<float>{-inf, 0.5f, -inf, 2.0f, 1.0f, -3.0f}).view({3, 2});
-  Tensor lb = Tensor::from_vector(std::vector<float>{1.5f, -inf, -inf, 2.0f, 0.0f, 4.0f}).view({3, 2});
-  Tensor out = Tensor::empty({3, 2, 8}, DType::kF32);
-  Tensor lo = Tensor::empty({3, 2}, DType::kF32);
-  ops::merge_attention_states(a, la, b, lb, out, lo);
-  for (int64_t i = 0; i < 6; ++i) {
-    const double x = la.data<float>()[i], y = lb.data<float>()[i];
-    const double m = std::max(x, y);
-    for (int64_t c = 0; c < 8; ++c) {
+  const int64_t k = 3, n = 3, h = 2, d = 8;
+  const Tensor parts = testing::random_normal(rng, {k, n, h, d});
+  // Per (row, head): some parts empty (-inf), all empty, none empty.
+  const Tensor lse = Tensor::from_vector(std::vector<float>{-inf, 0.5f, -inf, 2.0f, 1.0f, -3.0f,   // part 0
+                                                            1.5f, -inf, -inf, 2.0f, 0.0f, 4.0f,    // part 1
+                                                            -inf, -1.0f, -inf, -inf, 3.0f, 4.0f})  // part 2
+                         .view({k, n, h});
+  Tensor out = Tensor::empty({n, h, d}, DType::kF32);
+  Tensor lo = Tensor::empty({n, h}, DType::kF32);
+  testing::poison(out);
+  ops::merge_attention_states(parts, lse, out, lo);
+  for (int64_t i = 0; i < n * h; ++i) {
+    double m = -inf;
+    for (int64_t p = 0; p < k; ++p) m = std::max<double>(m, lse.data<float>()[p * n * h + i]);
+    double wsum = 0;
+    for (int64_t p = 0; p < k; ++p) wsum += std::isinf(m) ? 0.0 : std::exp(lse.data<float>()[p * n * h + i] - m);
+    for (int64_t c = 0; c < d; ++c) {
       double want = 0;
-      if (!std::isinf(m)) {
-        const double wa = std::exp(x - m), wb = std::exp(y - m);
-        want = (wa * a.data<float>()[i * 8 + c] + wb * b.data<float>()[i * 8 + c]) / (wa + wb);
+      for (int64_t p = 0; p < k && !std::isinf(m); ++p) {
+        want += std::exp(lse.data<float>()[p * n * h + i] - m) * parts.data<float>()[(p * n * h + i) * d + c] / wsum;
       }
-      EXPECT_NEAR(out.data<float>()[i * 8 + c], want, 1e-6) << "row " << i << " col " << c;
+      EXPECT_NEAR(out.data<float>()[i * d + c], want, 1e-6) << "row " << i << " col " << c;
     }
-    const double want_lse = std::isinf(m) ? m : m + std::log(std::exp(x - m) + std::exp(y - m));
-    if (std::isinf(want_lse)) {
+    if (std::isinf(m)) {
       EXPECT_TRUE(std::isinf(lo.data<float>()[i]));
     } else {
-      EXPECT_NEAR(lo.data<float>()[i], want_lse, 1e-6);
+      EXPECT_NEAR(lo.data<float>()[i], m + std::log(wsum), 1e-6);
     }
   }
-  EXPECT_THROW(ops::merge_attention_states(a, la, b, lb, out, la), Error);  // lse_out aliases lse_a
-  EXPECT_THROW(ops::merge_attention_states(a, la, b.slice(0, 0, 2), lb, out), Error);
+  EXPECT_THROW(ops::merge_attention_states(parts, lse.slice(0, 0, 2), out), Error);   // part counts differ
+  EXPECT_THROW(ops::merge_attention_states(parts, lse, out.slice(0, 0, 2)), Error);  // row counts differ
+}
+
+TEST(CascadeOps, ChunkedLevelOneEntriesShareAPageList) {
+  // The backend's level-1 layout with 3 key chunks: entry k reads copy k of the rows and keys
+  // [shared * k / 3, shared * (k + 1) / 3) of one page list (kv_indptr 0 for every entry, not CSR).
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t hq = 4, hk = 2, d = 64, shared = 100, rows = 7, chunks = 3;
+  Batch one = make_batch(rng, {{static_cast<int32_t>(shared + rows), static_cast<int32_t>(rows), 0,
+                                static_cast<int32_t>(shared)}},
+                         1, 200);
+  const Tensor q = testing::random_normal(rng, {rows, hq, d});
+  const Tensor kc = testing::random_normal(rng, {200, hk, d});
+  const Tensor vc = testing::random_normal(rng, {200, hk, d});
+  Batch chunked;
+  chunked.kv_indices = one.kv_indices;
+  chunked.kv_indptr.clear();
+  chunked.num_tokens = chunks * rows;
+  for (int64_t k = 0; k < chunks; ++k) {
+    chunked.qo_indptr.push_back(static_cast<int32_t>((k + 1) * rows));
+    chunked.kv_indptr.push_back(0);
+    chunked.seq_lens.push_back(static_cast<int32_t>(shared + rows));
+    chunked.kv_begin.push_back(static_cast<int32_t>(shared * k / chunks));
+    chunked.kv_end.push_back(static_cast<int32_t>(shared * (k + 1) / chunks));
+  }
+  chunked.kv_indptr.push_back(static_cast<int32_t>(one.kv_indices.size()));
+  Tensor q3 = Tensor::empty({chunks * rows, hq, d}, DType::kF32);
+  for (int64_t k = 0; k < chunks; ++k) q3.slice(0, k * rows, (k + 1) * rows).copy_(q);
+  Tensor o3, lse3;
+  run_partial(q3, kc, vc, chunked, 1, ops::AttentionParams{}, o3, lse3);
+  Tensor merged = Tensor::empty({rows, hq, d}, DType::kF32);
+  ops::merge_attention_states(o3.view({chunks, rows, hq, d}), lse3.view({chunks, rows, hq}), merged);
+  std::vector<double> want_o, want_lse;
+  reference(q, kc, vc, one, 1, ops::AttentionParams{}, want_o, want_lse);
+  EXPECT_LT(testing::rel_l2(merged, want_o), kTol);
 }
 
 TEST(CascadeOps, BadKeyRangesAreErrors) {
@@ -334,7 +370,10 @@ TEST(CascadePlan, GroupsAdjacentRequestsSharingPages) {
   EXPECT_TRUE(auto_plan.grouped);
   EXPECT_EQ(auto_plan.first, (std::vector<int32_t>{0, 3, 4, 5}));
   EXPECT_EQ(auto_plan.shared_len, (std::vector<int32_t>{100, 0, 0}));  // lone requests: empty level 1
-  EXPECT_EQ(auto_plan.l1_qo_indptr, (std::vector<int32_t>{0, 35, 38, 78}));
+  EXPECT_EQ(auto_plan.num_chunks, 2);  // one query tile over 100 shared keys: 2 chunks of >= 64 keys
+  EXPECT_EQ(auto_plan.l1_qo_indptr, (std::vector<int32_t>{0, 35, 38, 78, 113, 116, 156}));  // 2 row copies
+  EXPECT_EQ(auto_plan.l1_kv_begin, (std::vector<int32_t>{0, 0, 0, 50, 0, 0}));
+  EXPECT_EQ(auto_plan.l1_kv_end, (std::vector<int32_t>{50, 0, 0, 100, 0, 0}));
   EXPECT_EQ(auto_plan.l1_seq_lens[0], 100 + 35);
   EXPECT_EQ(auto_plan.l2_kv_begin, (std::vector<int32_t>{100, 100, 100, 0, 0}));
   EXPECT_EQ(auto_plan.saved_prefix_reads, 2 * 100);
@@ -378,6 +417,14 @@ TEST(CascadePlan, AutoSkipsGroupsThatSaveNoWork) {
   const CascadePlan plan = make_cascade_plan(CascadeMode::kAuto, g.batch, g.kv_indptr, g.r2t.table(), 1);
   ASSERT_TRUE(plan.enabled);
   EXPECT_EQ(plan.first, (std::vector<int32_t>{0, 8}));
+  // One query tile over 100 shared keys: chunks of >= 64 keys, so 2, each over its copy of the rows.
+  EXPECT_EQ(plan.num_chunks, 2);
+  EXPECT_EQ(plan.l1_qo_indptr, (std::vector<int32_t>{0, 32, 64}));
+  EXPECT_EQ(plan.l1_kv_begin, (std::vector<int32_t>{0, 50}));
+  EXPECT_EQ(plan.l1_kv_end, (std::vector<int32_t>{50, 100}));
+  EXPECT_EQ(cascade_num_chunks(1, 4096), 16);
+  EXPECT_EQ(cascade_num_chunks(4, 4096), 4);
+  EXPECT_EQ(cascade_num_chunks(32, 4096), 1);
 }
 
 }  // namespace

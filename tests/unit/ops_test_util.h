@@ -41,6 +41,15 @@ inline Tensor random_normal(TestRng& rng, Shape shape, float scale = 1.0f) {
 
 inline void poison(const Tensor& t) { t.fill_(std::numeric_limits<double>::quiet_NaN()); }
 
+// A CPU f32 tensor [K, ...] stacking K CPU tensors of one shape.
+inline Tensor stack(const std::vector<Tensor>& parts) {
+  Shape shape = parts.at(0).shape();
+  shape.insert(shape.begin(), static_cast<int64_t>(parts.size()));
+  Tensor out = Tensor::empty(shape, DType::kF32);
+  for (size_t k = 0; k < parts.size(); ++k) out.select(0, static_cast<int64_t>(k)).copy_(parts[k]);
+  return out;
+}
+
 // Reads element i (row-major over the shape) of a CPU float tensor of any strides as double.
 inline double element(const Tensor& t, int64_t i) {
   int64_t off = 0;

@@ -31,7 +31,10 @@ void validate_paged_batch(const PagedBatch& b) {
       fail(str("paged_attention: qo_indptr[", r, "] = ", b.qo_indptr[r],
                " is negative, decreasing or past the number of query rows ", b.num_tokens));
     }
-    if (b.kv_indptr[r] < 0 || (r > 0 && b.kv_indptr[r] < b.kv_indptr[r - 1]) ||
+    // With key ranges kv_indptr[r] is only the offset of request r's page list (the cascade's
+    // level-1 chunks of one group share it), so it need not increase; otherwise it is CSR.
+    const bool csr = b.kv_end == nullptr;
+    if (b.kv_indptr[r] < 0 || (csr && r > 0 && b.kv_indptr[r] < b.kv_indptr[r - 1]) ||
         b.kv_indptr[r] > b.num_pages_indexed) {
       fail(str("paged_attention: kv_indptr[", r, "] = ", b.kv_indptr[r],
                " is negative, decreasing or past the length of kv_indices ", b.num_pages_indexed));
@@ -40,17 +43,20 @@ void validate_paged_batch(const PagedBatch& b) {
   for (int64_t r = 0; r < b.batch_size; ++r) {
     const int64_t qo_len = b.qo_indptr[r + 1] - b.qo_indptr[r];
     const int64_t seq_len = b.seq_lens[r];
-    const int64_t num_pages = b.kv_indptr[r + 1] - b.kv_indptr[r];
     if (seq_len < qo_len) fail(req(r) + str("seq_len ", seq_len, " is smaller than its query count ", qo_len));
-    if (num_pages * b.page_size < seq_len) {
-      fail(req(r) + str(num_pages, " pages of ", b.page_size, " slots cannot hold seq_len ", seq_len));
-    }
     const int64_t kb = b.kv_begin != nullptr ? b.kv_begin[r] : 0;
     const int64_t ke = b.kv_end != nullptr ? b.kv_end[r] : seq_len;
     if (kb < 0 || kb > ke || ke > seq_len) {
       fail(req(r) + str("key range [", kb, ", ", ke, ") is not inside [0, seq_len ", seq_len, "]"));
     }
-    const int64_t used = (seq_len + b.page_size - 1) / b.page_size;
+    // Pages of the keys that can be read: all of seq_len, or below kv_end with key ranges.
+    const int64_t used = ((b.kv_end != nullptr ? ke : seq_len) + b.page_size - 1) / b.page_size;
+    const int64_t num_pages =
+        b.kv_end == nullptr ? b.kv_indptr[r + 1] - b.kv_indptr[r] : b.num_pages_indexed - b.kv_indptr[r];
+    if (num_pages < used) {
+      fail(req(r) + str(num_pages, " pages of ", b.page_size, " slots cannot hold ",
+                        b.kv_end != nullptr ? "kv_end " : "seq_len ", b.kv_end != nullptr ? ke : seq_len));
+    }
     for (int64_t i = 0; i < used; ++i) {
       const int64_t page = b.kv_indices[b.kv_indptr[r] + i];
       if (page < 0 || (page + 1) * b.page_size > b.num_slots) {
@@ -251,26 +257,31 @@ void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows&
   });
 }
 
-void merge_attention_states(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b, int64_t n,
-                            int64_t heads, int64_t head_dim, float* out, float* lse_out) {
-  RLM_CHECK(n >= 0 && heads > 0 && head_dim > 0) << "merge_attention_states: bad shape [" << n << ", " << heads
-                                                 << ", " << head_dim << "]";
-  parallel_for(n * heads, 64, [&](int64_t begin, int64_t end) {
+void merge_attention_states(const float* parts, const float* lse, int64_t num_parts, int64_t n, int64_t heads,
+                            int64_t head_dim, float* out, float* lse_out) {
+  RLM_CHECK(num_parts >= 1 && n >= 0 && heads > 0 && head_dim > 0)
+      << "merge_attention_states: bad shape [" << num_parts << ", " << n << ", " << heads << ", " << head_dim << "]";
+  const int64_t rows = n * heads;
+  parallel_for(rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const float la = lse_a[i], lb = lse_b[i];
-      const float m = std::max(la, lb);
-      const float* a = o_a + i * head_dim;
-      const float* b = o_b + i * head_dim;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t k = 0; k < num_parts; ++k) m = std::max(m, lse[k * rows + i]);
       float* o = out + i * head_dim;
       if (m == -std::numeric_limits<float>::infinity()) {
         for (int64_t c = 0; c < head_dim; ++c) o[c] = 0.0f;
         if (lse_out != nullptr) lse_out[i] = m;
         continue;
       }
-      const float wa = std::exp(la - m), wb = std::exp(lb - m);
-      const float sum = wa + wb;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < head_dim; ++c) o[c] = 0.0f;
+      for (int64_t k = 0; k < num_parts; ++k) {
+        const float w = std::exp(lse[k * rows + i] - m);
+        sum += w;
+        const float* p = parts + (k * rows + i) * head_dim;
+        for (int64_t c = 0; c < head_dim; ++c) o[c] += w * p[c];
+      }
       const float inv = 1.0f / sum;
-      for (int64_t c = 0; c < head_dim; ++c) o[c] = (wa * a[c] + wb * b[c]) * inv;
+      for (int64_t c = 0; c < head_dim; ++c) o[c] *= inv;
       if (lse_out != nullptr) lse_out[i] = m + std::log(sum);
     }
   });

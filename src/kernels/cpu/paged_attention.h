@@ -30,7 +30,9 @@ struct PagedBatch {
   int64_t num_tokens = 0;               // rows of q / out
   // Optional key ranges (cascade attention): request r sees only keys at positions in
   // [kv_begin[r], kv_end[r]) besides the causal/window rule; null: [0, seq_len).
-  // 0 <= kv_begin <= kv_end <= seq_len.
+  // 0 <= kv_begin <= kv_end <= seq_len. With key ranges, kv_indptr[r] is only the offset of
+  // request r's page list (entries may share one; it need not increase) and only the pages of keys
+  // below kv_end must exist.
   const int32_t* kv_begin = nullptr;    // [bs]
   const int32_t* kv_end = nullptr;      // [bs]
 };
@@ -58,12 +60,12 @@ void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows&
                      const AttnConfig& cfg, float* out, int64_t out_token_stride, int64_t out_head_stride,
                      float* lse = nullptr, int64_t lse_token_stride = 0);
 
-// Merges two attention results over disjoint key sets of the same queries (cascade attention):
-//   m = max(lse_a, lse_b); w_x = exp(lse_x - m); out = (w_a * o_a + w_b * o_b) / (w_a + w_b);
-//   lse_out = m + log(w_a + w_b); both -inf: out = 0, lse_out = -inf.
-// o_a, o_b, out: f32 [n, heads, head_dim] contiguous; lse_a, lse_b, lse_out: f32 [n, heads]
-// contiguous. out may alias o_a or o_b; lse_out (may be null) must not alias lse_a or lse_b.
-void merge_attention_states(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b, int64_t n,
-                            int64_t heads, int64_t head_dim, float* out, float* lse_out);
+// Merges K attention results over disjoint key sets of the same queries (cascade attention):
+//   m = max_k lse_k; w_k = exp(lse_k - m); out = sum_k w_k o_k / sum_k w_k; lse_out = m + log(sum_k w_k);
+//   all -inf: out = 0, lse_out = -inf.
+// parts: f32 [K, n, heads, head_dim] contiguous; lse: f32 [K, n, heads] contiguous; out: f32
+// [n, heads, head_dim] contiguous, not overlapping parts; lse_out: f32 [n, heads] or null.
+void merge_attention_states(const float* parts, const float* lse, int64_t num_parts, int64_t n, int64_t heads,
+                            int64_t head_dim, float* out, float* lse_out);
 
 }  // namespace rlm::cpu

@@ -49,8 +49,8 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
                              int64_t out_head_stride, float* lse = nullptr, int64_t lse_token_stride = 0);
 
 // Twin of cpu::merge_attention_states on the device's stream (all device pointers).
-void merge_attention_states(const float* o_a, const float* lse_a, const float* o_b, const float* lse_b, int64_t n,
-                            int64_t heads, int64_t head_dim, float* out, float* lse_out);
+void merge_attention_states(const float* parts, const float* lse, int64_t num_parts, int64_t n, int64_t heads,
+                            int64_t head_dim, float* out, float* lse_out);
 
 // Number of KV splits the decode kernel uses for a longest sequence of max_seq_len keys.
 int decode_num_kv_splits(int64_t max_seq_len);
