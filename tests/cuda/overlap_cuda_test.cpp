@@ -123,6 +123,85 @@ TEST(OverlapCuda, SameTokensOnAndOffAndGoldenGreedy) {
   }
 }
 
+// Executor level, on the GPU (tests/unit/step_executor_test.cpp has the CPU twin and explains the
+// numbers): after a prefill t0 and the history made [t0, t0], frequency 100 / presence -250 make
+// decode 1 repeat t0 and force decode 2 away from it only if the token in flight (read by the
+// device-side penalties from the runner's future-token table) is counted.
+struct Trace {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;
+};
+
+Trace decode_three(const std::string& dir, bool overlap) {
+  auto loaded = load_model(dir);
+  EXPECT_TRUE(loaded.is_ok()) << loaded.status().to_string();
+  ModelRunnerConfig rc;
+  rc.device = Device::cuda(0);
+  rc.attention_backend = "native";
+  rc.page_size = 16;
+  rc.max_requests = 2;
+  rc.max_context_len = 64;
+  rc.num_pages = 4;
+  auto runner = ModelRunner::create(std::move(loaded->model), rc);
+  EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
+  ModelStepExecutor exec(**runner);
+  Req req;
+  for (int i = 0; i < 9; ++i) req.prompt_ids.push_back((i * 11 + 3) % 23);
+  req.params.temperature = 0.0f;
+  req.params.logprobs = 3;
+  const int32_t slot = (*runner)->req_to_token().alloc();
+  const int32_t n = static_cast<int32_t>(req.prompt_ids.size());
+  auto item_for = [&](int32_t prefix, std::vector<int32_t> ids, int32_t pending) {
+    StepItem it;
+    it.req = &req;
+    it.entry.req_slot = slot;
+    it.entry.prefix_len = prefix;
+    for (size_t i = 0; i < ids.size(); ++i) it.entry.new_slots.push_back(prefix + static_cast<int32_t>(i));
+    it.entry.new_ids = std::move(ids);
+    it.pending_outputs = pending;
+    return it;
+  };
+  Trace t;
+  auto take = [&](const SampleResult& r) {
+    t.tokens.push_back(r.token);
+    t.logprobs.push_back(r.logprob.value_or(TokenLogprob{}));
+    req.output_ids.push_back(r.token);
+  };
+  take(exec.run(ForwardMode::kExtend, {item_for(0, req.prompt_ids, 0)}).at(0));
+  req.output_ids.push_back(t.tokens[0]);
+  req.params.frequency_penalty = 100.0f;
+  req.params.presence_penalty = -250.0f;
+  if (overlap) {
+    auto first = exec.launch(ForwardMode::kDecode, {item_for(n, {req.output_ids.back()}, 0)});
+    auto second = exec.launch(ForwardMode::kDecode, {item_for(n + 1, {kFutureToken}, 1)});
+    take(exec.wait(*first).at(0));
+    take(exec.wait(*second).at(0));
+  } else {
+    take(exec.run(ForwardMode::kDecode, {item_for(n, {req.output_ids.back()}, 0)}).at(0));
+    take(exec.run(ForwardMode::kDecode, {item_for(n + 1, {req.output_ids.back()}, 0)}).at(0));
+  }
+  return t;
+}
+
+TEST(OverlapCuda, LaunchedStepPenalisesTheTokenInFlight) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = source_dir() + "/tests/golden/llama_gqa1_hd64";
+  const Trace seq = decode_three(dir, false);
+  const Trace ovl = decode_three(dir, true);
+  EXPECT_EQ(ovl.tokens, seq.tokens);
+  for (const Trace* t : {&seq, &ovl}) {
+    ASSERT_EQ(t->tokens.size(), 3u);
+    EXPECT_EQ(t->tokens[1], t->tokens[0]) << "decode 1 should repeat t0 (count 2: +50)";
+    EXPECT_NE(t->tokens[2], t->tokens[0]) << "decode 2 must count the token in flight (count 3: -50)";
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ovl.logprobs[i].token, seq.tokens[i]);
+    EXPECT_EQ(ovl.logprobs[i].logprob, seq.logprobs[i].logprob) << "step " << i;
+    EXPECT_EQ(ovl.logprobs[i].top, seq.logprobs[i].top) << "step " << i;
+    EXPECT_EQ(ovl.logprobs[i].top.size(), 3u);
+  }
+}
+
 TEST(OverlapCuda, PenaltiesAndLogprobsSameOnAndOffWithoutPausing) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   for (const std::string name : {"llama_gqa1_hd64", "qwen3_gqa2_hd128"}) {
