@@ -108,6 +108,9 @@ class ModelRunner {
   // Remembers, per request slot of `batch`, the token sampled for it (tokens: i32 [batch_size] on
   // the model's device), so that a later decode entry can name it with kFutureToken.
   void record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch);
+  // The table record_sampled_tokens writes: i32 [max_requests] on the model's device, the last
+  // token sampled per request slot (read by the device-side penalties of a step launched ahead).
+  const Tensor& future_tokens() const { return future_tokens_; }
 
  private:
   ModelRunner() = default;

@@ -65,6 +65,21 @@ void ServingMetrics::add_retraction() {
   ++retractions_;
 }
 
+void ServingMetrics::add_decode_step(bool overlapped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(overlapped ? overlapped_decode_steps_ : sequential_decode_steps_);
+}
+
+int64_t ServingMetrics::overlapped_decode_steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return overlapped_decode_steps_;
+}
+
+int64_t ServingMetrics::sequential_decode_steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sequential_decode_steps_;
+}
+
 void ServingMetrics::set_gauges(const SchedulerGauges& g) {
   std::lock_guard<std::mutex> lock(mu_);
   gauges_ = g;
@@ -117,6 +132,10 @@ std::string ServingMetrics::render_prometheus() const {
             static_cast<double>(prefill_computed_));
     counter("radixlm_generation_tokens_total", "Tokens generated", static_cast<double>(generation_tokens_));
     counter("radixlm_retractions_total", "Requests retracted for KV space", static_cast<double>(retractions_));
+    os << "# HELP radixlm_decode_steps_total Decode steps, launched ahead (overlap) or run at once (sequential)\n"
+       << "# TYPE radixlm_decode_steps_total counter\n"
+       << "radixlm_decode_steps_total{mode=\"overlap\"} " << overlapped_decode_steps_ << "\n"
+       << "radixlm_decode_steps_total{mode=\"sequential\"} " << sequential_decode_steps_ << "\n";
     os << "# HELP radixlm_requests_finished_total Finished requests by reason\n"
        << "# TYPE radixlm_requests_finished_total counter\n"
        << "radixlm_requests_finished_total{reason=\"stop\"} " << finished_stop_ << "\n"

@@ -303,11 +303,8 @@ bool Scheduler::overlap_ok() const {
   if (!config_.overlap_schedule || !exec_.supports_overlap()) return false;
   // Hybrid models keep one snapshot slot per request, which a step launched ahead could overwrite
   // before the previous step's snapshot is cached (SGLang uses ping-pong slots): no overlap yet.
-  if (mamba_ != nullptr) return false;
-  for (const auto& r : running_) {
-    if (!device_sampling_ok(r->params)) return false;
-  }
-  return true;
+  // Penalties and logprobs run on the device too (ModelStepExecutor), so they never pause it.
+  return mamba_ == nullptr;
 }
 
 bool Scheduler::run_decode() {
@@ -345,11 +342,13 @@ bool Scheduler::run_decode() {
   if (overlap_ok()) {
     // Launch and return; the next step() launches the step after it before reading this one.
     inflight_ = exec_.launch(ForwardMode::kDecode, items);
+    metrics_->add_decode_step(/*overlapped=*/true);
     inflight_reqs_ = running_;
     inflight_items_ = std::move(items);
     return true;
   }
   std::vector<SampleResult> results = exec_.run(ForwardMode::kDecode, items);
+  metrics_->add_decode_step(/*overlapped=*/false);
   process_results(items, results, ForwardMode::kDecode);
   return true;
 }
@@ -375,6 +374,7 @@ bool Scheduler::launch_next_decode() {
   running_ = std::move(saved);
   RLM_CHECK(ok) << "decode slots ran out after the room check";
   std::unique_ptr<LaunchedStep> launched = exec_.launch(ForwardMode::kDecode, items);
+  metrics_->add_decode_step(/*overlapped=*/true);
   new_token_ratio_ = std::max(config_.min_new_token_ratio, new_token_ratio_ - config_.new_token_ratio_decay);
   complete_inflight();
   inflight_ = std::move(launched);

@@ -1,55 +1,11 @@
 #include "scheduler/step_executor.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <unordered_map>
+
+#include "ops/sampling_ops.h"
+#include "ops/token_ops.h"
 
 namespace rlm {
-
-void apply_penalties(float* logits, int64_t vocab, const SamplingParams& p, const std::vector<int32_t>& prompt,
-                     const std::vector<int32_t>& output) {
-  if (p.repetition_penalty != 1.0f) {
-    std::vector<uint8_t> seen(vocab, 0);
-    for (int32_t t : prompt) seen[t] = 1;
-    for (int32_t t : output) seen[t] = 1;
-    for (int64_t t = 0; t < vocab; ++t) {
-      if (!seen[t]) continue;
-      logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
-    }
-  }
-  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
-    std::unordered_map<int32_t, int32_t> counts;
-    for (int32_t t : output) ++counts[t];
-    for (const auto& [t, c] : counts) {
-      logits[t] -= p.frequency_penalty * static_cast<float>(c) + p.presence_penalty;
-    }
-  }
-}
-
-namespace {
-
-TokenLogprob make_logprob(const float* logprobs_row, int64_t vocab, int32_t token, int32_t top_k) {
-  TokenLogprob lp;
-  lp.token = token;
-  lp.logprob = logprobs_row[token];
-  if (top_k > 0) {
-    std::vector<int32_t> idx(vocab);
-    for (int64_t i = 0; i < vocab; ++i) idx[i] = static_cast<int32_t>(i);
-    const int64_t k = std::min<int64_t>(top_k, vocab);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-      return logprobs_row[a] > logprobs_row[b] || (logprobs_row[a] == logprobs_row[b] && a < b);
-    });
-    for (int64_t i = 0; i < k; ++i) lp.top.emplace_back(idx[i], logprobs_row[idx[i]]);
-  }
-  return lp;
-}
-
-}  // namespace
-
-bool device_sampling_ok(const SamplingParams& p) {
-  return p.logprobs < 0 && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f;
-}
 
 std::unique_ptr<LaunchedStep> StepExecutor::launch(ForwardMode, const std::vector<StepItem>&) {
   fail("this step executor does not support overlap scheduling");
@@ -73,11 +29,130 @@ ops::SamplingRow sampling_row(const StepItem& it) {
   return row;
 }
 
-// A launched step: its sampled tokens stay on the device until wait().
+// dst[i] = src[rows[i]] for f32 [*, vocab] tensors on one device: one device-side copy per run of
+// consecutive rows (queued on the stream; no host wait).
+void copy_rows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor& dst) {
+  RLM_CHECK(src.is_contiguous() && dst.is_contiguous()) << "copy_rows: " << src.describe() << " -> " << dst.describe();
+  size_t i = 0;
+  while (i < rows.size()) {
+    size_t j = i + 1;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    const int64_t len = static_cast<int64_t>(j - i);
+    dst.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(j)).copy_(src.slice(0, rows[i], rows[i] + len));
+    i = j;
+  }
+}
+
+// What a sampled step leaves on the model's device until its results are read.
+struct DeviceSamples {
+  Tensor tokens;                     // i32 [num_rows]
+  Tensor chosen;                     // f32 [num_logprob_rows]; undefined when no row wants logprobs
+  Tensor top_ids;                    // i32 [num_logprob_rows, k] (k: the largest request)
+  Tensor top_values;                 // f32 [num_logprob_rows, k]
+  std::vector<int32_t> logprob_row;  // [num_rows]: the row's index in chosen/top_*, -1: none
+  std::vector<int32_t> logprob_k;    // [num_rows]: top alternatives the row asked for
+};
+
+// Samples one token per row. logits: f32 [rows.size(), vocab] on the model's device, contiguous;
+// penalised in place. future_tokens: the runner's table (a row with pending_outputs > 0 reads its
+// newest output token there). Queues work only: nothing waits for the device.
+DeviceSamples sample_rows(const Tensor& logits, const std::vector<const StepItem*>& rows, const Tensor& future_tokens) {
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  RLM_CHECK_EQ(n, static_cast<int64_t>(rows.size())) << " logits rows vs sampled items";
+  const Device dev = logits.device();
+  DeviceSamples s;
+  s.logprob_row.assign(rows.size(), -1);
+  s.logprob_k.assign(rows.size(), 0);
+  std::vector<int64_t> lp_rows;
+  int64_t k = 0;
+  std::vector<ops::SamplingRow> sampling;
+  ops::PenaltyBatch penalties;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const StepItem& it = *rows[i];
+    const SamplingParams& p = it.req->params;
+    sampling.push_back(sampling_row(it));
+    if (p.logprobs >= 0) {
+      s.logprob_row[i] = static_cast<int32_t>(lp_rows.size());
+      s.logprob_k[i] = static_cast<int32_t>(std::min<int64_t>(p.logprobs, vocab));
+      k = std::max<int64_t>(k, s.logprob_k[i]);
+      lp_rows.push_back(static_cast<int64_t>(i));
+    }
+    ops::PenaltyRow pr;
+    pr.repetition_penalty = p.repetition_penalty;
+    pr.frequency_penalty = p.frequency_penalty;
+    pr.presence_penalty = p.presence_penalty;
+    if (pr.repetition_penalty != 1.0f || pr.frequency_penalty != 0.0f || pr.presence_penalty != 0.0f) {
+      RLM_CHECK(it.pending_outputs == 0 || it.pending_outputs == 1)
+          << "request slot " << it.entry.req_slot << ": " << it.pending_outputs
+          << " unread outputs (the future-token table holds one)";
+      pr.pending_slot = it.pending_outputs > 0 ? it.entry.req_slot : -1;
+      penalties.add_row(pr, it.req->prompt_ids, it.req->output_ids);
+    } else {
+      penalties.add_row(pr, {}, {});
+    }
+  }
+  const int64_t num_lp = static_cast<int64_t>(lp_rows.size());
+  Tensor logprobs;
+  if (num_lp > 0) {
+    // Logprobs of the model's distribution (before penalties and temperature), like vLLM.
+    logprobs = Tensor::empty({num_lp, vocab}, DType::kF32, dev);
+    copy_rows(logits, lp_rows, logprobs);
+    ops::log_softmax(logprobs);
+  }
+  if (penalties.any_active()) ops::apply_penalties(logits, penalties, future_tokens);
+  s.tokens = Tensor::empty({n}, DType::kI32, dev);
+  ops::sample(logits, sampling, s.tokens);
+  if (num_lp > 0) {
+    Tensor lp_tokens = s.tokens;
+    if (num_lp != n) {
+      // The logprob rows' tokens, gathered on the device: resolve_future_tokens sets ids[i] =
+      // table[slots[i]] where ids[i] < 0, here with ids all -1 and the sampled tokens as the table.
+      std::vector<int32_t> packed(static_cast<size_t>(num_lp), -1);
+      for (int64_t r : lp_rows) packed.push_back(static_cast<int32_t>(r));
+      const Tensor both = Tensor::from_vector(packed).to(dev);
+      lp_tokens = both.slice(0, 0, num_lp);
+      ops::resolve_future_tokens(lp_tokens, both.slice(0, num_lp, 2 * num_lp), s.tokens);
+    }
+    s.chosen = Tensor::empty({num_lp}, DType::kF32, dev);
+    s.top_ids = Tensor::empty({num_lp, k}, DType::kI32, dev);
+    s.top_values = Tensor::empty({num_lp, k}, DType::kF32, dev);
+    ops::top_logprobs(logprobs, lp_tokens, s.chosen, s.top_ids, s.top_values);
+  }
+  return s;
+}
+
+// Copies a step's samples to the host (waits for the device) as one result per row.
+std::vector<SampleResult> read_samples(const DeviceSamples& s) {
+  const Tensor tokens = s.tokens.to(Device::cpu());
+  std::vector<SampleResult> results(static_cast<size_t>(tokens.numel()));
+  for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens.data<int32_t>()[i];
+  if (!s.chosen.defined()) return results;
+  const Tensor chosen = s.chosen.to(Device::cpu());
+  const int64_t k = s.top_ids.size(1);
+  Tensor ids, values;
+  if (k > 0) {
+    ids = s.top_ids.to(Device::cpu());
+    values = s.top_values.to(Device::cpu());
+  }
+  for (size_t i = 0; i < results.size(); ++i) {
+    const int32_t j = s.logprob_row[i];
+    if (j < 0) continue;
+    TokenLogprob lp;
+    lp.token = results[i].token;
+    lp.logprob = chosen.data<float>()[j];
+    for (int32_t q = 0; q < s.logprob_k[i]; ++q) {
+      lp.top.emplace_back(ids.data<int32_t>()[j * k + q], values.data<float>()[j * k + q]);
+    }
+    results[i].logprob = std::move(lp);
+  }
+  return results;
+}
+
+// A launched step: its samples stay on the device until wait().
 class ModelLaunchedStep : public LaunchedStep {
  public:
-  explicit ModelLaunchedStep(Tensor tokens) : tokens(std::move(tokens)) {}
-  Tensor tokens;  // i32 [num_items] on the model's device
+  explicit ModelLaunchedStep(DeviceSamples samples) : samples(std::move(samples)) {}
+  DeviceSamples samples;
 };
 
 }  // namespace
@@ -85,95 +160,51 @@ class ModelLaunchedStep : public LaunchedStep {
 std::unique_ptr<LaunchedStep> ModelStepExecutor::launch(ForwardMode mode, const std::vector<StepItem>& items) {
   RLM_CHECK(!items.empty()) << "launch() of an empty step";
   std::vector<BatchEntry> entries;
-  std::vector<ops::SamplingRow> rows;
+  std::vector<const StepItem*> rows;
   for (const StepItem& it : items) {
-    RLM_CHECK(it.sample && !it.entry.all_logits && device_sampling_ok(it.req->params))
-        << "launch(): every item must sample on the device (request slot " << it.entry.req_slot << ")";
+    RLM_CHECK(it.sample && !it.entry.all_logits)
+        << "launch(): every item must sample one token (request slot " << it.entry.req_slot << ")";
     entries.push_back(it.entry);
-    rows.push_back(sampling_row(it));
+    rows.push_back(&it);
   }
   ForwardBatch batch = runner_.build_batch(mode, entries);
   Tensor logits = runner_.forward(batch);  // [num_items, vocab] on the device
-  Tensor tokens = Tensor::empty({logits.size(0)}, DType::kI32, logits.device());
-  ops::sample(logits, rows, tokens);
-  runner_.record_sampled_tokens(tokens, batch);
-  return std::make_unique<ModelLaunchedStep>(std::move(tokens));
+  DeviceSamples samples = sample_rows(logits, rows, runner_.future_tokens());
+  runner_.record_sampled_tokens(samples.tokens, batch);
+  return std::make_unique<ModelLaunchedStep>(std::move(samples));
 }
 
 std::vector<SampleResult> ModelStepExecutor::wait(LaunchedStep& step) {
   auto* s = dynamic_cast<ModelLaunchedStep*>(&step);
   RLM_CHECK(s != nullptr) << "wait() on a step this executor did not launch";
-  const Tensor host = s->tokens.to(Device::cpu());
-  std::vector<SampleResult> results(static_cast<size_t>(host.numel()));
-  for (int64_t i = 0; i < host.numel(); ++i) results[i].token = host.data<int32_t>()[i];
-  return results;
+  return read_samples(s->samples);
 }
 
 std::vector<SampleResult> ModelStepExecutor::run(ForwardMode mode, const std::vector<StepItem>& items) {
   std::vector<BatchEntry> entries;
   entries.reserve(items.size());
-  bool on_device = true;
   for (const StepItem& it : items) {
+    RLM_CHECK(!it.entry.all_logits) << "run(): request slot " << it.entry.req_slot << " asks for every logits row";
     entries.push_back(it.entry);
-    if (it.sample) on_device = on_device && device_sampling_ok(it.req->params);
   }
   ForwardBatch batch = runner_.build_batch(mode, entries);
   Tensor logits = runner_.forward(batch);  // [batch_size, vocab] (last token of each entry), on the device
+  RLM_CHECK_EQ(logits.size(0), static_cast<int64_t>(items.size())) << " logits rows vs step items";
 
   std::vector<int64_t> rows;
+  std::vector<const StepItem*> sampled;
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].sample) rows.push_back(static_cast<int64_t>(i));
+    if (!items[i].sample) continue;
+    rows.push_back(static_cast<int64_t>(i));
+    sampled.push_back(&items[i]);
   }
-  std::vector<SampleResult> results(rows.size());
-  if (rows.empty()) return results;
-  if (on_device) {
-    // Sample where the logits are; only the tokens come back to the host.
-    std::vector<ops::SamplingRow> sampling;
-    std::vector<int32_t> row_ids;
-    for (int64_t r : rows) {
-      sampling.push_back(sampling_row(items[r]));
-      row_ids.push_back(static_cast<int32_t>(r));
-    }
-    Tensor selected = logits;
-    if (rows.size() != items.size()) {
-      selected = Tensor::empty({static_cast<int64_t>(rows.size()), logits.size(1)}, DType::kF32, logits.device());
-      ops::embedding(Tensor::from_vector(row_ids).to(logits.device()), logits, selected);
-    }
-    Tensor tokens = Tensor::empty({selected.size(0)}, DType::kI32, logits.device());
-    ops::sample(selected, sampling, tokens);
-    const Tensor host = tokens.to(Device::cpu());
-    for (size_t k = 0; k < rows.size(); ++k) results[k].token = host.data<int32_t>()[k];
-    return results;
+  if (rows.empty()) return {};
+  Tensor selected = logits;
+  if (rows.size() != items.size()) {
+    selected = Tensor::empty({static_cast<int64_t>(rows.size()), logits.size(1)}, DType::kF32, logits.device());
+    copy_rows(logits, rows, selected);
   }
-  logits = logits.to(Device::cpu());
-  const int64_t vocab = logits.size(1);
-  Tensor processed = Tensor::empty({static_cast<int64_t>(rows.size()), vocab}, DType::kF32);
-  std::vector<ops::SamplingRow> sampling(rows.size());
-  std::vector<Tensor> logprobs(rows.size());  // f32 [1, vocab] for rows that asked for logprobs
-  for (size_t k = 0; k < rows.size(); ++k) {
-    const Req& req = *items[rows[k]].req;
-    const float* src = logits.data<float>() + rows[k] * vocab;
-    float* dst = processed.data<float>() + static_cast<int64_t>(k) * vocab;
-    std::memcpy(dst, src, vocab * sizeof(float));
-    if (req.params.logprobs >= 0) {
-      // Logprobs of the model's distribution (before penalties and temperature), like vLLM.
-      logprobs[k] = Tensor::empty({1, vocab}, DType::kF32);
-      std::memcpy(logprobs[k].data<float>(), src, vocab * sizeof(float));
-      ops::log_softmax(logprobs[k]);
-    }
-    apply_penalties(dst, vocab, req.params, req.prompt_ids, req.output_ids);
-    sampling[k] = sampling_row(items[rows[k]]);
-  }
-  Tensor out = Tensor::empty({static_cast<int64_t>(rows.size())}, DType::kI32);
-  ops::sample(processed, sampling, out);
-  for (size_t k = 0; k < rows.size(); ++k) {
-    results[k].token = out.data<int32_t>()[k];
-    if (logprobs[k].defined()) {
-      results[k].logprob =
-          make_logprob(logprobs[k].data<float>(), vocab, results[k].token, items[rows[k]].req->params.logprobs);
-    }
-  }
-  return results;
+  return read_samples(sample_rows(selected, sampled, runner_.future_tokens()));
 }
 
 }  // namespace rlm

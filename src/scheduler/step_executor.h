@@ -49,18 +49,20 @@ class StepExecutor {
 
   // Overlap scheduling. launch() starts a decode step and returns without waiting for it; an
   // entry's new_ids[0] may be kFutureToken: the token the previously launched step sampled for
-  // the same request slot (read in device memory, never seen by the host). Items must all sample
-  // and ask for no logprobs or penalties (those need the logits on the host). wait() returns the
-  // results, one per item, in item order. An executor that cannot overlap returns false here.
+  // the same request slot (read in device memory, never seen by the host; a request's penalties
+  // count it as an output token there too). Items must all sample; penalties and logprobs are
+  // computed on the device like everything else. wait() returns the results, one per item, in
+  // item order. An executor that cannot overlap returns false here.
   virtual bool supports_overlap() const { return false; }
   virtual std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items);
   virtual std::vector<SampleResult> wait(LaunchedStep& step);
 };
 
-// True when a request's tokens can be sampled on the device without its logits on the host
-// (no logprobs, no repetition/frequency/presence penalties).
-bool device_sampling_ok(const SamplingParams& params);
-
+// Runs steps on a ModelRunner. Everything a sampled row needs happens on the model's device:
+// logprobs (log-softmax of the raw logits, before penalties and temperature, like vLLM, then the
+// chosen token's value and the top-k), penalties (ops::apply_penalties over the request's prompt
+// and output tokens, plus a token still in flight through the runner's future-token table) and
+// sampling; only the tokens and the small logprob arrays come back to the host.
 class ModelStepExecutor : public StepExecutor {
  public:
   explicit ModelStepExecutor(ModelRunner& runner) : runner_(runner) {}
@@ -78,10 +80,5 @@ class ModelStepExecutor : public StepExecutor {
  private:
   ModelRunner& runner_;
 };
-
-// Applies repetition (HF semantics, over prompt and output tokens), frequency and presence
-// penalties (over output tokens) to one row of logits in place.   logits: [vocab]
-void apply_penalties(float* logits, int64_t vocab, const SamplingParams& params, const std::vector<int32_t>& prompt,
-                     const std::vector<int32_t>& output);
 
 }  // namespace rlm

@@ -348,7 +348,8 @@ def test_explicit_abort_by_request_id(server):
 
 def test_overlap_schedule_on_and_off_give_identical_outputs(client, server):
     """Greedy and seeded sampled outputs do not depend on overlap scheduling (the seeded sampler's
-    step index must count tokens still in flight)."""
+    step index must count tokens still in flight), nor do penalties (which count the token still in
+    flight through the runner's table) and logprobs."""
     plain = Server("--disable-overlap-schedule")
     try:
         pclient = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=300)
@@ -357,13 +358,29 @@ def test_overlap_schedule_on_and_off_give_identical_outputs(client, server):
         def run(c):
             def one(i):
                 kw = dict(temperature=0) if i % 2 == 0 else dict(temperature=0.9, top_p=0.95, seed=100 + i)
-                r = c.completions.create(model=MODEL, prompt=prompts[i], max_tokens=24,
-                                         extra_body={"ignore_eos": True}, **kw)
-                return r.choices[0].text
+                extra = {"ignore_eos": True}
+                if i >= 4:  # penalties and logprobs: computed on the device, overlap keeps going
+                    kw.update(frequency_penalty=0.7, presence_penalty=0.4, logprobs=2)
+                    extra["repetition_penalty"] = 1.2
+                r = c.completions.create(model=MODEL, prompt=prompts[i], max_tokens=24, extra_body=extra, **kw)
+                lp = r.choices[0].logprobs
+                return r.choices[0].text, (lp.tokens, lp.token_logprobs, lp.top_logprobs) if lp else None
             with concurrent.futures.ThreadPoolExecutor(6) as ex:
                 return list(ex.map(one, range(6)))
 
-        assert run(client) == run(pclient)
+        seq_name = 'radixlm_decode_steps_total{mode="sequential"}'
+        ovl_name = 'radixlm_decode_steps_total{mode="overlap"}'
+        seq_before, ovl_before = metric(server, seq_name), metric(server, ovl_name)
+        overlapped, sequential = run(client), run(pclient)
+        # The penalty/logprob requests did not pause overlap: no decode step ran sequentially.
+        assert metric(server, seq_name) == seq_before
+        assert metric(server, ovl_name) > ovl_before
+        assert metric(plain, ovl_name) == 0
+        assert [o[0] for o in overlapped] == [o[0] for o in sequential]
+        for (_, a), (_, b) in zip(overlapped[4:], sequential[4:]):
+            assert a[0] == b[0]
+            assert a[1] == pytest.approx(b[1], abs=1e-4)
+            assert [sorted(x) for x in a[2]] == [sorted(x) for x in b[2]]
         plain.assert_kv_free()
         server.wait_idle()
         server.assert_kv_free()

@@ -1,11 +1,11 @@
-// Logit penalties against tools/make_sampling_reference.py (transformers' repetition penalty,
-// OpenAI's frequency/presence formula).
+// ops::apply_penalties (CPU) against tools/make_sampling_reference.py (transformers' repetition
+// penalty, OpenAI's frequency/presence formula).
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "scheduler/step_executor.h"
+#include "ops/sampling_ops.h"
 
 namespace rlm {
 namespace {
@@ -18,12 +18,15 @@ TEST(Penalties, MatchReference) {
   for (const auto& c : j["cases"]) {
     std::vector<float> logits = c["logits"].get<std::vector<float>>();
     const std::vector<float> expected = c["expected"].get<std::vector<float>>();
-    SamplingParams p;
+    ops::PenaltyRow p;
     p.repetition_penalty = c["repetition_penalty"].get<float>();
     p.frequency_penalty = c["frequency_penalty"].get<float>();
     p.presence_penalty = c["presence_penalty"].get<float>();
-    apply_penalties(logits.data(), static_cast<int64_t>(logits.size()), p, c["prompt"].get<std::vector<int32_t>>(),
-                    c["output"].get<std::vector<int32_t>>());
+    ops::PenaltyBatch batch;
+    batch.add_row(p, c["prompt"].get<std::vector<int32_t>>(), c["output"].get<std::vector<int32_t>>());
+    const Tensor t = Tensor::from_vector(logits, {1, static_cast<int64_t>(logits.size())});
+    ops::apply_penalties(t, batch, Tensor());
+    std::copy(t.data<float>(), t.data<float>() + logits.size(), logits.begin());
     for (size_t i = 0; i < logits.size(); ++i) {
       EXPECT_NEAR(logits[i], expected[i], 1e-5f * std::max(1.0f, std::abs(expected[i]))) << "token " << i;
     }

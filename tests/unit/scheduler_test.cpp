@@ -40,7 +40,11 @@ class FakeExecutor : public StepExecutor {
     std::vector<StepItem> resolved = items;
     for (StepItem& it : resolved) {
       EXPECT_TRUE(it.sample);
-      EXPECT_TRUE(device_sampling_ok(it.req->params)) << "a host-sampled request in a launched step";
+      const SamplingParams& sp = it.req->params;
+      if (sp.logprobs >= 0 || sp.repetition_penalty != 1.0f || sp.frequency_penalty != 0.0f ||
+          sp.presence_penalty != 0.0f) {
+        ++launched_penalty_items;  // penalties/logprobs no longer pause overlap
+      }
       if (it.entry.new_ids[0] == kFutureToken) {
         auto f = last_launch_.find(it.entry.req_slot);
         EXPECT_NE(f, last_launch_.end()) << "future token of request slot " << it.entry.req_slot
@@ -100,7 +104,8 @@ class FakeExecutor : public StepExecutor {
     }
     return out;
   }
-  int64_t steps = 0, extend_tokens = 0, chunk_items = 0, launched_steps = 0, future_tokens = 0;
+  int64_t steps = 0, extend_tokens = 0, chunk_items = 0, launched_steps = 0, future_tokens = 0,
+          launched_penalty_items = 0;
 
  private:
   struct FakeLaunched : LaunchedStep {
@@ -406,8 +411,8 @@ TEST_P(SchedulerOverlap, EosAndStopTokenIds) {
   EXPECT_EQ(exec.req_to_token().num_free(), 4);
 }
 
-// Aborts arriving while a step is in flight; a penalty request turns overlap off while it runs.
-TEST_P(SchedulerOverlap, AbortsAndHostSampledRequests) {
+// Aborts arriving while a step is in flight; requests with penalties and logprobs keep overlapping.
+TEST_P(SchedulerOverlap, AbortsAndPenaltyRequests) {
   std::mt19937 rng(23);
   FakeExecutor exec(256, 4, 8, 128, -1, GetParam());
   SchedulerConfig cfg;
@@ -423,9 +428,19 @@ TEST_P(SchedulerOverlap, AbortsAndHostSampledRequests) {
   s.abort("o4");
   for (int i = 0; i < 5; ++i) s.step();
   auto late = make_req("late", random_ids(rng, 9), 12);
-  late->params.presence_penalty = 0.5f;  // host sampling: overlap pauses while it runs
+  late->params.presence_penalty = 0.5f;  // sampled on the device: overlap goes on while it runs
+  late->params.logprobs = 2;
   ASSERT_TRUE(s.submit(late).is_ok());
+  const int64_t sequential_before = s.metrics().sequential_decode_steps();
   run_to_completion(s);
+  if (GetParam()) {
+    EXPECT_GT(exec.launched_penalty_items, 0) << "the penalty request never ran in a launched step";
+    EXPECT_EQ(s.metrics().sequential_decode_steps(), sequential_before) << "overlap paused";
+    EXPECT_GT(s.metrics().overlapped_decode_steps(), 0);
+  } else {
+    EXPECT_EQ(exec.launched_penalty_items, 0);
+    EXPECT_EQ(s.metrics().overlapped_decode_steps(), 0);
+  }
   for (auto& r : reqs) {
     Collected c = drain(*r->stream);
     ASSERT_TRUE(c.finish.has_value()) << r->rid;
