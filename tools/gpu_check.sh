@@ -7,11 +7,13 @@
 # Usage (from anywhere; the repo root is found from this script's path):
 #   OUT=/some/dir bash tools/gpu_check.sh            # build dir: <repo>/build-gpu
 #   OUT=/some/dir JOBS=16 ARCHS=90a BUILD=/tmp/b bash tools/gpu_check.sh
-#   SKIP_BUILD=1 ... reruns the tests on an existing build dir; SKIP_CTEST=1 skips the CPU suites.
+#   SKIP_BUILD=1 ... reruns the tests on an existing build dir; SKIP_CTEST=1 skips the CPU suites,
+#   SKIP_TESTS=1 the CUDA test binaries (benchmarks only).
 # Build dependencies: when .gpu_deps.tar.xz (tools/gpu_deps_pack.sh, made on a machine set up by
 # scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
-# Debian libraries. BENCH=0 skips the benchmarks section.
+# Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline (any
+# subset, comma-separated) picks benchmark sets.
 # Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
@@ -85,7 +87,9 @@ gtest_count() {  # log tag
 
 echo "== CUDA test binaries ($(elapsed))"
 shopt -s nullglob
-for src in "$ROOT"/tests/cuda/*_test.cpp "$ROOT"/tests/cuda/*_test.cu; do
+TEST_SOURCES=("$ROOT"/tests/cuda/*_test.cpp "$ROOT"/tests/cuda/*_test.cu)
+if [ "${SKIP_TESTS:-0}" = 1 ]; then TEST_SOURCES=(); row cuda-tests skipped "SKIP_TESTS=1"; fi
+for src in "${TEST_SOURCES[@]}"; do
   name=$(basename "$src"); name=${name%.*}
   bin="$BUILD/$name"
   log="$OUT/$name.log"
@@ -138,18 +142,17 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
     if [ -n "$v" ]; then row "$1" ok "${v:0:400}"; else row "$1" FAIL "see $(basename "$2")"; FAILED=1; fi
     tail -1 "$SUMMARY"  # as it happens, so a run cut short still shows it
   }
-  # BENCH_ONLY=models skips the attention and offline benchmarks, BENCH_ONLY=attention runs only the
-  # attention kernels (with the cascade runs) and PyTorch SDPA (shorter runs).
-  if [ "${BENCH_ONLY:-all}" = all ] || [ "${BENCH_ONLY:-all}" = attention ]; then
+  # BENCH_ONLY: a comma list of the sets to run, attention (kernels, cascade, PyTorch SDPA),
+  # models (bench one-batch, GEMV), offline (bench offline vs transformers.generate); default all.
+  want() { [ "${BENCH_ONLY:-all}" = all ] || [[ ",${BENCH_ONLY}," == *",$1,"* ]]; }
+  if want attention; then
   timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
   bench_row bench-attention "$OUT/bench_attention.log" 'ratio|TFLOP'
   timeout 200 python3 "$ROOT/tools/sdpa_bench.py" --json "$OUT/sdpa.json" > "$OUT/sdpa.log" 2>&1
   bench_row sdpa "$OUT/sdpa.log" 'TFLOP|tflops'
   bench_row bench-cascade "$OUT/bench_attention.log" '^  [0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ '
   fi
-  if [ "${BENCH_ONLY:-all}" = attention ]; then
-    row total "$( [ $FAILED -eq 0 ] && echo ok || echo FAIL )" "$(elapsed)"; cat "$SUMMARY"; exit $FAILED
-  fi
+  if want models; then
   for spec in "llama-3.1-8b 1" "qwen3-0.6b 1" "qwen3-0.6b 32"; do
     set -- $spec
     log="$OUT/one_batch_$1_bs$2.log"
@@ -170,7 +173,8 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
       --input-len 512 --output-len 16 > "$log" 2>&1
     bench_row "one-batch qwen3-next-12l bs1" "$log" 'decode step|floor'
   fi
-  [ "${BENCH_ONLY:-all}" = all ] || { row total "$( [ $FAILED -eq 0 ] && echo ok || echo FAIL )" "$(elapsed)"; cat "$SUMMARY"; exit $FAILED; }
+  fi
+  if want offline; then
   # Offline throughput vs transformers.generate on the same prompts (Qwen3-0.6B shape, random weights).
   log="$OUT/offline_radixlm.log"
   timeout 240 "$RLM" bench offline --model "$ROOT/configs/qwen3-0.6b" --device cuda --num-prompts 128 --input-len 256 \
@@ -183,6 +187,7 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
   if [ -f "$OUT/offline_radixlm.json" ] && [ -f "$OUT/offline_hf.json" ]; then
     ratio=$(python3 -c "import json;a=json.load(open('$OUT/offline_radixlm.json'));b=json.load(open('$OUT/offline_hf.json'));print(f\"{a['output_throughput']/b['output_throughput']:.2f}\")")
     row "offline radixlm/transformers" ok "output throughput ratio $ratio"
+  fi
   fi
 fi
 
