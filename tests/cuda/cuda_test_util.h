@@ -64,10 +64,10 @@ inline std::string compare_poisoned(const Tensor& got, const Tensor& want, doubl
   return "";
 }
 
-inline std::vector<int32_t> int_values(const Tensor& t) {
-  const Tensor c = to_cpu(t);
+inline std::vector<int32_t> int_values(const Tensor& t) {  // any shape, row-major
+  const Tensor c = to_cpu(t).contiguous();
   std::vector<int32_t> v(static_cast<size_t>(c.numel()));
-  for (int64_t i = 0; i < c.numel(); ++i) v[i] = c.at<int32_t>({i});
+  for (int64_t i = 0; i < c.numel(); ++i) v[i] = c.data<int32_t>()[i];
   return v;
 }
 
