@@ -38,6 +38,7 @@ namespace {
 
 struct BenchAttentionArgs {
   int64_t decode_batch = 32;
+  std::vector<int64_t> decode_batches;  // several batch sizes (each with the split sweep); empty: decode_batch
   int64_t decode_len = 2048;
   std::vector<int64_t> prefill_lens{1024, 4096};
   int64_t prefill_tokens = 16384;  // batch = max(1, prefill_tokens / len)
@@ -208,9 +209,12 @@ int run_bench_attention(const BenchAttentionArgs& a) {
               static_cast<long long>(a.page_size));
 
   // ---- decode ----
-  {
-    const Workload w(rng, a, dtype, a.decode_batch, a.decode_len, 1);
-    const double kv_bytes = 2.0 * static_cast<double>(a.decode_batch * a.decode_len * a.num_kv_heads * a.head_dim) *
+  std::vector<int64_t> decode_batches = a.decode_batches;
+  if (decode_batches.empty()) decode_batches.push_back(a.decode_batch);
+  for (size_t bi = 0; bi < decode_batches.size(); ++bi) {
+    const int64_t decode_batch = decode_batches[bi];
+    const Workload w(rng, a, dtype, decode_batch, a.decode_len, 1);
+    const double kv_bytes = 2.0 * static_cast<double>(decode_batch * a.decode_len * a.num_kv_heads * a.head_dim) *
                             static_cast<double>(dtype_size(dtype));
     void* dst = nullptr;
     const size_t copy_bytes = static_cast<size_t>(w.k.numel()) * dtype_size(dtype);  // = one cache; twice below
@@ -226,25 +230,36 @@ int run_bench_attention(const BenchAttentionArgs& a) {
     const double copy_gbs = 2.0 * copied / t_copy / 1e9;  // read + write
     std::printf("decode bs %lld x %lld keys: KV %.1f MiB; cudaMemcpy D2D of the caches (%.1f MiB): %.3f ms, %.0f GB/s "
                 "(read+write)\n",
-                static_cast<long long>(a.decode_batch), static_cast<long long>(a.decode_len), kv_bytes / 1048576.0,
+                static_cast<long long>(decode_batch), static_cast<long long>(a.decode_len), kv_bytes / 1048576.0,
                 copied / 1048576.0, t_copy * 1e3, copy_gbs);
-    j["decode"]["batch"] = a.decode_batch;
-    j["decode"]["seq_len"] = a.decode_len;
-    j["decode"]["kv_bytes"] = kv_bytes;
-    j["decode"]["copy_ms"] = t_copy * 1e3;
-    j["decode"]["copy_gbs"] = copy_gbs;
-    std::printf("  %-8s %10s %10s %8s\n", "splits", "ms", "GB/s", "ratio");
-    for (int splits : {0, 1, 2, 4, 8, 16, 32}) {
+    nlohmann::json jd;
+    jd["batch"] = decode_batch;
+    jd["seq_len"] = a.decode_len;
+    jd["kv_bytes"] = kv_bytes;
+    jd["copy_ms"] = t_copy * 1e3;
+    jd["copy_gbs"] = copy_gbs;
+    // The count the engine uses for this batch (fixed_decode_num_kv_splits, with the runner's
+    // context limit as the length bound; here the decode length).
+    const int engine_splits = cuda::fixed_decode_num_kv_splits(decode_batch, a.decode_len);
+    jd["engine_splits"] = engine_splits;
+    std::printf("  %-20s %10s %10s %8s\n", "splits (*: engine)", "ms", "GB/s", "ratio");
+    std::vector<int> sweep = {0, 1, 2, 3, 4, 8, 16, 32};
+    if (std::find(sweep.begin(), sweep.end(), engine_splits) == sweep.end()) {
+      sweep.insert(std::upper_bound(sweep.begin() + 1, sweep.end(), engine_splits), engine_splits);
+    }
+    for (int splits : sweep) {
       const double t = median_seconds(a.iters, [&] { w.decode(splits); });
       const double gbs = kv_bytes / t / 1e9;
-      const std::string name = splits == 0 ? "auto" : std::to_string(splits);
-      std::printf("  %-8s %10.4f %10.0f %8.3f\n", name.c_str(), t * 1e3, gbs, gbs / copy_gbs);
+      const std::string name = splits == 0 ? "auto" : std::to_string(splits) + (splits == engine_splits ? "*" : "");
+      std::printf("  %-20s %10.4f %10.0f %8.3f\n", name.c_str(), t * 1e3, gbs, gbs / copy_gbs);
       nlohmann::json row{{"splits", name}, {"ms", t * 1e3}, {"gbs", gbs}, {"ratio_to_copy", gbs / copy_gbs}};
-      j["decode"]["runs"].push_back(row);
+      jd["runs"].push_back(row);
     }
     const bool finite = w.output_finite();
     std::printf("  output finite: %s\n", finite ? "yes" : "NO");
-    j["decode"]["output_finite"] = finite;
+    jd["output_finite"] = finite;
+    if (bi == 0) j["decode"] = jd;
+    j["decode_batches"].push_back(jd);
   }
 
   // ---- prefill ----
@@ -355,6 +370,8 @@ void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App
   CLI::App* s = bench.add_subcommand("attention", "CUDA paged-attention kernels: decode GB/s vs copy, prefill TFLOP/s");
   s->add_option("--decode-batch", a->decode_batch, "Decode requests")->check(CLI::PositiveNumber);
   s->add_option("--decode-len", a->decode_len, "Keys per decode request")->check(CLI::PositiveNumber);
+  s->add_option("--decode-batches", a->decode_batches, "Several decode batch sizes (list; overrides --decode-batch)")
+      ->delimiter(',');
   s->add_option("--prefill-lens", a->prefill_lens, "Prompt lengths of the causal prefill runs")->delimiter(',');
   s->add_option("--prefill-tokens", a->prefill_tokens, "Tokens per prefill batch (batch = this / len, at least 1)")
       ->check(CLI::PositiveNumber);
