@@ -68,7 +68,7 @@ AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch) {
 }
 
 int fixed_decode_num_kv_splits(int64_t batch_size, int64_t max_seq_len_bound) {
-  constexpr int64_t kPairsPerKvHead = 64, kKeysPerSplit = 256, kMax = 16;
+  constexpr int64_t kPairsPerKvHead = 32, kKeysPerSplit = 128, kMax = 16;
   const int64_t by_batch = (kPairsPerKvHead + std::max<int64_t>(batch_size, 1) - 1) / std::max<int64_t>(batch_size, 1);
   const int64_t by_len = (std::max<int64_t>(max_seq_len_bound, 1) + kKeysPerSplit - 1) / kKeysPerSplit;
   return static_cast<int>(std::clamp<int64_t>(std::min(by_batch, by_len), 1, kMax));

@@ -55,9 +55,10 @@ void merge_attention_states(const float* parts, const float* lse, int64_t num_pa
 // Number of KV splits the decode kernel uses for a longest sequence of max_seq_len keys.
 int decode_num_kv_splits(int64_t max_seq_len);
 // The fixed split count of decode batches planned on the host (eager and CUDA-graph steps alike, so
-// a graph and the eager path give the same bits at a captured batch size): about 64 (request,
-// split) pairs per kv head, at most one split per 256 keys of the longest possible sequence,
-// clamped to [1, 16].
+// a graph and the eager path give the same bits at a captured batch size): about 32 (request,
+// split) pairs per kv head, at most one split per 128 keys of the longest possible sequence,
+// clamped to [1, 16] (the best or within 3% of the best count of the H100 sweep in
+// docs/perf/attention_kernels.md for bs 1-128 at 2k and 8k keys, 8 kv heads).
 int fixed_decode_num_kv_splits(int64_t batch_size, int64_t max_seq_len_bound);
 
 // Builds the page table of a batch on the GPU (all device pointers, the device's stream, graph-safe:
