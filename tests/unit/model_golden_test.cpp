@@ -30,6 +30,17 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
+// The goldens of hybrid linear-attention models (config.json model_type "qwen3_next").
+std::vector<std::string> hybrid_golden_models() {
+  std::vector<std::string> out;
+  for (const std::string& name : golden_models()) {
+    if (read_json(kGoldenDir + "/" + name + "/config.json").value("model_type", "") == "qwen3_next") {
+      out.push_back(name);
+    }
+  }
+  return out;
+}
+
 std::vector<float> read_f32(const std::string& path, size_t count) {
   std::ifstream in(path, std::ios::binary);
   RLM_CHECK(static_cast<bool>(in)) << "cannot open " << path;
@@ -149,9 +160,11 @@ float max_logits_diff(const Tensor& got, const Case& c, int64_t row0) {
 // position 64 (a GDN chunk boundary) on the way; then a second request shares the first 64 tokens'
 // KV (as a prefix cache hit would), starts from a copy of the snapshot and extends the rest. Both
 // must reproduce the golden logits of every position.
-TEST_P(ModelGolden, HybridStateAcrossStepsAndSnapshot) {
+class ModelGoldenHybrid : public ModelGolden {};
+
+TEST_P(ModelGoldenHybrid, StateAcrossStepsAndSnapshot) {
   MambaPool* pool = runner_->mamba_pool();
-  if (pool == nullptr) GTEST_SKIP() << "not a hybrid linear-attention model";
+  ASSERT_NE(pool, nullptr) << dir_ << ": a hybrid golden without a recurrent-state pool";
   const Case* c = nullptr;
   for (const Case& k : cases_) if (k.prompt.size() > 64 && (c == nullptr || k.prompt.size() > c->prompt.size())) c = &k;
   ASSERT_NE(c, nullptr) << "a hybrid golden needs a prompt longer than 64 tokens";
@@ -222,16 +235,23 @@ TEST_P(ModelGolden, HybridStateAcrossStepsAndSnapshot) {
   for (int32_t slot : {state_a, snapshot, state_b}) pool->free(slot);
 }
 
+std::string golden_case_name(const ::testing::TestParamInfo<std::tuple<std::string, int64_t>>& info) {
+  return std::get<0>(info.param) + "_page" + std::to_string(std::get<1>(info.param));
+}
+
 INSTANTIATE_TEST_SUITE_P(Goldens, ModelGolden,
                          ::testing::Combine(::testing::ValuesIn(golden_models()), ::testing::Values(1, 16)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_page" + std::to_string(std::get<1>(info.param));
-                         });
+                         golden_case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ModelGolden);
+INSTANTIATE_TEST_SUITE_P(Goldens, ModelGoldenHybrid,
+                         ::testing::Combine(::testing::ValuesIn(hybrid_golden_models()), ::testing::Values(1, 16)),
+                         golden_case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ModelGoldenHybrid);
 
 TEST(ModelGoldenIndex, ListsModels) {
   // Fails (rather than silently skipping every model test) when the goldens are missing.
   EXPECT_GE(golden_models().size(), 6u) << "tests/golden/index.json missing or incomplete";
+  EXPECT_GE(hybrid_golden_models().size(), 3u) << "the Qwen3-Next goldens are missing from tests/golden/index.json";
 }
 
 }  // namespace
