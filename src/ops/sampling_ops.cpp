@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "kernels/cpu/penalties.h"
 #include "kernels/cpu/top_logprobs.h"
 #include "ops/op_check.h"
 #ifdef RADIXLM_WITH_CUDA
@@ -22,7 +21,7 @@ void PenaltyBatch::add_row(PenaltyRow row, const std::vector<int32_t>& prompt, c
 
 bool PenaltyBatch::any_active() const {
   for (const PenaltyRow& r : rows) {
-    if (r.repetition_penalty != 1.0f || r.frequency_penalty != 0.0f || r.presence_penalty != 0.0f) return true;
+    if (cpu::penalty_row_active(r)) return true;
   }
   return false;
 }
@@ -54,10 +53,10 @@ void check_penalty_batch(const OpCheck& c, const PenaltyBatch& b, int64_t n, int
     const int64_t begin = b.token_offsets[r], end = b.token_offsets[r + 1];
     if (end < begin) c.fail_with(str("row ", r, ": token_offsets decrease (", begin, " then ", end, ")"));
     if (end - begin > kMaxRowTokens) c.fail_with(str("row ", r, ": ", end - begin, " tokens (at most ", kMaxRowTokens, ")"));
-    if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty)) || !std::isfinite(p.frequency_penalty) ||
-        !std::isfinite(p.presence_penalty)) {
-      c.fail_with(str("row ", r, ": bad penalties (repetition ", p.repetition_penalty, " must be finite and > 0; frequency ",
-                      p.frequency_penalty, " and presence ", p.presence_penalty, " finite)"));
+    if (!(p.repetition > 0.0f && std::isfinite(p.repetition)) || !std::isfinite(p.frequency) ||
+        !std::isfinite(p.presence)) {
+      c.fail_with(str("row ", r, ": bad penalties (repetition ", p.repetition, " must be finite and > 0; frequency ",
+                      p.frequency, " and presence ", p.presence, " finite)"));
     }
     if (p.prompt_len < 0 || p.prompt_len > end - begin) {
       c.fail_with(str("row ", r, ": prompt_len ", p.prompt_len, " outside [0, ", end - begin, "] (its token count)"));
@@ -93,20 +92,16 @@ void apply_penalties(const Tensor& logits, const PenaltyBatch& batch, const Tens
   }
   check_penalty_batch(c, batch, n, vocab, future_tokens);
   if (n == 0 || !batch.any_active()) return;
-  std::vector<cpu::PenaltyRow> rows(batch.rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
-    const PenaltyRow& p = batch.rows[r];
-    rows[r] = {p.repetition_penalty, p.frequency_penalty, p.presence_penalty, p.prompt_len, p.pending_slot};
-  }
+  const PenaltyRow* rows = batch.rows.data();
   const int32_t* table = future_tokens.defined() ? future_tokens.data<int32_t>() : nullptr;
   const Device d = logits.device();
   if (d.is_cpu()) {
     cpu::apply_penalties(logits.data<float>(), n, vocab, row_stride(logits), batch.token_ids.data(),
-                         batch.token_offsets.data(), rows.data(), table);
+                         batch.token_offsets.data(), rows, table);
   } else if (d.is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
     cuda::apply_penalties(d.index, logits.data<float>(), n, vocab, row_stride(logits), batch.token_ids.data(),
-                          batch.token_offsets.data(), rows.data(), table);
+                          batch.token_offsets.data(), rows, table);
 #else
     c.not_built(d);
 #endif

@@ -7,22 +7,18 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/penalties.h"
 
 namespace rlm::ops {
 
-// One row's penalties: repetition (Hugging Face: a logit of a token seen in the prompt or output is
-// divided by the penalty when > 0, else multiplied, once per distinct token), then frequency and
-// presence (OpenAI: minus frequency * count + presence for a token found count > 0 times among the
-// output tokens).
-struct PenaltyRow {
-  float repetition_penalty = 1.0f;  // > 0, finite; 1: off
-  float frequency_penalty = 0.0f;   // finite; 0: off
-  float presence_penalty = 0.0f;    // finite; 0: off
-  int32_t prompt_len = 0;           // the first prompt_len tokens of the row's list are prompt tokens
-  // A request slot whose entry in the future-token table is one more output token (overlap
-  // scheduling: sampled by a launched step, not seen by the host yet); -1: none.
-  int32_t pending_slot = -1;
-};
+// One row's penalties (cpu::PenaltyRow, shared with the kernels): repetition (Hugging Face: a logit
+// of a token seen in the prompt or output is divided by the penalty when > 0, else multiplied, once
+// per distinct token; > 0, finite, 1: off), then frequency and presence (OpenAI: minus frequency *
+// count + presence for a token found count > 0 times among the output tokens; finite, 0: off);
+// prompt_len: the first prompt_len tokens of the row's list are prompt tokens; pending_slot: a
+// request slot whose entry in the future-token table is one more output token (overlap
+// scheduling: sampled by a launched step, not seen by the host yet), -1: none.
+using PenaltyRow = cpu::PenaltyRow;
 
 // The rows of one apply_penalties call: settings and token lists (host memory, CSR layout).
 struct PenaltyBatch {

@@ -78,10 +78,10 @@ DeviceSamples sample_rows(const Tensor& logits, const std::vector<const StepItem
       lp_rows.push_back(static_cast<int64_t>(i));
     }
     ops::PenaltyRow pr;
-    pr.repetition_penalty = p.repetition_penalty;
-    pr.frequency_penalty = p.frequency_penalty;
-    pr.presence_penalty = p.presence_penalty;
-    if (pr.repetition_penalty != 1.0f || pr.frequency_penalty != 0.0f || pr.presence_penalty != 0.0f) {
+    pr.repetition = p.repetition_penalty;
+    pr.frequency = p.frequency_penalty;
+    pr.presence = p.presence_penalty;
+    if (cpu::penalty_row_active(pr)) {
       RLM_CHECK(it.pending_outputs == 0 || it.pending_outputs == 1)
           << "request slot " << it.entry.req_slot << ": " << it.pending_outputs
           << " unread outputs (the future-token table holds one)";

@@ -46,9 +46,9 @@ ops::PenaltyBatch random_batch(TestRng& rng, int64_t n, int64_t vocab, int64_t m
   for (int64_t r = 0; r < n; ++r) {
     ops::PenaltyRow p;
     const int64_t kind = rng.randint(0, 5);
-    if (kind == 1 || kind == 4 || kind == 5) p.repetition_penalty = static_cast<float>(rng.uniform(0.2, 2.0));
-    if (kind == 2 || kind >= 4) p.frequency_penalty = static_cast<float>(rng.uniform(-2.0, 2.0));
-    if (kind == 3 || kind >= 4) p.presence_penalty = static_cast<float>(rng.uniform(-2.0, 2.0));
+    if (kind == 1 || kind == 4 || kind == 5) p.repetition = static_cast<float>(rng.uniform(0.2, 2.0));
+    if (kind == 2 || kind >= 4) p.frequency = static_cast<float>(rng.uniform(-2.0, 2.0));
+    if (kind == 3 || kind >= 4) p.presence = static_cast<float>(rng.uniform(-2.0, 2.0));
     if (rng.randint(0, 2) == 0) p.pending_slot = static_cast<int32_t>(rng.randint(0, 15));
     const int64_t hi = rng.randint(0, 1) == 0 ? std::min<int64_t>(vocab - 1, 40) : vocab - 1;
     b.add_row(p, random_tokens(rng, rng.randint(0, max_len), 0, hi), random_tokens(rng, rng.randint(0, max_len), 0, hi));

@@ -19,9 +19,9 @@ TEST(Penalties, MatchReference) {
     std::vector<float> logits = c["logits"].get<std::vector<float>>();
     const std::vector<float> expected = c["expected"].get<std::vector<float>>();
     ops::PenaltyRow p;
-    p.repetition_penalty = c["repetition_penalty"].get<float>();
-    p.frequency_penalty = c["frequency_penalty"].get<float>();
-    p.presence_penalty = c["presence_penalty"].get<float>();
+    p.repetition = c["repetition_penalty"].get<float>();
+    p.frequency = c["frequency_penalty"].get<float>();
+    p.presence = c["presence_penalty"].get<float>();
     ops::PenaltyBatch batch;
     batch.add_row(p, c["prompt"].get<std::vector<int32_t>>(), c["output"].get<std::vector<int32_t>>());
     const Tensor t = Tensor::from_vector(logits, {1, static_cast<int64_t>(logits.size())});

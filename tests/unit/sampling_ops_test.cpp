@@ -47,11 +47,11 @@ void reference_penalties(float* x, int64_t vocab, const RefRow& r, const std::ve
   }
   const ops::PenaltyRow& p = r.p;
   for (int64_t t = 0; t < vocab; ++t) {
-    if (seen[t] && p.repetition_penalty != 1.0f) {
-      x[t] = x[t] > 0 ? x[t] / p.repetition_penalty : x[t] * p.repetition_penalty;
+    if (seen[t] && p.repetition != 1.0f) {
+      x[t] = x[t] > 0 ? x[t] / p.repetition : x[t] * p.repetition;
     }
-    if (count[t] > 0 && (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)) {
-      x[t] -= p.frequency_penalty * static_cast<float>(count[t]) + p.presence_penalty;
+    if (count[t] > 0 && (p.frequency != 0.0f || p.presence != 0.0f)) {
+      x[t] -= p.frequency * static_cast<float>(count[t]) + p.presence;
     }
   }
 }
@@ -84,9 +84,9 @@ TEST(SamplingOps, PenaltiesMatchReference) {
       row.output = random_tokens(rng, rng.randint(0, 30), 0, hi);
       if (r >= 2) {
         const int64_t kind = r % 5;  // 0..3: one penalty or all; 4: all three
-        if (kind == 0 || kind >= 3) row.p.repetition_penalty = static_cast<float>(rng.uniform(0.3, 2.0));
-        if (kind == 1 || kind >= 3) row.p.frequency_penalty = static_cast<float>(rng.uniform(-2.0, 2.0));
-        if (kind == 2 || kind == 4) row.p.presence_penalty = static_cast<float>(rng.uniform(-2.0, 2.0));
+        if (kind == 0 || kind >= 3) row.p.repetition = static_cast<float>(rng.uniform(0.3, 2.0));
+        if (kind == 1 || kind >= 3) row.p.frequency = static_cast<float>(rng.uniform(-2.0, 2.0));
+        if (kind == 2 || kind == 4) row.p.presence = static_cast<float>(rng.uniform(-2.0, 2.0));
       }
       if (r % 3 == 0) row.p.pending_slot = static_cast<int32_t>(rng.randint(0, 15));
       if (r == 5) row.p.pending_slot = 3;
@@ -112,7 +112,7 @@ TEST(SamplingOps, PenaltiesRejectBadInput) {
   const Tensor logits = Tensor::zeros({3, 10}, DType::kF32);
   const Tensor table = Tensor::from_vector(std::vector<int32_t>{1, 2});
   ops::PenaltyRow on;
-  on.presence_penalty = 0.5f;
+  on.presence = 0.5f;
   auto batch_with = [&](const std::vector<int32_t>& third_output) {
     ops::PenaltyBatch b;
     b.add_row(on, {1, 2}, {3});
@@ -142,7 +142,7 @@ TEST(SamplingOps, PenaltiesRejectBadInput) {
   msg = error_of([&] { ops::apply_penalties(logits, bad, table); });
   EXPECT_NE(msg.find("row 0: prompt_len 4"), std::string::npos) << msg;
   bad = batch_with({5});
-  bad.rows[2].repetition_penalty = 0.0f;
+  bad.rows[2].repetition = 0.0f;
   msg = error_of([&] { ops::apply_penalties(logits, bad, table); });
   EXPECT_NE(msg.find("row 2: bad penalties"), std::string::npos) << msg;
   bad = batch_with({5});

@@ -52,10 +52,9 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
 void merge_attention_states(const float* parts, const float* lse, int64_t num_parts, int64_t n, int64_t heads,
                             int64_t head_dim, float* out, float* lse_out);
 
-// Number of KV splits the decode kernel uses for a longest sequence of max_seq_len keys.
-int decode_num_kv_splits(int64_t max_seq_len);
-// The fixed split count of decode batches planned on the host (eager and CUDA-graph steps alike, so
-// a graph and the eager path give the same bits at a captured batch size): about 32 (request,
+// The decode split count: fixed for batches planned on the host (eager and CUDA-graph steps alike,
+// so a graph and the eager path give the same bits at a captured batch size), and the kernel's own
+// choice when none is given (num_kv_splits <= 0, with the batch's longest sequence as the bound): about 32 (request,
 // split) pairs per kv head, at most one split per 128 keys of the longest possible sequence,
 // clamped to [1, 16] (the best or within 3% of the best count of the H100 sweep in
 // docs/perf/attention_kernels.md for bs 1-128 at 2k and 8k keys, 8 kv heads).

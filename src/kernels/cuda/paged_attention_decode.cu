@@ -22,7 +22,6 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 64;         // keys per tile (2 per lane in the softmax phase)
 constexpr int kMaxHeads = 8;      // qo heads per block
-constexpr int kMinSplitKeys = 256;
 constexpr int kMaxSplits = 64;
 
 // Workspace: partial[((r * num_qo_heads + h) * num_splits + s) * D + c], lse[(r * num_qo_heads + h) *
@@ -221,25 +220,12 @@ bool vec_aligned(const cpu::AttnRows& c) {
   return reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && c.token_stride % elems == 0 && c.head_stride % elems == 0;
 }
 
-// Splits when the caller gives none: enough blocks for two waves of the resident capacity, at
-// least kMinSplitKeys keys per split of the longest request.
-int vec_auto_splits(const void* kernel, int64_t blocks, int64_t max_seq_len) {
-  int device = 0, sms = 0, per_sm = 0;
-  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
-  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kVecThreads, 0));
-  const int64_t capacity = static_cast<int64_t>(std::max(sms, 1)) * std::max(per_sm, 1);
-  const int64_t max_splits = std::clamp<int64_t>((max_seq_len + kMinSplitKeys - 1) / kMinSplitKeys, 1, kMaxSplits);
-  return static_cast<int>(std::clamp<int64_t>((2 * capacity + blocks - 1) / blocks, 1, max_splits));
-}
-
 template <int D, int HB, typename T, typename Cap>
 void launch_vec(const DeviceArgs& a, Cap cap, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
   auto* kernel = decode_vec_kernel<D, HB, T, Cap>;
   const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
-  const int64_t blocks = static_cast<int64_t>(a.batch_size) * a.num_kv_heads * head_blocks;
   const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxSplits)
-                                              : vec_auto_splits(reinterpret_cast<const void*>(kernel), blocks, max_seq_len);
+                                              : fixed_decode_num_kv_splits(a.batch_size, max_seq_len);
   const int64_t rows = num_splits > 1 ? int64_t{a.batch_size} * a.num_qo_heads * num_splits : 0;
   const AsyncBuffer buf(static_cast<size_t>(rows * (head_dim + 1)) * sizeof(float));
   float* partial = static_cast<float*>(buf.data());
@@ -281,11 +267,6 @@ void launch_vec_dtype(DType dtype, const DeviceArgs& a, int64_t head_dim, int re
 
 }  // namespace
 
-int decode_num_kv_splits(int64_t max_seq_len) {
-  const int64_t n = (max_seq_len + kMinSplitKeys - 1) / kMinSplitKeys;
-  return static_cast<int>(std::clamp<int64_t>(n, 1, kMaxSplits));
-}
-
 void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                             const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
                             float* out, int64_t out_token_stride, int64_t out_head_stride, int num_kv_splits) {
@@ -310,7 +291,8 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   int heads_per_block = std::min(group, kMaxHeads);
   while (group % heads_per_block != 0) --heads_per_block;
   const int num_splits =
-      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits) : decode_num_kv_splits(plan.max_seq_len);
+      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits)
+                        : fixed_decode_num_kv_splits(device_batch.batch_size, plan.max_seq_len);
   // A fixed split count (num_kv_splits > 0) sizes each request's splits on the device from its own
   // seq_len, so the launch does not depend on the batch's lengths (CUDA graphs).
   const int64_t split_size = num_kv_splits > 0 ? 0 : (plan.max_seq_len + num_splits - 1) / num_splits;
