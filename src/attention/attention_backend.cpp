@@ -7,6 +7,11 @@
 
 namespace rlm {
 
+Tensor AttentionBackend::forward_linear(const LinearAttentionLayer&, const Tensor&, const Tensor&, const Tensor&,
+                                        const ForwardBatch&) {
+  fail(str("linear-attention (Gated DeltaNet) layers need the hybrid_linear attention backend, got '", name(), "'"));
+}
+
 namespace {
 // Built-in backends are listed here (not by static initialisers in their own files, which a
 // static library would drop); others may be added with register_attention_backend.

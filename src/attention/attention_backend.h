@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "attention/cascade_plan.h"
+#include "attention/forward_batch.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "engine/forward_batch.h"
 #include "ops/ops.h"
 
 namespace rlm {
+
+struct LinearAttentionLayer;
 
 // The per-layer attention parameters (SGLang's RadixAttention role): models describe each
 // attention layer with one of these and never see backend details.
@@ -38,8 +40,13 @@ class AttentionBackend {
   //   returns [num_tokens, num_qo_heads, head_dim] (f32 on the CPU).
   virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                          const ForwardBatch& batch) = 0;
+  // A Gated DeltaNet (linear-attention) layer of a hybrid model: see GatedDeltaNetBackend::forward
+  // for the shapes. Only the hybrid_linear backend has such layers; every other backend fails with
+  // an error naming itself.
+  virtual Tensor forward_linear(const LinearAttentionLayer& layer, const Tensor& mixed_qkv, const Tensor& a,
+                                const Tensor& b, const ForwardBatch& batch);
 
-  // CUDA graphs for decode (seed 000 §6). A backend that supports them keeps fixed-address metadata
+  // CUDA graphs for decode. A backend that supports them keeps fixed-address metadata
   // buffers for up to max_bs requests; while graph mode is on, init_forward_metadata builds the
   // metadata on the device into those buffers from batch.req_pool_indices / batch.seq_lens (no
   // host data, no host sync, no allocation that depends on the lengths) and forward runs with a

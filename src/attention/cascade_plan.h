@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "engine/forward_batch.h"
+#include "attention/forward_batch.h"
 
 namespace rlm {
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/tensor.h"
-#include "engine/forward_batch.h"
+#include "attention/forward_batch.h"
 #include "ops/linear_attention_ops.h"
 
 namespace rlm {

@@ -23,7 +23,7 @@ class HybridLinearAttnBackend : public AttentionBackend {
                  const ForwardBatch& batch) override;
   // A Gated DeltaNet layer; see GatedDeltaNetBackend::forward.
   Tensor forward_linear(const LinearAttentionLayer& layer, const Tensor& mixed_qkv, const Tensor& a, const Tensor& b,
-                        const ForwardBatch& batch);
+                        const ForwardBatch& batch) override;
 
   void set_cascade_mode(CascadeMode mode) override { full_->set_cascade_mode(mode); }
   CascadeStats cascade_stats() const override { return full_->cascade_stats(); }

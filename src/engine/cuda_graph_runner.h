@@ -21,7 +21,7 @@
 #include "attention/attention_backend.h"
 #include "cache/kv_pool.h"
 #include "core/status.h"
-#include "engine/forward_batch.h"
+#include "attention/forward_batch.h"
 #include "model/causal_lm.h"
 
 namespace rlm {

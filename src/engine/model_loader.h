@@ -7,7 +7,7 @@
 #include <string>
 
 #include "model/causal_lm.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace rlm {
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "attention/attention_backend.h"
+#include "attention/forward_batch.h"
 #include "cache/kv_pool.h"
 #include "cache/mamba_pool.h"
-#include "engine/forward_batch.h"
 #include "model/causal_lm.h"
 #include "ops/ops.h"
 
@@ -45,24 +45,6 @@ class CudaGraphRunner;
 // floor((total * fraction - used - reserve) / bytes_per_page), or 0 when that is not positive.
 int64_t kv_pages_for_memory(size_t total_bytes, size_t used_bytes, double fraction, size_t bytes_per_page,
                             size_t reserve_bytes);
-
-// One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and
-// their K/V go to `new_slots`.
-struct BatchEntry {
-  int32_t req_slot = 0;
-  int32_t prefix_len = 0;
-  std::vector<int32_t> new_ids;
-  std::vector<int32_t> new_slots;
-  bool all_logits = false;  // logits for every new token (else only the last one)
-  // Hybrid models (see ForwardBatch): the request's working state slot, and an optional snapshot.
-  int32_t mamba_slot = -1;
-  int32_t mamba_track_slot = -1;
-  int32_t mamba_track_pos = 0;
-};
-
-// A BatchEntry id standing for the token the previously launched step sampled for the same request
-// slot (overlap scheduling): decode entries only; resolved in device memory.
-inline constexpr int32_t kFutureToken = -1;
 
 // "auto" (CUDA when a GPU is visible, else the CPU), "cpu", "cuda", "cuda:N".
 StatusOr<Device> resolve_device(const std::string& text);

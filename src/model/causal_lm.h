@@ -9,7 +9,7 @@
 #include "cache/mamba_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
-#include "engine/forward_batch.h"
+#include "attention/forward_batch.h"
 #include "model/model_config.h"
 #include "model/weight_source.h"
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <numbers>
 
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
 namespace rlm {
 

@@ -20,7 +20,7 @@
 #include <memory>
 
 #include "core/status.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "model/model_config.h"
 #include "model/weight_source.h"
 

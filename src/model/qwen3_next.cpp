@@ -5,7 +5,6 @@
 #include <set>
 #include <utility>
 
-#include "attention/hybrid_linear_backend.h"
 #include "ops/linear_attention_ops.h"
 #include "ops/moe_ops.h"
 
@@ -380,9 +379,6 @@ void Qwen3NextForCausalLM::full_attention(const FullAttention& a, const Tensor& 
 
 void Qwen3NextForCausalLM::linear_attention(const GatedDeltaNet& g, const Tensor& x, const ForwardBatch& batch,
                                             const Tensor& out) {
-  auto* hybrid = dynamic_cast<HybridLinearAttnBackend*>(batch.attn_backend);
-  RLM_CHECK(hybrid != nullptr) << "Qwen3-Next's linear-attention layers need the hybrid_linear attention backend, got '"
-                               << batch.attn_backend->name() << "'";
   const LinearAttentionLayer& L = g.layer;
   const int64_t n = x.size(0), hv = L.num_v_heads, dv = L.head_v_dim;
   const Device dev = x.device();
@@ -392,7 +388,7 @@ void Qwen3NextForCausalLM::linear_attention(const GatedDeltaNet& g, const Tensor
   ops::linear(x, g.qkv_proj.weight, std::nullopt, mixed_qkv);
   ops::linear(x, g.z_proj.weight, std::nullopt, z.view({n, hv * dv}));
   ops::linear(x, g.ba_proj.weight, std::nullopt, ba);
-  Tensor core = hybrid->forward_linear(L, mixed_qkv, ba.slice(1, hv, 2 * hv), ba.slice(1, 0, hv), batch);
+  Tensor core = batch.attn_backend->forward_linear(L, mixed_qkv, ba.slice(1, hv, 2 * hv), ba.slice(1, 0, hv), batch);
   ops::rms_norm_gated(core, z, g.norm, static_cast<float>(config_.rms_norm_eps), core);
   ops::linear(core.view({n, hv * dv}), g.out_proj.weight, std::nullopt, out);
 }

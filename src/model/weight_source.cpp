@@ -10,7 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 namespace rlm {
 namespace {

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace rlm {
 

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rlm {

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "tokenizer/gguf_vocab.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"

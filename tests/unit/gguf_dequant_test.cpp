@@ -1,5 +1,5 @@
 // Dequantization against values from gguf.quants.dequantize (tools/make_gguf_fixtures.py).
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // GgufFile against a fixture written by the Python `gguf` package (tools/make_gguf_fixtures.py)
 // and against hand-built malformed files.
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 #include <gtest/gtest.h>
 

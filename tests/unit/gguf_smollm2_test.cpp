@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/gguf.h"
-#include "model/gguf_dequant.h"
+#include "formats/gguf.h"
+#include "formats/gguf_dequant.h"
 #include "model/gguf_weights.h"
 
 namespace rlm {

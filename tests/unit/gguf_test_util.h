@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace rlm::gguf_test {
 

@@ -1,7 +1,7 @@
 // SafetensorsFile against a file written by Python's `safetensors` (tests/data/safetensors, from
 // tools/make_safetensors_fixture.py) and against files written here, malformed ones included;
 // open_safetensors (single file, sharded index, directory scan) and make_dummy_weights.
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "model/gguf_dequant.h"
+#include "formats/gguf_dequant.h"
 
 #include <algorithm>
 #include <cstring>

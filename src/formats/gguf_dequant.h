@@ -13,7 +13,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
-#include "model/gguf.h"
+#include "formats/gguf.h"
 
 namespace rlm {
 

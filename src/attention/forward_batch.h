@@ -1,5 +1,5 @@
-// ForwardBatch: everything one model step needs, built by the scheduler (or the offline
-// generator) on the host. Index tensors live on the model's device; the *_cpu vectors mirror
+// ForwardBatch: everything one model step needs, built by the ModelRunner on the host from the
+// scheduler's BatchEntry list. Index tensors live on the model's device; the *_cpu vectors mirror
 // them for host-side planning (attention metadata, logits selection).
 #pragma once
 
@@ -19,6 +19,24 @@ enum class ForwardMode : uint8_t {
   kExtend,  // prefill / chunked prefill: each request adds extend_len >= 1 tokens after a prefix
   kDecode,  // every request adds exactly one token
 };
+
+// One request's slice of a step: `new_ids` are appended after `prefix_len` cached tokens and
+// their K/V go to `new_slots`.
+struct BatchEntry {
+  int32_t req_slot = 0;
+  int32_t prefix_len = 0;
+  std::vector<int32_t> new_ids;
+  std::vector<int32_t> new_slots;
+  bool all_logits = false;  // logits for every new token (else only the last one)
+  // Hybrid models (see ForwardBatch): the request's working state slot, and an optional snapshot.
+  int32_t mamba_slot = -1;
+  int32_t mamba_track_slot = -1;
+  int32_t mamba_track_pos = 0;
+};
+
+// A BatchEntry id standing for the token the previously launched step sampled for the same request
+// slot (overlap scheduling): decode entries only; resolved in device memory.
+inline constexpr int32_t kFutureToken = -1;
 
 struct ForwardBatch {
   ForwardMode mode = ForwardMode::kExtend;
