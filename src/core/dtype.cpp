@@ -1,33 +1,52 @@
 #include "core/dtype.h"
 
+#include <cctype>
 #include <cmath>
+#include <string>
+
+#include "core/check.h"
 
 namespace rlm {
 
+namespace {
+
+struct DTypeInfo {
+  const char* name;
+  int64_t block_size;  // elements per block (1: a plain element type)
+  size_t block_bytes;  // bytes per block
+  bool floating;
+};
+
+// Indexed by DType. Block geometries are ggml's (formats/gguf_dequant.h describes the layouts).
+constexpr DTypeInfo kInfo[] = {
+    {"f32", 1, 4, true},      {"f16", 1, 2, true},      {"bf16", 1, 2, true},     {"i32", 1, 4, false},
+    {"i64", 1, 8, false},     {"u8", 1, 1, false},      {"i8", 1, 1, false},      {"q8_0", 32, 34, false},
+    {"q4_0", 32, 18, false},  {"q4_1", 32, 20, false},  {"q5_0", 32, 22, false},  {"q5_1", 32, 24, false},
+    {"iq4_nl", 32, 18, false}, {"q2_k", 256, 84, false}, {"q3_k", 256, 110, false}, {"q4_k", 256, 144, false},
+    {"q5_k", 256, 176, false}, {"q6_k", 256, 210, false}, {"iq4_xs", 256, 136, false},
+};
+constexpr size_t kNumDTypes = sizeof(kInfo) / sizeof(kInfo[0]);
+static_assert(kNumDTypes == static_cast<size_t>(DType::kIQ4_XS) + 1, "kInfo must list every DType");
+
+const DTypeInfo& info(DType dtype) {
+  const auto i = static_cast<size_t>(dtype);
+  if (i >= kNumDTypes) fail(str("invalid dtype ", i));
+  return kInfo[i];
+}
+
+}  // namespace
+
 size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
-    case DType::kI8: return 1;
+  const DTypeInfo& d = info(dtype);
+  if (d.block_size != 1) {
+    fail(str("dtype_size(", d.name, "): a block-quantized dtype has no per-element size (use dtype_nbytes)"));
   }
-  fail("dtype_size: invalid dtype");
+  return d.block_bytes;
 }
 
 const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-    case DType::kI8: return "i8";
-  }
-  return "invalid";
+  const auto i = static_cast<size_t>(dtype);
+  return i < kNumDTypes ? kInfo[i].name : "invalid";
 }
 
 StatusOr<DType> parse_dtype(std::string_view name) {
@@ -38,11 +57,28 @@ StatusOr<DType> parse_dtype(std::string_view name) {
   if (name == "i64" || name == "int64" || name == "I64") return DType::kI64;
   if (name == "u8" || name == "uint8" || name == "U8") return DType::kU8;
   if (name == "i8" || name == "int8" || name == "I8") return DType::kI8;
+  // Block-quantized: our lower-case names or ggml's ("Q4_K").
+  std::string lower(name);
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (size_t i = static_cast<size_t>(DType::kQ8_0); i < kNumDTypes; ++i) {
+    if (lower == kInfo[i].name) return static_cast<DType>(i);
+  }
   return invalid_argument(str("unknown dtype '", name, "'"));
 }
 
-bool is_floating(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+bool is_floating(DType dtype) { return info(dtype).floating; }
+
+bool is_quantized(DType dtype) { return info(dtype).block_size != 1; }
+
+int64_t dtype_block_size(DType dtype) { return info(dtype).block_size; }
+
+size_t dtype_block_bytes(DType dtype) { return info(dtype).block_bytes; }
+
+size_t dtype_nbytes(DType dtype, int64_t numel) {
+  const DTypeInfo& d = info(dtype);
+  RLM_CHECK(numel >= 0 && numel % d.block_size == 0)
+      << numel << " elements of " << d.name << " are not a whole number of " << d.block_size << "-element blocks";
+  return static_cast<size_t>(numel / d.block_size) * d.block_bytes;
 }
 
 float f16_to_f32(f16 v) {

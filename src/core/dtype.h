@@ -1,4 +1,10 @@
 // Element types and the 16-bit float formats (bf16, f16) with exact conversions.
+//
+// Besides plain element types, DType names ggml's block-quantized formats (GGUF weights kept as
+// they are in the file): a tensor of such a dtype has its logical shape ([out_features,
+// in_features] for a weight) while its storage holds the raw blocks, `dtype_block_size` elements
+// in `dtype_block_bytes` bytes, along the last dimension (which must be a whole number of
+// blocks). Layouts: formats/gguf_dequant.h.
 #pragma once
 
 #include <cstdint>
@@ -10,12 +16,23 @@
 
 namespace rlm {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kI8 };
+enum class DType : uint8_t {
+  kF32, kF16, kBF16, kI32, kI64, kU8, kI8,
+  // Block-quantized (ggml layouts): 32-element blocks, then 256-element K-quant super-blocks.
+  kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kIQ4_NL,
+  kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS,
+};
 
+// Bytes per element of a plain dtype; fails for a block-quantized one (use dtype_nbytes).
 size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);  // "f32", "bf16", ...
-StatusOr<DType> parse_dtype(std::string_view name);  // accepts our names and "float32"/"bfloat16"/...
+const char* dtype_name(DType dtype);  // "f32", "bf16", "q4_k", ...
+StatusOr<DType> parse_dtype(std::string_view name);  // accepts our names and "float32"/"bfloat16"/"Q4_K"/...
 bool is_floating(DType dtype);
+bool is_quantized(DType dtype);            // a block-quantized dtype
+int64_t dtype_block_size(DType dtype);     // elements per block (1 for plain dtypes)
+size_t dtype_block_bytes(DType dtype);     // bytes per block (dtype_size for plain dtypes)
+// Bytes of `numel` elements; for a block dtype `numel` must be a whole number of blocks.
+size_t dtype_nbytes(DType dtype, int64_t numel);
 
 // bfloat16: the upper 16 bits of an IEEE float32.
 struct bf16 {

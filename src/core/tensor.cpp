@@ -95,7 +95,7 @@ bool Tensor::is_contiguous() const {
 
 void* Tensor::data_ptr() const {
   RLM_CHECK(defined()) << "data_ptr() on an undefined tensor";
-  return static_cast<char*>(storage_->data()) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+  return static_cast<char*>(storage_->data()) + dtype_nbytes(dtype_, offset_);
 }
 
 Tensor Tensor::view(Shape shape) const {
@@ -119,6 +119,11 @@ Tensor Tensor::view(Shape shape) const {
   }
   RLM_CHECK_EQ(shape_numel(shape), numel()) << " view(): cannot view " << describe() << " as "
                                             << shape_to_string(shape);
+  if (is_quantized(dtype_)) {
+    RLM_CHECK(!shape.empty() && shape.back() % dtype_block_size(dtype_) == 0)
+        << "view(): the last dimension of a " << dtype_name(dtype_) << " tensor must be a whole number of "
+        << dtype_block_size(dtype_) << "-element blocks; cannot view " << describe() << " as " << shape_to_string(shape);
+  }
   Tensor t = *this;
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
@@ -131,6 +136,12 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end) const {
   RLM_CHECK(d >= 0 && d < n) << "slice(): dimension " << d << " out of range for " << describe();
   RLM_CHECK(0 <= start && start <= end && end <= shape_[d])
       << "slice(): [" << start << ", " << end << ") out of range for dim " << d << " of " << describe();
+  if (is_quantized(dtype_) && d == n - 1) {
+    const int64_t bs = dtype_block_size(dtype_);
+    RLM_CHECK(start % bs == 0 && end % bs == 0)
+        << "slice(): [" << start << ", " << end << ") of the last dimension of " << describe()
+        << " does not fall on " << bs << "-element block boundaries";
+  }
   Tensor t = *this;
   t.offset_ += start * strides_[d];
   t.shape_[d] = end - start;
@@ -143,6 +154,7 @@ Tensor Tensor::select(int64_t d, int64_t i) const {
   RLM_CHECK(d >= 0 && d < n) << "select(): dimension " << d << " out of range for " << describe();
   RLM_CHECK(0 <= i && i < shape_[d]) << "select(): index " << i << " out of range for dim " << d << " of "
                                      << describe();
+  RLM_CHECK(!is_quantized(dtype_) || d < n - 1) << "select(): cannot take one element of the blocks of " << describe();
   Tensor t = *this;
   t.offset_ += i * strides_[d];
   t.shape_.erase(t.shape_.begin() + d);
@@ -220,12 +232,15 @@ void Tensor::copy_(const Tensor& src) const {
     return strides[0] >= expect;
   };
   if (dtype_ == src.dtype_ && device_ == src.device_ && pitched(shape_, strides_) && pitched(src.shape_, src.strides_)) {
-    const size_t es = dtype_size(dtype_);
-    const size_t row = static_cast<size_t>(numel() / std::max<int64_t>(shape_[0], 1)) * es;
-    device_memcpy_2d(data_ptr(), static_cast<size_t>(strides_[0]) * es, src.data_ptr(),
-                     static_cast<size_t>(src.strides_[0]) * es, row, static_cast<size_t>(shape_[0]), device_);
+    const size_t row = dtype_nbytes(dtype_, numel() / std::max<int64_t>(shape_[0], 1));
+    device_memcpy_2d(data_ptr(), dtype_nbytes(dtype_, strides_[0]), src.data_ptr(), dtype_nbytes(dtype_, src.strides_[0]),
+                     row, static_cast<size_t>(shape_[0]), device_);
     return;
   }
+  RLM_CHECK(!is_quantized(dtype_) && !is_quantized(src.dtype_))
+      << "copy_(): block-quantized tensors copy only whole rows of blocks between equal dtypes (dequantize with "
+         "formats/gguf_dequant.h); got "
+      << describe() << " <- " << src.describe();
   RLM_CHECK(device_.is_cpu() && src.device_.is_cpu())
       << "copy_(): strided or converting copies are CPU-only (besides row-pitched ones); got " << describe()
       << " <- " << src.describe();
@@ -276,6 +291,7 @@ Tensor Tensor::to(Device device) const {
 
 void Tensor::fill_(double value) const {
   RLM_CHECK(device_.is_cpu()) << "fill_() is CPU-only; got " << describe();
+  RLM_CHECK(!is_quantized(dtype_)) << "fill_() on a block-quantized tensor " << describe();
   Shape zero(dim(), 0);
   char* base = static_cast<char*>(data_ptr());
   const size_t sz = dtype_size(dtype_);
@@ -288,6 +304,7 @@ void Tensor::fill_(double value) const {
     case DType::kI64: { int64_t v = static_cast<int64_t>(value); std::memcpy(bytes, &v, 8); break; }
     case DType::kU8: { uint8_t v = static_cast<uint8_t>(value); std::memcpy(bytes, &v, 1); break; }
     case DType::kI8: { int8_t v = static_cast<int8_t>(value); std::memcpy(bytes, &v, 1); break; }
+    default: break;  // block-quantized: rejected above
   }
   for_each_index(shape_, strides_, zero, [&](int64_t a, int64_t) { std::memcpy(base + a * sz, bytes, sz); });
 }

@@ -73,8 +73,10 @@ class Tensor {
   int64_t size(int64_t d) const;    // negative d counts from the end
   int64_t stride(int64_t d) const;
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
-  size_t element_size() const { return dtype_size(dtype_); }
+  // Block-quantized dtypes: numel() counts logical elements, nbytes() the blocks' bytes; offsets,
+  // slices and views along the last dimension must fall on block boundaries.
+  size_t nbytes() const { return dtype_nbytes(dtype_, numel()); }
+  size_t element_size() const { return dtype_size(dtype_); }  // plain dtypes only
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return storage_; }
   int64_t offset() const { return offset_; }  // in elements from the storage start

@@ -121,8 +121,9 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
     case DType::kI8: return "I8";
+    default: break;  // block-quantized dtypes have no safetensors name
   }
-  fail("safetensors_dtype_name: invalid dtype");
+  fail(str("safetensors_dtype_name: no safetensors dtype for ", dtype_name(dtype)));
 }
 
 StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {

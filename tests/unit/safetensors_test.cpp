@@ -130,6 +130,7 @@ double element(const Tensor& t, int64_t i) {
     case DType::kI64: return static_cast<double>(t.data<int64_t>()[i]);
     case DType::kU8: return t.data<uint8_t>()[i];
     case DType::kI8: return t.data<int8_t>()[i];
+    default: break;  // block-quantized dtypes never come from safetensors
   }
   return NAN;
 }
