@@ -21,9 +21,11 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
     RLM_ASSIGN_OR_RETURN(out.gguf, GgufFile::open(path));
     RLM_ASSIGN_OR_RETURN(out.config, gguf_model_config(*out.gguf));
     if (options.load_format == "dummy") {
-      weights = make_dummy_weights(DType::kF32, options.dummy_seed);
+      weights = make_dummy_weights(DType::kF32, options.dummy_seed, 0.02f, options.dummy_weight_type);
     } else if (options.load_format == "auto" || options.load_format == "gguf") {
-      RLM_ASSIGN_OR_RETURN(weights, open_gguf_weights(out.gguf));
+      RLM_ASSIGN_OR_RETURN(weights, open_gguf_weights(out.gguf, DType::kF32,
+                                                      options.gguf_keep_quantized ? GgufWeights::kQuantized
+                                                                                  : GgufWeights::kDequantized));
     } else {
       return invalid_argument(str("load format '", options.load_format, "' does not apply to the GGUF file '", path,
                                   "' (use auto, gguf or dummy)"));
@@ -33,7 +35,8 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
   }
   RLM_ASSIGN_OR_RETURN(out.config, load_model_config(path));
   if (options.load_format == "dummy") {
-    weights = make_dummy_weights(out.config.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, options.dummy_seed);
+    weights = make_dummy_weights(out.config.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, options.dummy_seed,
+                                 0.02f, options.dummy_weight_type);
   } else if (options.load_format == "auto" || options.load_format == "safetensors") {
     if (!fs::is_directory(path)) {
       return invalid_argument(str("'", path, "' is not a model directory (expected config.json + *.safetensors)"));

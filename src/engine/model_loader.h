@@ -1,9 +1,10 @@
 // Opens a model from a path: a Hugging Face directory (config.json + safetensors), a *.gguf file
-// (config from its metadata, weights dequantized to f32), or with load_format "dummy" a
-// config.json / GGUF file alone with random weights of the right shapes.
+// (config from its metadata, matrices kept in their stored types, vectors in f32), or with
+// load_format "dummy" a config.json / GGUF file alone with random weights of the right shapes.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "model/causal_lm.h"
@@ -14,6 +15,11 @@ namespace rlm {
 struct LoadOptions {
   std::string load_format = "auto";  // "auto" | "safetensors" | "gguf" | "dummy"
   uint64_t dummy_seed = 0;
+  // dummy: matrices as random blocks of this GGUF type (e.g. q4_k) instead of float values.
+  std::optional<DType> dummy_weight_type;
+  // GGUF: matrices stay in their stored types (F16/BF16/block-quantized, multiplied in place);
+  // false dequantizes every tensor to f32 at load (the reference path).
+  bool gguf_keep_quantized = true;
 };
 
 struct LoadedModel {

@@ -235,12 +235,14 @@ std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
 class GgufWeightSource : public WeightSource {
  public:
   // `num_heads` / `num_kv_heads` > 0: un-permute q/k rows (llama); 0: serve them as stored.
-  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads, DType dtype)
+  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads, DType dtype,
+                   GgufWeights mode)
       : file_(std::move(file)),
         names_(hf_name_map(*file_)),
         num_heads_(num_heads),
         num_kv_heads_(num_kv_heads),
-        dtype_(dtype) {}
+        dtype_(dtype),
+        mode_(mode) {}
 
   bool has(const std::string& name) const override { return names_.count(name) != 0; }
 
@@ -252,7 +254,7 @@ class GgufWeightSource : public WeightSource {
       return invalid_argument(str("tensor '", name, "' (gguf '", info.name, "') in ", describe(), " has shape ",
                                   shape_to_string(info.shape), ", expected ", shape_to_string(expected_shape)));
     }
-    RLM_ASSIGN_OR_RETURN(Tensor t, dequantize_tensor(*file_, info));
+    RLM_ASSIGN_OR_RETURN(Tensor t, load(info));
     const bool is_q = num_heads_ > 0 && name.find(".self_attn.q_proj.") != std::string::npos;
     const bool is_k = num_heads_ > 0 && name.find(".self_attn.k_proj.") != std::string::npos;
     if (is_q || is_k) {
@@ -263,7 +265,7 @@ class GgufWeightSource : public WeightSource {
       }
       t = unpermute_llama_qk(t, heads);
     }
-    return dtype_ == DType::kF32 ? t : t.to(dtype_);
+    return t.dtype() == dtype_ || mode_ == GgufWeights::kQuantized ? t : t.to(dtype_);
   }
 
   std::vector<std::string> names() const override {
@@ -275,11 +277,22 @@ class GgufWeightSource : public WeightSource {
   std::string describe() const override { return str("gguf: ", file_->path(), " (", file_->tensors().size(), " tensors)"); }
 
  private:
+  // The tensor as stored (a view of the mapping) when kept quantized, else dequantized to f32.
+  StatusOr<Tensor> load(const GgufTensorInfo& info) const {
+    const std::optional<DType> stored = dtype_of_ggml_type(info.type);
+    if (mode_ == GgufWeights::kQuantized && info.shape.size() == 2 && stored && *stored != DType::kF32) {
+      std::span<const uint8_t> data = file_->tensor_data(info);
+      return Tensor::from_blob(const_cast<uint8_t*>(data.data()), info.shape, *stored, Device::cpu(), file_);
+    }
+    return dequantize_tensor(*file_, info);
+  }
+
   std::shared_ptr<GgufFile> file_;
   std::map<std::string, std::string> names_;  // HF name -> GGUF name
   int64_t num_heads_;
   int64_t num_kv_heads_;
   DType dtype_;
+  GgufWeights mode_;
 };
 
 }  // namespace
@@ -363,7 +376,7 @@ Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads) {
   const int64_t rows = w.size(0);
   RLM_CHECK(num_heads > 0 && rows % (2 * num_heads) == 0) << rows << " rows, " << num_heads << " heads";
   const int64_t head_dim = rows / num_heads, half = head_dim / 2;
-  const size_t row_bytes = static_cast<size_t>(w.numel() / rows) * w.element_size();
+  const size_t row_bytes = dtype_nbytes(w.dtype(), w.numel() / rows);
   Tensor src = w.contiguous();
   Tensor out = Tensor::empty(w.shape(), w.dtype());
   const auto* s = static_cast<const uint8_t*>(src.data_ptr());
@@ -379,16 +392,21 @@ Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads) {
   return out;
 }
 
-StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file, DType dtype) {
+StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file, DType dtype,
+                                                          GgufWeights mode) {
   RLM_CHECK(file != nullptr);
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     return invalid_argument(str("open_gguf_weights: dtype ", dtype_name(dtype), " is not a float dtype (f32, bf16, f16)"));
+  }
+  if (mode == GgufWeights::kQuantized && dtype != DType::kF32) {
+    return invalid_argument(str("open_gguf_weights: weights kept quantized come with f32 vectors, not ", dtype_name(dtype)));
   }
   RLM_ASSIGN_OR_RETURN(ModelConfig c, gguf_model_config(*file));
   RLM_ASSIGN_OR_RETURN(GgufArch arch, find_arch(*file));
   const int64_t heads = arch.permuted_qk ? c.num_attention_heads : 0;
   const int64_t kv_heads = arch.permuted_qk ? c.num_key_value_heads : 0;
-  return std::unique_ptr<WeightSource>(std::make_unique<GgufWeightSource>(std::move(file), heads, kv_heads, dtype));
+  return std::unique_ptr<WeightSource>(
+      std::make_unique<GgufWeightSource>(std::move(file), heads, kv_heads, dtype, mode));
 }
 
 }  // namespace rlm

@@ -1,5 +1,6 @@
 // One GGUF file as a whole model: a ModelConfig synthesised from its metadata and a WeightSource
-// that serves its tensors under Hugging Face names, dequantized to f32.
+// that serves its tensors under Hugging Face names, kept in their stored (block-quantized) types
+// or dequantized to f32.
 //
 // Supported general.architecture: "llama" (LlamaForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3"
 // (Qwen3ForCausalLM); metadata keys are read under that prefix ("llama.block_count", ...).
@@ -31,13 +32,22 @@ namespace rlm {
 // unsupported rope scaling; kInvalidArgument naming the key for a missing or invalid value.
 StatusOr<ModelConfig> gguf_model_config(const GgufFile& file);
 
-// The tensors of `file` under HF names (see above), dequantized at get() to CPU tensors of
-// `dtype` (kF32, kBF16 or kF16; via f32, rounding to nearest even).
+// How open_gguf_weights serves 2-D tensors (matrices).
+enum class GgufWeights {
+  kDequantized,  // every tensor dequantized at get() to `dtype`
+  kQuantized,    // matrices as stored (F16, BF16 and the block types: views of the mapping, or a
+                 // row-permuted copy for llama q/k); F32 matrices and every 1-D tensor in f32
+};
+
+// The tensors of `file` under HF names (see above). kDequantized: CPU tensors of `dtype` (kF32,
+// kBF16 or kF16; via f32, rounding to nearest even). kQuantized: `dtype` must be kF32.
 StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFile> file,
-                                                          DType dtype = DType::kF32);
+                                                          DType dtype = DType::kF32,
+                                                          GgufWeights mode = GgufWeights::kDequantized);
 
 // Undoes llama.cpp's q/k permutation on rows: `w` is [num_heads * head_dim] or
-// [num_heads * head_dim, in]; row h*head_dim + 2*i + p moves to h*head_dim + p*head_dim/2 + i.
+// [num_heads * head_dim, in] (any dtype, block-quantized included: rows move whole);
+// row h*head_dim + 2*i + p moves to h*head_dim + p*head_dim/2 + i.
 Tensor unpermute_llama_qk(const Tensor& w, int64_t num_heads);
 
 }  // namespace rlm

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "ops/ops.h"
+
 namespace rlm {
 
 Tensor concat_rows(const std::vector<Tensor>& parts) {
@@ -48,18 +50,43 @@ StatusOr<Linear> load_fused_linear(WeightSource& ws, const std::vector<std::stri
     weights.push_back(l.weight);
     if (with_bias) biases.push_back(*l.bias);
   }
-  for (size_t i = 1; i < weights.size(); ++i) {
-    if (weights[i].dtype() != weights[0].dtype()) {
-      return invalid_argument(str(prefixes[i], ".weight is ", dtype_name(weights[i].dtype()), " but ", prefixes[0],
-                                  ".weight is ", dtype_name(weights[0].dtype()), "; cannot fuse them"));
+  Linear fused;
+  // Runs of adjacent parts with one dtype are stacked; a fused weight of mixed dtypes keeps them apart.
+  std::vector<Tensor> run;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    run.push_back(weights[i]);
+    if (i + 1 == weights.size() || weights[i + 1].dtype() != weights[i].dtype()) {
+      fused.parts.push_back(run.size() == 1 ? run[0] : concat_rows(run));
+      run.clear();
     }
   }
-  Linear fused;
-  fused.weight = concat_rows(weights);
+  if (fused.parts.size() == 1) {
+    fused.weight = fused.parts[0];
+    fused.parts.clear();
+  }
   if (with_bias) {
     fused.bias = concat_rows(biases);
   }
   return fused;
+}
+
+int64_t Linear::out_features() const {
+  if (parts.empty()) return weight.size(0);
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.size(0);
+  return rows;
+}
+
+void apply_linear(const Linear& l, const Tensor& x, const Tensor& out) {
+  if (l.parts.empty()) return ops::linear(x, l.weight, l.bias, out);
+  int64_t row = 0;
+  for (const Tensor& p : l.parts) {
+    const int64_t rows = p.size(0);
+    std::optional<Tensor> bias;
+    if (l.bias) bias = l.bias->slice(0, row, row + rows);
+    ops::linear(x, p, bias, out.slice(1, row, row + rows));
+    row += rows;
+  }
 }
 
 }  // namespace rlm

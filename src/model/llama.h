@@ -46,7 +46,7 @@ class LlamaForCausalLM : public CausalLM {
 
   ModelConfig config_;
   LlamaVariant variant_;
-  Tensor embed_tokens_;  // [vocab, hidden]
+  Tensor embed_tokens_;  // [vocab, hidden] (GGUF: may stay block-quantized, like every matrix)
   std::vector<DecoderLayer> layers_;
   Tensor norm_;     // [hidden]
   Tensor lm_head_;  // [vocab, hidden] (the embedding when tied)

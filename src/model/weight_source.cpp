@@ -10,6 +10,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "formats/gguf_dequant.h"
 #include "formats/safetensors.h"
 
 namespace rlm {
@@ -148,7 +149,8 @@ uint64_t fnv1a(const std::string& s) {
 
 class DummyWeightSource final : public WeightSource {
  public:
-  DummyWeightSource(DType dtype, uint64_t seed, float scale) : dtype_(dtype), seed_(seed), scale_(scale) {}
+  DummyWeightSource(DType dtype, uint64_t seed, float scale, std::optional<DType> matrix_dtype)
+      : dtype_(dtype), seed_(seed), scale_(scale), matrix_dtype_(matrix_dtype) {}
 
   bool has(const std::string&) const override { return true; }  // any name, any shape
 
@@ -156,6 +158,15 @@ class DummyWeightSource final : public WeightSource {
     for (int64_t d : expected_shape)
       if (d < 0) return invalid_argument(str("dummy weight '", name, "': negative dimension in shape ",
                                              shape_to_string(expected_shape)));
+    if (matrix_dtype_ && expected_shape.size() == 2 && expected_shape[1] % dtype_block_size(*matrix_dtype_) == 0) {
+      // Random blocks (quants and scales) of the GGUF type, deterministic in (seed, name).
+      Tensor t = Tensor::empty(expected_shape, *matrix_dtype_);
+      fill_random_blocks(*matrix_dtype_, t.data_ptr(), t.numel() / dtype_block_size(*matrix_dtype_),
+                         mix64(seed_ ^ mix64(fnv1a(name))), scale_);
+      std::lock_guard<std::mutex> lock(mu_);
+      served_.insert(name);
+      return t;
+    }
     Tensor t = Tensor::empty(expected_shape, dtype_);
     fill(name, t);
     std::lock_guard<std::mutex> lock(mu_);
@@ -169,7 +180,8 @@ class DummyWeightSource final : public WeightSource {
   }
 
   std::string describe() const override {
-    return str("dummy: U(-", scale_, ", ", scale_, ") ", dtype_name(dtype_), " weights, seed ", seed_);
+    return str("dummy: U(-", scale_, ", ", scale_, ") ", dtype_name(dtype_), " weights",
+               matrix_dtype_ ? str(", random ", dtype_name(*matrix_dtype_), " blocks for matrices") : "", ", seed ", seed_);
   }
 
  private:
@@ -207,6 +219,7 @@ class DummyWeightSource final : public WeightSource {
   DType dtype_;
   uint64_t seed_;
   float scale_;
+  std::optional<DType> matrix_dtype_;
   mutable std::mutex mu_;
   std::set<std::string> served_;
 };
@@ -229,10 +242,13 @@ StatusOr<std::unique_ptr<WeightSource>> open_safetensors(const std::string& mode
   return open_files(model_dir, paths);
 }
 
-std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed, float scale) {
+std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed, float scale,
+                                                 std::optional<DType> matrix_dtype) {
   RLM_CHECK(is_floating(dtype)) << "dummy weights need a float dtype, got " << dtype_name(dtype);
   RLM_CHECK(scale >= 0.0f) << "dummy weight scale " << scale;
-  return std::make_unique<DummyWeightSource>(dtype, seed, scale);
+  RLM_CHECK(!matrix_dtype || is_quantized(*matrix_dtype))
+      << "dummy matrix dtype " << dtype_name(*matrix_dtype) << " is not block-quantized";
+  return std::make_unique<DummyWeightSource>(dtype, seed, scale, matrix_dtype);
 }
 
 }  // namespace rlm

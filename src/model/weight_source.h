@@ -1,10 +1,11 @@
-// Where model weights come from: safetensors files (mmap), GGUF files (dequantized at load), or
-// random values of the right shapes (--load-format dummy). Models ask for each tensor by its
-// Hugging Face name together with the shape they expect; sources check it.
+// Where model weights come from: safetensors files (mmap), GGUF files (kept quantized, or
+// dequantized at load), or random values of the right shapes (--load-format dummy). Models ask
+// for each tensor by its Hugging Face name together with the shape they expect; sources check it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual bool has(const std::string& name) const = 0;
   // The tensor `name` on the CPU in its stored float dtype (f32/bf16/f16; may be a view into an
-  // mmap). Fails with kNotFound naming the tensor and the file when it is missing and with
+  // mmap; GGUF sources opened with GgufWeights::kQuantized serve matrices in their block dtypes). Fails with kNotFound naming the tensor and the file when it is missing and with
   // kInvalidArgument when its shape differs from `expected_shape`.
   virtual StatusOr<Tensor> get(const std::string& name, const Shape& expected_shape) = 0;
   virtual std::vector<std::string> names() const = 0;
@@ -31,7 +32,10 @@ class WeightSource {
 StatusOr<std::unique_ptr<WeightSource>> open_safetensors(const std::string& model_dir);
 
 // Random weights of whatever shape is asked for (for benchmarks): values ~ U(-scale, scale),
-// deterministic in (seed, name). `dtype` is the dtype of the returned tensors.
-std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed, float scale = 0.02f);
+// deterministic in (seed, name). `dtype` is the dtype of the returned tensors; with
+// `matrix_dtype` (a block-quantized dtype, --dummy-weight-type), every matrix whose rows are a
+// whole number of its blocks is random blocks of that type instead (values within ~+-scale).
+std::unique_ptr<WeightSource> make_dummy_weights(DType dtype, uint64_t seed, float scale = 0.02f,
+                                                 std::optional<DType> matrix_dtype = std::nullopt);
 
 }  // namespace rlm

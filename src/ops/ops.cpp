@@ -4,7 +4,10 @@
 
 #include "ops/op_check.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
@@ -23,13 +26,16 @@
 #include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rotary.h"
 #include "kernels/cpu/sampling.h"
 #include "kernels/cpu/softmax.h"
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/quant_matmul.h"
 #endif
+#include "formats/gguf_dequant.h"
 
 namespace rlm::ops {
 namespace {
@@ -92,12 +98,40 @@ void check_norm_weight(const OpCheck& c, const Tensor& weight, int64_t d) {
   c.unit_last_stride("weight", weight);
 }
 
+// Block-quantized embedding rows: dequantized one by one (checked ids, nothing written on error).
+void quantized_embedding(const OpCheck& c, const Tensor& ids, const Tensor& weight, const Tensor& out) {
+  const std::vector<int64_t> rows = index_values(ids);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= weight.size(0)) {
+      c.fail_with(str("ids[", i, "] = ", rows[i], " is outside [0, ", weight.size(0), ")"));
+    }
+  }
+  const auto* w = static_cast<const uint8_t*>(weight.data_ptr());
+  const size_t row_bytes = dtype_nbytes(weight.dtype(), row_stride(weight));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    dequantize_row(weight.dtype(), w + static_cast<size_t>(rows[i]) * row_bytes,
+                   out.data<float>() + static_cast<int64_t>(i) * row_stride(out), weight.size(1));
+  }
+}
+
 }  // namespace
 
 void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
   OpCheck c("embedding");
   c.dtype("ids", ids, {DType::kI32});
   c.dims("ids", ids, 1, "[num_tokens]");
+  if (is_quantized(weight.dtype()) && ids.device().is_cpu()) {
+    c.dims("weight", weight, 2, "[vocab_size, hidden]");
+    c.unit_last_stride("weight", weight);
+    c.dtype("out", out, {DType::kF32});
+    c.dims("out", out, 2, "[num_tokens, hidden]");
+    c.size("out", out, 0, ids.size(0), "num_tokens (ids.size(0))");
+    c.size("out", out, 1, weight.size(1), "hidden (weight.size(1))");
+    c.unit_last_stride("out", out);
+    c.same_device(ids, "weight", weight);
+    c.same_device(ids, "out", out);
+    return quantized_embedding(c, ids, weight, out);
+  }
   c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
   c.dims("weight", weight, 2, "[vocab_size, hidden]");
   c.unit_last_stride("weight", weight);
@@ -219,12 +253,50 @@ void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions,
   }
 }
 
+namespace {
+
+std::atomic<QuantizedActivations>& quantized_activations_mode() {
+  static std::atomic<QuantizedActivations> mode([] {
+    const char* e = std::getenv("RADIXLM_QUANT_ACTIVATIONS");
+    return e != nullptr && std::string(e) == "f32" ? QuantizedActivations::kF32 : QuantizedActivations::kInt8;
+  }());
+  return mode;
+}
+
+// The f32-activation reference: blocks of weight rows dequantized, then the f32 linear (sgemm).
+void linear_dequantized_rows(const Tensor& x, const Tensor& weight, const Tensor* bias, const Tensor& out) {
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const int64_t rows = cpu::kLinearBlockRows;
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>(std::min(rows, n) * k));
+  const auto* w = static_cast<const uint8_t*>(weight.data_ptr());
+  const size_t row_bytes = dtype_nbytes(weight.dtype(), row_stride(weight));
+  for (int64_t j0 = 0; j0 < n; j0 += rows) {
+    const int64_t nb = std::min(rows, n - j0);
+    for (int64_t j = 0; j < nb; ++j) {
+      dequantize_row(weight.dtype(), w + static_cast<size_t>(j0 + j) * row_bytes, scratch.data() + j * k, k);
+    }
+    cpu::linear(x.data<float>(), x.size(0), k, row_stride(x), scratch.data(), DType::kF32, nb, k, nullptr,
+                DType::kF32, out.data<float>() + j0, row_stride(out));
+  }
+  if (bias != nullptr) {
+    cpu::add_bias_rows(bias->data_ptr(), bias->dtype(), x.size(0), n, out.data<float>(), row_stride(out));
+  }
+}
+
+}  // namespace
+
+void set_quantized_linear_activations(QuantizedActivations mode) { quantized_activations_mode() = mode; }
+
+QuantizedActivations quantized_linear_activations() { return quantized_activations_mode(); }
+
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {
   OpCheck c("linear");
   c.dtype("x", x, {DType::kF32});
   c.dims("x", x, 2, "[m, k]");
   c.unit_last_stride("x", x);
-  c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  const bool quantized = weight.defined() && is_quantized(weight.dtype());
+  if (!quantized) c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
   c.dims("weight", weight, 2, "[n, k]");
   c.unit_last_stride("weight", weight);
   c.size("weight", weight, 1, x.size(1), "k (x.size(1))");
@@ -243,7 +315,18 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
     c.unit_last_stride("bias", *b);
     c.same_device(x, "bias", *b);
   }
-  if (x.device().is_cpu()) {
+  if (quantized && x.device().is_cpu()) {
+    if (quantized_linear_activations() == QuantizedActivations::kF32) return linear_dequantized_rows(x, weight, b, out);
+    cpu::quant_linear(x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(), weight.dtype(),
+                      weight.size(0), dtype_nbytes(weight.dtype(), row_stride(weight)), b ? b->data_ptr() : nullptr,
+                      b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out));
+  } else if (quantized && x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                cuda::quant_linear(x.device().index, x.data<float>(), x.size(0), x.size(1), row_stride(x),
+                                   weight.data_ptr(), weight.dtype(), weight.size(0),
+                                   dtype_nbytes(weight.dtype(), row_stride(weight)), b ? b->data_ptr() : nullptr,
+                                   b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out)));
+  } else if (x.device().is_cpu()) {
     cpu::linear(x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(), weight.dtype(),
                 weight.size(0), row_stride(weight), b ? b->data_ptr() : nullptr, b ? b->dtype() : DType::kF32,
                 out.data<float>(), row_stride(out));

@@ -17,7 +17,8 @@
 namespace rlm::ops {
 
 // out[i, :] = weight[ids[i], :] (converted to out's dtype).
-//   ids: i32 [num_tokens]; weight: f32/bf16/f16 [vocab_size, hidden]; out: f32/bf16/f16 [num_tokens, hidden].
+//   ids: i32 [num_tokens]; weight: f32/bf16/f16 or block-quantized [vocab_size, hidden] (rows are
+//   dequantized; out f32 then); out: f32/bf16/f16 [num_tokens, hidden].
 // Fails with a clear error (naming the position and the id) when an id is outside [0, vocab_size);
 // nothing is written then.
 void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out);
@@ -56,7 +57,17 @@ void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions,
 // out[m, n] = x[m, k] @ weight[n, k]^T (+ bias[n]). Weight f32/bf16/f16 (converted exactly to
 // f32 block by block, so a 16-bit weight gives the same bits as its f32 copy), bias f32/bf16/f16,
 // x and out f32 (row strides may exceed k / n; out must not overlap x). Through BLAS (sgemm) on the CPU.
+// A block-quantized weight (GGUF q4_k, q8_0, ...; core/dtype.h) is multiplied in its blocks: by
+// default the activations are quantized to 8 bits per block and multiplied with integer dot
+// products (kernels/cpu/quant_matmul.h; CUDA: kernels/cuda/quant_matmul.h); with
+// set_quantized_linear_activations(kF32) the CPU dequantizes the weight rows block by block and
+// keeps x in f32 (a reference mode: the dequantized-f32 result up to summation order).
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out);
+
+enum class QuantizedActivations { kInt8, kF32 };
+// Process-wide; the initial value is kF32 when RADIXLM_QUANT_ACTIVATIONS=f32 is set, else kInt8.
+void set_quantized_linear_activations(QuantizedActivations mode);
+QuantizedActivations quantized_linear_activations();
 
 // out[n, i] = silu(x[n, :i]) * x[n, i:].   x: [n, 2*i]; out: [n, i].
 void silu_and_mul(const Tensor& x, const Tensor& out);

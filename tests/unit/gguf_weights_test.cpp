@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "formats/gguf_dequant.h"
 #include "unit/gguf_test_util.h"
 
 namespace rlm {
@@ -102,6 +103,32 @@ TEST_P(GgufTiny, TensorsMatchTransformers) {
   auto names = (*ws)->names();
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), want_names);
   EXPECT_NE((*ws)->describe().find(stem() + ".gguf"), std::string::npos);
+}
+
+// Kept quantized: matrices in their stored dtype (views of the file unless un-permuted), whose
+// dequantization is bit-identical to the dequantized source; vectors and F32 matrices in f32.
+TEST_P(GgufTiny, QuantizedMatricesDequantizeToTheSameTensors) {
+  auto e = read_json(stem() + "_expected.json");
+  auto f = open_fixture(stem() + ".gguf");
+  auto deq = open_gguf_weights(f).value();
+  auto q = open_gguf_weights(f, DType::kF32, GgufWeights::kQuantized).value();
+  std::set<DType> seen;
+  for (const auto& t : e["tensors"]) {
+    const std::string name = t["name"];
+    SCOPED_TRACE(name);
+    const Shape shape = t["shape"].get<Shape>();
+    Tensor want = deq->get(name, shape).value();
+    Tensor got = q->get(name, shape).value();
+    ASSERT_EQ(got.shape(), shape);
+    seen.insert(got.dtype());
+    if (shape.size() == 1) {
+      EXPECT_EQ(got.dtype(), DType::kF32);
+    }
+    Tensor back = dequantize(got);
+    ASSERT_EQ(std::memcmp(back.data_ptr(), want.data_ptr(), want.nbytes()), 0);
+  }
+  EXPECT_GE(seen.size(), 3u);  // f32 plus stored 16-bit / block types
+  EXPECT_FALSE(open_gguf_weights(f, DType::kBF16, GgufWeights::kQuantized).is_ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, GgufTiny, ::testing::Values("llama", "qwen2", "qwen3"));

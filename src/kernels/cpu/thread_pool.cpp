@@ -1,90 +1,140 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <cblas.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
-#include <exception>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace rlm::cpu {
 
-ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < std::max(1, num_threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
 }
 
-ThreadPool::~ThreadPool() {
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) { start(num_threads); }
+
+ThreadPool::~ThreadPool() { stop(); }
+
+void ThreadPool::start(int num_threads) {
+  stop_ = false;
+  for (int i = 1; i < std::max(1, num_threads); ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
+  workers_.clear();
 }
 
-void ThreadPool::worker_loop(int /*index*/) {
-  uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
+void ThreadPool::resize(int num_threads) {
+  if (std::max(1, num_threads) == this->num_threads()) return;
+  bool expected = false;
+  while (!busy_.compare_exchange_weak(expected, true)) {
+    expected = false;
+    std::this_thread::yield();
+  }
+  stop();
+  start(num_threads);
+  busy_ = false;
+}
+
+// Workers claim chunks until none are left; every claimed chunk is counted off `pending_`.
+void ThreadPool::run_chunks() {
+  const auto& fn = *job_;
+  const int64_t n = job_n_, chunk = chunk_;
   while (true) {
-    work_cv_.wait(lock, [&] { return stop_ || (generation_ != seen && next_ < job_n_); });
-    if (stop_) return;
-    seen = generation_;
-    while (next_ < job_n_) {
-      int64_t begin = next_;
-      int64_t end = std::min(job_n_, begin + chunk_);
-      next_ = end;
-      const auto* job = job_;
-      lock.unlock();
-      std::exception_ptr err;
-      try {
-        (*job)(begin, end);
-      } catch (...) {
-        err = std::current_exception();
-      }
-      lock.lock();
-      if (err && !error_) error_ = err;
-      if (--pending_ == 0) done_cv_.notify_all();
+    const int64_t begin = next_.fetch_add(chunk);
+    if (begin >= n) return;
+    try {
+      fn(begin, std::min(n, begin + chunk));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
     }
+    pending_.fetch_sub(1);
+  }
+}
+
+void ThreadPool::worker_loop() {
+  using Clock = std::chrono::steady_clock;
+  uint64_t seen = generation_.load();
+  while (true) {
+    // Wait for a published job newer than the last one: spin first, then sleep.
+    uint64_t g = generation_.load();
+    const auto spin_until = Clock::now() + std::chrono::microseconds(kSpinMicros);
+    for (int i = 0; (g == seen || (g & 1)) && !stop_.load(std::memory_order_relaxed); ++i) {
+      cpu_relax();
+      if ((i & 63) == 63 && Clock::now() > spin_until) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        sleepers_.fetch_add(1);
+        work_cv_.wait(lock, [&] {
+          const uint64_t now = generation_.load();
+          return stop_.load() || (now != seen && !(now & 1));
+        });
+        sleepers_.fetch_sub(1);
+      }
+      g = generation_.load();
+    }
+    if (stop_.load()) return;
+    // Check in, then make sure the job is still the one seen (its owner waits for active_ == 0
+    // before it rewrites the fields).
+    active_.fetch_add(1);
+    if (generation_.load() == g) run_chunks();
+    active_.fetch_sub(1);
+    seen = g;
   }
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  std::unique_lock<std::mutex> run_lock(run_mutex_, std::try_to_lock);
-  if (workers_.empty() || n <= grain || !run_lock.owns_lock()) {
+  bool expected = false;
+  if (workers_.empty() || n <= grain || !busy_.compare_exchange_strong(expected, true)) {
     fn(0, n);
     return;
   }
   // About 4 chunks per thread balances uneven items (e.g. long and short requests).
-  int64_t chunk = std::max(grain, (n + 4 * num_threads() - 1) / (4 * num_threads()));
-  std::unique_lock<std::mutex> lock(mutex_);
+  const int64_t chunk = std::max(grain, (n + 4 * num_threads() - 1) / (4 * num_threads()));
+  // Unpublish (odd generation), wait until no worker still reads the previous job, then write.
+  generation_.fetch_add(1);
+  while (active_.load() != 0) cpu_relax();
   job_ = &fn;
   job_n_ = n;
   chunk_ = chunk;
-  next_ = 0;
-  pending_ = (n + chunk - 1) / chunk;
   error_ = nullptr;
-  ++generation_;
-  work_cv_.notify_all();
-  while (next_ < job_n_) {
-    int64_t begin = next_;
-    int64_t end = std::min(job_n_, begin + chunk_);
-    next_ = end;
-    lock.unlock();
-    std::exception_ptr err;
-    try {
-      fn(begin, end);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    lock.lock();
-    if (err && !error_) error_ = err;
-    --pending_;
+  pending_.store((n + chunk - 1) / chunk);
+  next_.store(0);
+  generation_.fetch_add(1);  // published
+  if (sleepers_.load() > 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    work_cv_.notify_all();
   }
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
-  job_n_ = 0;
-  std::exception_ptr err = error_;
-  error_ = nullptr;
-  lock.unlock();
+  run_chunks();
+  while (pending_.load() != 0) cpu_relax();
+  std::exception_ptr err;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    err = error_;
+    error_ = nullptr;
+  }
+  busy_ = false;
   if (err) std::rethrow_exception(err);
 }
 
@@ -101,6 +151,13 @@ ThreadPool& ThreadPool::global() {
 
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   ThreadPool::global().parallel_for(n, grain, fn);
+}
+
+int num_threads() { return ThreadPool::global().num_threads(); }
+
+void set_num_threads(int num_threads) {
+  ThreadPool::global().resize(num_threads);
+  openblas_set_num_threads(std::max(1, num_threads));  // the f32 / 16-bit linears (sgemm)
 }
 
 }  // namespace rlm::cpu
