@@ -13,6 +13,8 @@
 #include "engine/cuda_graph_runner.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/qwen3_next.h"
 
 namespace rlm::cli {
@@ -24,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 struct OneBatchArgs {
   std::string model;
   std::string load_format = "dummy";
+  std::string dummy_weight_type;  // e.g. q4_k: matrices as random blocks of that GGUF type
   std::string device = "auto";
   int64_t batch_size = 1;
   int64_t input_len = 512;
@@ -35,6 +38,11 @@ struct OneBatchArgs {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// Bytes per element of a dtype (block-quantized: the block's bytes over its elements).
+double bytes_per_element(DType dtype) {
+  return static_cast<double>(dtype_block_bytes(dtype)) / static_cast<double>(dtype_block_size(dtype));
+}
+
 // Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head).
 double weight_bytes(const ModelConfig& c, DType dtype) {
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
@@ -44,7 +52,7 @@ double weight_bytes(const ModelConfig& c, DType dtype) {
   const double layer = qkv + o + mlp + 2.0 * h;
   const double embed = static_cast<double>(c.vocab_size) * h;
   const double total = embed * (c.tie_word_embeddings ? 1.0 : 2.0) + layer * static_cast<double>(c.num_hidden_layers) + h;
-  return total * static_cast<double>(dtype_size(dtype));
+  return total * bytes_per_element(dtype);
 }
 
 // Bytes one Qwen3-Next decode step of `batch` tokens reads: every non-expert weight (attention or
@@ -112,6 +120,15 @@ int run_one_batch(const OneBatchArgs& a) {
   LoadOptions lo;
   lo.load_format = a.load_format;
   lo.dummy_seed = a.seed;
+  if (!a.dummy_weight_type.empty()) {
+    auto t = parse_dtype(a.dummy_weight_type);
+    if (!t.is_ok() || !is_quantized(*t) || a.load_format != "dummy") {
+      std::fprintf(stderr, "radixlm bench one-batch: --dummy-weight-type takes a GGUF block type (q4_0, q4_k, ...) "
+                           "with --load-format dummy; got '%s'\n", a.dummy_weight_type.c_str());
+      return 2;
+    }
+    lo.dummy_weight_type = *t;
+  }
   auto loaded = load_model(a.model.empty() ? default_model_path() : a.model, lo);
   if (!loaded.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", loaded.status().to_string().c_str()), 1;
   const ModelConfig cfg = loaded->config;
@@ -208,10 +225,19 @@ int run_one_batch(const OneBatchArgs& a) {
   const double bw = copy_bandwidth(*device);
   const double kv_bytes_per_token = static_cast<double>(r.kv_pool().bytes_per_token());
   const double mid_len = static_cast<double>(a.input_len) + static_cast<double>(a.output_len) / 2.0;
-  // Dummy weights are made in bf16 (f32 when the config says so); loaded weights in the config's dtype.
-  const DType wdt = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  // Dummy weights are made in bf16 (f32 when the config says so; --dummy-weight-type's blocks for
+  // matrices); loaded weights in the config's dtype, a GGUF file's as stored.
+  const DType wdt = lo.dummy_weight_type ? *lo.dummy_weight_type : cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
   // Qwen3-Next reads only the routed experts (and its recurrent states) per step.
   double weights_read = weight_bytes(cfg, wdt);
+  if (loaded->gguf && a.load_format != "dummy") {
+    // Every tensor is read once per step (a tied embedding as the lm_head), except an untied embedding.
+    weights_read = 0.0;
+    const bool untied = loaded->gguf->find_tensor("output.weight") != nullptr;
+    for (const GgufTensorInfo& t : loaded->gguf->tensors()) {
+      if (!(untied && t.name == "token_embd.weight")) weights_read += static_cast<double>(t.nbytes);
+    }
+  }
   if (cfg.architecture == "Qwen3NextForCausalLM") {
     auto bytes = qwen3_next_step_bytes(cfg, a.batch_size, wdt);
     if (!bytes.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", bytes.status().to_string().c_str()), 1;
@@ -221,8 +247,12 @@ int run_one_batch(const OneBatchArgs& a) {
   // The copy's rate counts bytes read plus written; a decode step is a read stream, which runs at
   // about that total rate, so the floor is bytes / copy rate.
   const double floor_ms = decode_bytes / bw * 1e3;
-  std::printf("model %s (%s) on %s, batch %lld, input %lld, output %lld, page size %lld\n", cfg.architecture.c_str(),
-              dtype_name(cfg.dtype), device->to_string().c_str(), static_cast<long long>(a.batch_size),
+  std::printf("model %s (%s) on %s (%s), batch %lld, input %lld, output %lld, page size %lld\n",
+              cfg.architecture.c_str(), loaded->gguf && a.load_format != "dummy" ? "gguf" : dtype_name(wdt),
+              device->to_string().c_str(),
+              device->is_cpu() ? str(cpu::num_threads(), " threads, ", cpu::cpu_isa_name(cpu::best_cpu_isa())).c_str()
+                               : "cuda",
+              static_cast<long long>(a.batch_size),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
               static_cast<long long>(a.page_size));
   std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
@@ -255,6 +285,8 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
   CLI::App* s = bench.add_subcommand("one-batch", "Static-batch prefill latency and decode step time");
   s->add_option("--model", a->model, "Model directory or .gguf (configs/llama-3.1-8b with --load-format dummy)");
   s->add_option("--load-format", a->load_format, "dummy (default) | auto | safetensors | gguf");
+  s->add_option("--dummy-weight-type", a->dummy_weight_type,
+                "With --load-format dummy: matrices as random blocks of this GGUF type (q4_0, q8_0, q4_k, q6_k, ...)");
   s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
   s->add_option("--batch-size", a->batch_size, "Requests in the batch")->check(CLI::PositiveNumber);
   s->add_option("--input-len", a->input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);

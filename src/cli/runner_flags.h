@@ -1,10 +1,11 @@
 // The runner flags that serve, generate and bench one-batch share: CUDA memory, CUDA graphs,
-// cascade attention.
+// cascade attention, CPU threads.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include "engine/model_runner.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace rlm::cli {
 
@@ -13,6 +14,7 @@ struct RunnerFlags {
   bool disable_cuda_graph = false;
   int64_t cuda_graph_max_bs = 160;    // SGLang's default on an H100
   std::string cascade_attention = "auto";
+  int threads = 0;  // CPU threads for the kernels; 0: all cores (or RADIXLM_CPU_THREADS)
 
   void add_to(CLI::App* app) {
     app->add_option("--mem-fraction-static", mem_fraction_static,
@@ -29,6 +31,7 @@ struct RunnerFlags {
                     "(when adjacent requests share >= 64 prefix tokens), on (whenever a prefix is cached) or off "
                     "(default auto)")
         ->check(CLI::IsMember({"auto", "on", "off"}));
+    app->add_option("--threads", threads, "CPU threads for the kernels (default: every core)")->check(CLI::PositiveNumber);
   }
   // Sets the runner's graph options and, when `size_from_memory`, sizes the KV pool from the memory
   // fraction (CUDA only; the CPU keeps the runner's own sizing).
@@ -37,6 +40,7 @@ struct RunnerFlags {
     rc.cuda_graph_max_bs = cuda_graph_max_bs;
     rc.mem_fraction_static = size_from_memory ? mem_fraction_static : 0.0;
     rc.cascade_attention = parse_cascade_mode(cascade_attention).value();
+    if (threads > 0) cpu::set_num_threads(threads);
   }
 };
 

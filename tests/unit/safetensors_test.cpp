@@ -13,6 +13,7 @@
 #include <functional>
 #include <random>
 
+#include "formats/gguf_dequant.h"
 #include "model/weight_source.h"
 
 namespace rlm {
@@ -547,6 +548,26 @@ TEST(DummyWeights, HalfPrecisionIsTheRoundedFloatStream) {
     ASSERT_EQ(b.data<bf16>()[i].bits, f32_to_bf16(ref[i]).bits) << i;
     ASSERT_EQ(h.data<f16>()[i].bits, f32_to_f16(ref[i]).bits) << i;
   }
+}
+
+// --dummy-weight-type: matrices whose rows are whole blocks become random blocks of that type
+// (deterministic in seed and name, values within ~scale); the rest stays float.
+TEST(DummyWeights, QuantizedMatrices) {
+  auto w = make_dummy_weights(DType::kBF16, 4, 0.5f, DType::kQ4_K);
+  Tensor q = w->get("m", {8, 512}).value();
+  EXPECT_EQ(q.dtype(), DType::kQ4_K);
+  EXPECT_EQ(q.nbytes(), 8u * 2 * 144);
+  Tensor again = make_dummy_weights(DType::kBF16, 4, 0.5f, DType::kQ4_K)->get("m", {8, 512}).value();
+  EXPECT_EQ(std::memcmp(q.data_ptr(), again.data_ptr(), q.nbytes()), 0);
+  Tensor other = w->get("n", {8, 512}).value();
+  EXPECT_NE(std::memcmp(q.data_ptr(), other.data_ptr(), q.nbytes()), 0);
+  const Tensor values = dequantize(q);
+  float amax = 0;
+  for (int64_t i = 0; i < values.numel(); ++i) amax = std::max(amax, std::fabs(values.data<float>()[i]));
+  EXPECT_GT(amax, 0.05f);
+  EXPECT_LE(amax, 1.0f);  // fill_random_blocks sizes the scales to ~scale
+  EXPECT_EQ(w->get("v", {512}).value().dtype(), DType::kBF16);
+  EXPECT_EQ(w->get("odd", {8, 96}).value().dtype(), DType::kBF16);  // 96 is not a whole Q4_K block
 }
 
 }  // namespace

@@ -314,28 +314,40 @@ struct WIQ4_XS {
 
 inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
 
+// One 32-element block b of a weight row against NR activation rows: acc[r] += scaled products,
+// corr[r] += the block's offset / minimum term.
+template <class W, int NR>
+inline void avx2_block32(const uint8_t* row, int64_t b, int64_t nb, const Q8View& a, __m256* acc, float* corr) {
+  float dw, c;
+  const __m256i v = W::load(row + b * W::kBytes, &dw, &c);
+  const __m256i u = W::kSigned ? _mm256_sign_epi8(v, v) : v;
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    __m256i q = load256(a.q + r * a.k + b * 32);
+    if (W::kSigned) q = _mm256_sign_epi8(q, v);
+    const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(u, q));
+    acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d[r * nb + b]), acc[r]);
+    if (W::kCorr) corr[r] += c * a.sum[r * nb + b];
+  }
+}
+
 template <class W, int NR>
 struct avx2_dot32 {
 static void run(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, float* out, int64_t ldo) {
   const int64_t nb = a.k / 32;
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* row = w + j * ldw;
-    __m256 acc[NR][2];
-    float corr[NR];
-    for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps(), corr[r] = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      float dw, c;
-      const __m256i v = W::load(row + b * W::kBytes, &dw, &c);
-      const __m256i u = W::kSigned ? _mm256_sign_epi8(v, v) : v;
-      for (int r = 0; r < NR; ++r) {
-        __m256i q = load256(a.q + r * a.k + b * 32);
-        if (W::kSigned) q = _mm256_sign_epi8(q, v);
-        const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(u, q));
-        acc[r][b & 1] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d[r * nb + b]), acc[r][b & 1]);
-        if (W::kCorr) corr[r] += c * a.sum[r * nb + b];
-      }
+    // Two independent accumulator sets (even and odd blocks) hide the FMA latency.
+    __m256 acc0[NR], acc1[NR];
+    float corr0[NR], corr1[NR];
+    for (int r = 0; r < NR; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps(), corr0[r] = corr1[r] = 0.0f;
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+      avx2_block32<W, NR>(row, b, nb, a, acc0, corr0);
+      avx2_block32<W, NR>(row, b + 1, nb, a, acc1, corr1);
     }
-    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + corr[r];
+    if (b < nb) avx2_block32<W, NR>(row, b, nb, a, acc0, corr0);
+    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + (corr0[r] + corr1[r]);
   }
 }
 };
@@ -462,27 +474,35 @@ namespace rlm::cpu {
 namespace {
 
 template <class W, int NR>
+inline void avx512_block32(const uint8_t* row, int64_t b, int64_t nb, const Q8View& a, __m256* acc, float* corr) {
+  float dw, c;
+  __m256i u = W::load(row + b * W::kBytes, &dw, &c);
+  if (W::kSigned) u = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80))), c = -128.0f * dw;  // s + 128
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; ++r) {
+    const __m256i q = load256(a.q + r * a.k + b * 32);
+    const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q));
+    acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d[r * nb + b]), acc[r]);
+    if (W::kCorr || W::kSigned) corr[r] += c * a.sum[r * nb + b];
+  }
+}
+
+template <class W, int NR>
 struct avx512_dot32 {
 static void run(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, float* out, int64_t ldo) {
   const int64_t nb = a.k / 32;
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(0x80));
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* row = w + j * ldw;
-    __m256 acc[NR][2];
-    float corr[NR];
-    for (int r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps(), corr[r] = 0.0f;
-    for (int64_t b = 0; b < nb; ++b) {
-      float dw, c;
-      __m256i u = W::load(row + b * W::kBytes, &dw, &c);
-      if (W::kSigned) u = _mm256_xor_si256(u, offset), c = -128.0f * dw;  // s + 128 as u8
-      for (int r = 0; r < NR; ++r) {
-        const __m256i q = load256(a.q + r * a.k + b * 32);
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q));
-        acc[r][b & 1] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d[r * nb + b]), acc[r][b & 1]);
-        if (W::kCorr || W::kSigned) corr[r] += c * a.sum[r * nb + b];
-      }
+    __m256 acc0[NR], acc1[NR];
+    float corr0[NR], corr1[NR];
+    for (int r = 0; r < NR; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps(), corr0[r] = corr1[r] = 0.0f;
+    int64_t b = 0;
+    for (; b + 1 < nb; b += 2) {
+      avx512_block32<W, NR>(row, b, nb, a, acc0, corr0);
+      avx512_block32<W, NR>(row, b + 1, nb, a, acc1, corr1);
     }
-    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + corr[r];
+    if (b < nb) avx512_block32<W, NR>(row, b, nb, a, acc0, corr0);
+    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + (corr0[r] + corr1[r]);
   }
 }
 };
