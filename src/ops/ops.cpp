@@ -120,7 +120,7 @@ void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
   OpCheck c("embedding");
   c.dtype("ids", ids, {DType::kI32});
   c.dims("ids", ids, 1, "[num_tokens]");
-  if (is_quantized(weight.dtype()) && ids.device().is_cpu()) {
+  if (is_quantized(weight.dtype())) {
     c.dims("weight", weight, 2, "[vocab_size, hidden]");
     c.unit_last_stride("weight", weight);
     c.dtype("out", out, {DType::kF32});
@@ -130,7 +130,13 @@ void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
     c.unit_last_stride("out", out);
     c.same_device(ids, "weight", weight);
     c.same_device(ids, "out", out);
-    return quantized_embedding(c, ids, weight, out);
+    if (ids.device().is_cpu()) return quantized_embedding(c, ids, weight, out);
+    RLM_IF_CUDA(c, ids.device(),
+                cuda::dequantize_rows(ids.device().index, weight.data_ptr(), weight.dtype(),
+                                      dtype_nbytes(weight.dtype(), row_stride(weight)), weight.size(0),
+                                      ids.data<int32_t>(), ids.stride(0), ids.size(0), weight.size(1), out.data_ptr(),
+                                      out.dtype(), row_stride(out)));
+    return;
   }
   c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
   c.dims("weight", weight, 2, "[vocab_size, hidden]");

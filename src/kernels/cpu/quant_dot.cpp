@@ -122,6 +122,8 @@ void quantize_activations(CpuIsa isa, const float* x, int64_t m, int64_t k, int6
   out->d.resize(static_cast<size_t>(m * (k / block)));
   out->sum.resize(block == 32 ? static_cast<size_t>(m * (k / 32)) : 0);
   out->bsums.resize(block == 256 ? static_cast<size_t>(m * (k / 16)) : 0);
+  const int64_t nb = k / block;
+  out->d4.assign(static_cast<size_t>((m + 3) / 4 * nb * 4), 0.0f);
   for (int64_t r = 0; r < m; ++r) {
     int8_t* q = out->q.data() + r * k;
     float* d = out->d.data() + r * (k / block);
@@ -132,6 +134,8 @@ void quantize_activations(CpuIsa isa, const float* x, int64_t m, int64_t k, int6
     } else {
       quantize_row_q8_scalar(x + r * ldx, k, block, q, d, s, bs);
     }
+    float* d4 = out->d4.data() + (r / 4) * nb * 4 + r % 4;
+    for (int64_t b = 0; b < nb; ++b) d4[b * 4] = d[b];
   }
 }
 
@@ -321,14 +325,15 @@ QuantDotFn scalar_dot_kernel(DType wtype) {
 
 void quant_dot_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n,
                     const Q8Activations& a, int64_t r0, int nr, float* out, int64_t ldo) {
-  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m) << "quant_dot_rows: rows " << r0 << "+" << nr;
+  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
+      << "quant_dot_rows: rows " << r0 << "+" << nr;
   RLM_CHECK_EQ(a.block, activation_block(wtype));
   QuantDotFn fn = nullptr;
   if (isa == CpuIsa::kAvx512) fn = avx512_dot_kernel(wtype);
   if (fn == nullptr && isa != CpuIsa::kScalar) fn = avx2_dot_kernel(wtype);
   if (fn == nullptr) fn = scalar_dot_kernel(wtype);
   const Q8View v{a.row_q(r0), a.row_d(r0), a.block == 32 ? a.row_sum(r0) : nullptr,
-                 a.block == 256 ? a.row_bsums(r0) : nullptr, a.k};
+                 a.block == 256 ? a.row_bsums(r0) : nullptr, a.group_d4(r0), a.k};
   fn(w, w_row_bytes, n, v, nr, out, ldo);
 }
 

@@ -37,11 +37,15 @@ struct Q8Activations {
   std::vector<float> d;        // [m, k / block] scales
   std::vector<float> sum;      // block 32: [m, k / 32] d * sum(q) of each block
   std::vector<int16_t> bsums;  // block 256: [m, k / 16] sum(q) of every 16 values
+  // The scales again, block-major per group of 4 rows (zero-padded): [ceil(m / 4), k / block, 4],
+  // so a kernel loads the 4 rows' scales of a block at once.
+  std::vector<float> d4;
 
   const int8_t* row_q(int64_t r) const { return q.data() + r * k; }
   const float* row_d(int64_t r) const { return d.data() + r * (k / block); }
   const float* row_sum(int64_t r) const { return sum.data() + r * (k / 32); }
   const int16_t* row_bsums(int64_t r) const { return bsums.data() + r * (k / 16); }
+  const float* group_d4(int64_t r) const { return d4.data() + (r / 4) * (k / block) * 4; }
 };
 
 // Quantizes x (f32 [m, k], row stride ldx; k a multiple of `block`) into `out` (resized).
@@ -52,7 +56,7 @@ void quantize_activations(CpuIsa isa, const float* x, int64_t m, int64_t k, int6
 inline constexpr int kMaxDotRows = 4;
 
 // out[r * ldo + j] = dot(weight row j, activation row r0 + r) for j in [0, n), r in [0, nr),
-// nr <= kMaxDotRows. w: n rows of `w_row_bytes` bytes of blocks of `wtype` (a block dtype);
+// nr <= kMaxDotRows, r0 a multiple of kMaxDotRows. w: n rows of `w_row_bytes` bytes of blocks of `wtype` (a block dtype);
 // `a` quantized with activation_block(wtype).
 void quant_dot_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n,
                     const Q8Activations& a, int64_t r0, int nr, float* out, int64_t ldo);
@@ -65,6 +69,7 @@ struct Q8View {
   const float* d;
   const float* sum;
   const int16_t* bsums;
+  const float* d4;  // the 4-row group's scales, block-major (Q8Activations::d4)
   int64_t k;
 };
 using QuantDotFn = void (*)(const uint8_t* w, size_t w_row_bytes, int64_t n, const Q8View& a, int nr, float* out,
@@ -73,5 +78,10 @@ QuantDotFn scalar_dot_kernel(DType wtype);
 QuantDotFn avx2_dot_kernel(DType wtype);    // nullptr when not built for x86
 QuantDotFn avx512_dot_kernel(DType wtype);  // nullptr when not built for x86
 void quantize_row_q8_avx2(const float* x, int64_t k, int64_t block, int8_t* q, float* d, float* sum, int16_t* bsums);
+
+// Batches: 8 weight rows (w, rows ldw bytes apart) against every row of `a`:
+// out[r * ldo + l] = dot(weight row l, activation row r), l < 8. nullptr when `wtype` has none.
+using QuantTileFn = void (*)(const uint8_t* w, size_t ldw, const Q8Activations& a, float* out, int64_t ldo);
+QuantTileFn avx2_tile8_kernel(DType wtype);  // 32-element block types, on AVX2 (and AVX-512) CPUs
 
 }  // namespace rlm::cpu

@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #pragma GCC push_options
@@ -69,6 +70,7 @@ inline __m256i iq4nl_table() {
 struct WQ8_0 {
   static constexpr bool kSigned = true, kCorr = false;
   static constexpr size_t kBytes = 34;
+  static constexpr int kTSum = 1;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = 0.0f;
@@ -79,6 +81,7 @@ struct WQ8_0 {
 struct WQ4_0 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 18;
+  static constexpr int kTSum = 8;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = -8.0f * *dw;
@@ -89,6 +92,7 @@ struct WQ4_0 {
 struct WQ4_1 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 20;
+  static constexpr int kTSum = 8;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = h2f(b + 2);
@@ -99,6 +103,7 @@ struct WQ4_1 {
 struct WQ5_0 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 22;
+  static constexpr int kTSum = 4;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = -16.0f * *dw;
@@ -111,6 +116,7 @@ struct WQ5_0 {
 struct WQ5_1 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 24;
+  static constexpr int kTSum = 4;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = h2f(b + 2);
@@ -123,6 +129,7 @@ struct WQ5_1 {
 struct WIQ4_NL {
   static constexpr bool kSigned = true, kCorr = false;
   static constexpr size_t kBytes = 18;
+  static constexpr int kTSum = 1;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = 0.0f;
@@ -310,95 +317,42 @@ struct WIQ4_XS {
   __m256i group(int g) const { return _mm256_shuffle_epi8(iq4nl_table(), nibbles(b + 8 + 16 * g)); }
 };
 
-// ---- AVX2 kernels ----
+// ---- shared by the kernels of both ISAs ----
 
-inline __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)); }
-
-// One 32-element block b of a weight row against NR activation rows: acc[r] += scaled products,
-// corr[r] += the block's offset / minimum term.
-template <class W, int NR>
-inline void avx2_block32(const uint8_t* row, int64_t b, int64_t nb, const Q8View& a, __m256* acc, float* corr) {
-  float dw, c;
-  const __m256i v = W::load(row + b * W::kBytes, &dw, &c);
-  const __m256i u = W::kSigned ? _mm256_sign_epi8(v, v) : v;
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r) {
-    __m256i q = load256(a.q + r * a.k + b * 32);
-    if (W::kSigned) q = _mm256_sign_epi8(q, v);
-    const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(u, q));
-    acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d[r * nb + b]), acc[r]);
-    if (W::kCorr) corr[r] += c * a.sum[r * nb + b];
-  }
+// f32 dot product of n values.
+inline float dot_f32(const float* x, const float* y, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc);
+  float s = hsum(acc);
+  for (; i < n; ++i) s += x[i] * y[i];
+  return s;
 }
 
-template <class W, int NR>
-struct avx2_dot32 {
-static void run(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, float* out, int64_t ldo) {
-  const int64_t nb = a.k / 32;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = w + j * ldw;
-    // Two independent accumulator sets (even and odd blocks) hide the FMA latency.
-    __m256 acc0[NR], acc1[NR];
-    float corr0[NR], corr1[NR];
-    for (int r = 0; r < NR; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps(), corr0[r] = corr1[r] = 0.0f;
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-      avx2_block32<W, NR>(row, b, nb, a, acc0, corr0);
-      avx2_block32<W, NR>(row, b + 1, nb, a, acc1, corr1);
+// The scale of (weight block b, activation row r): dw * d[r][b]. One row reads d directly; a tile of
+// rows multiplies the 4 rows' scales (block-major d4) at once and picks lane r.
+template <int NR>
+struct BlockScales {
+  __m256 dd;  // NR > 1: the 4 rows' products in both 128-bit lanes
+  float single;
+  BlockScales(float dw, const Q8View& a, int64_t b) {
+    if constexpr (NR == 1) {
+      single = dw * a.d[b];
+    } else {
+      const __m128 p = _mm_mul_ps(_mm_set1_ps(dw), _mm_loadu_ps(a.d4 + b * 4));
+      dd = _mm256_set_m128(p, p);
     }
-    if (b < nb) avx2_block32<W, NR>(row, b, nb, a, acc0, corr0);
-    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + (corr0[r] + corr1[r]);
   }
-}
+  template <int R>
+  __m256 row() const {
+    if constexpr (NR == 1) return _mm256_set1_ps(single);
+    return _mm256_permute_ps(dd, R * 0x55);  // lane R of each half, everywhere
+  }
 };
 
-template <class W, int NR>
-struct avx2_dot256 {
-static void run(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, float* out, int64_t ldo) {
-  const int64_t nb = a.k / 256;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = w + j * ldw;
-    __m256 acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const W blk(row + b * W::kBytes);
-      __m256i isum[NR];
-      for (int r = 0; r < NR; ++r) isum[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        const __m256i v = blk.group(g);
-        const __m256i u = W::kSigned ? _mm256_sign_epi8(v, v) : v;
-        const __m256i sv = blk.sc.group(g);
-        for (int r = 0; r < NR; ++r) {
-          __m256i q = load256(a.q + r * a.k + b * 256 + g * 32);
-          if (W::kSigned) q = _mm256_sign_epi8(q, v);
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv));
-        }
-      }
-      for (int r = 0; r < NR; ++r) {
-        const float da = a.d[r * nb + b];
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(blk.d * da), acc[r]);
-        if (!W::kSigned) {
-          const __m256i bs = load256(a.bsums + r * (a.k / 16) + b * 16);
-          const __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(blk.cw16, bs));
-          acc[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(blk.cscale * da), acc[r]);
-        }
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(acc[r]);
-  }
-}
-};
-
-template <class W, template <class, int> class K>
-void dispatch_rows(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, int nr, float* out, int64_t ldo) {
-  switch (nr) {
-    case 1: return K<W, 1>::run(w, ldw, n, a, out, ldo);
-    case 2: return K<W, 2>::run(w, ldw, n, a, out, ldo);
-    case 3: return K<W, 3>::run(w, ldw, n, a, out, ldo);
-    default: return K<W, 4>::run(w, ldw, n, a, out, ldo);
-  }
-}
+// Offsets and minimums: the coefficients c of a chunk of blocks are collected, then dotted with
+// each row's block sums (one f32 dot per row and chunk instead of a multiply-add per block).
+constexpr int64_t kCorrChunk = 64;
 
 }  // namespace
 
@@ -443,20 +397,125 @@ void quantize_row_q8_avx2(const float* x, int64_t k, int64_t block, int8_t* q, f
   }
 }
 
-QuantDotFn avx2_dot_kernel(DType wtype) {
+// ---- AVX2: maddubs / madd; signed weights by the sign trick ----
+
+namespace {
+namespace isa_avx2 {
+struct Isa {
+  static constexpr bool kOffsetSigned = false;
+  template <bool kSigned>
+  static __m256i prep_w(__m256i v) { return kSigned ? _mm256_sign_epi8(v, v) : v; }
+  template <bool kSigned>
+  static __m256i prep_q(__m256i q, __m256i v) { return kSigned ? _mm256_sign_epi8(q, v) : q; }
+  static __m256i dot(__m256i u, __m256i q) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1)); }
+  // Pair sums times the per-16 scales of the group (i16 x 16) -> 8 x i32.
+  static __m256i dot_scaled(__m256i u, __m256i q, __m256i sv) { return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), sv); }
+};
+#include "kernels/cpu/quant_dot_kernels.inc"
+}  // namespace isa_avx2
+}  // namespace
+
+QuantDotFn avx2_dot_kernel(DType wtype) { return isa_avx2::kernel(wtype); }
+
+// ---- AVX2 8-row tiles for batches (32-element block types) ----
+//
+// The 8 weight rows' unpacked blocks are transposed in 4-byte steps: vector t of block b holds
+// bytes 4t..4t+3 of each row. An activation row's 4 bytes are broadcast against it, so one
+// maddubs serves 8 output columns; the i16 pair sums of several steps are added before one madd
+// (W::kTSum: as many as cannot overflow), and each block ends in one scaled FMA for all 8 rows.
+// 8 x 32 products cost ~30 instructions instead of ~64 row by row.
+
+namespace {
+
+// 8 x 8 transpose of 32-bit elements: out[t] lane l = in[l] lane t.
+inline void transpose8x32(const __m256i* in, __m256i* out) {
+  __m256i a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
+    a[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
+    b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
+    b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
+    b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    out[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
+    out[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
+  }
+}
+
+template <class W>
+struct Tile8 {
+  // Vectors per packed block: the 8 steps (unsigned), or the |w| steps then the w steps (signed,
+  // whose signs go onto the activations).
+  static constexpr int kVecs = W::kSigned ? 16 : 8;
+
+  // One activation row against the packed tile: the 8 rows' outputs.
+  static __m256 row(const __m256i* pw, const float* dw, const float* c, const int8_t* q, const float* d,
+                    const float* sum, int64_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i* wt = pw + b * kVecs;
+      __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int t0 = 0; t0 < 8; t0 += W::kTSum) {
+        __m256i p = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int t = t0; t < t0 + W::kTSum; ++t) {
+          int32_t q4;
+          std::memcpy(&q4, q + b * 32 + 4 * t, 4);
+          __m256i a = _mm256_set1_epi32(q4);
+          if (W::kSigned) a = _mm256_sign_epi8(a, wt[8 + t]);
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wt[t], a));
+        }
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
+      }
+      const __m256 scale = _mm256_mul_ps(_mm256_load_ps(dw + b * 8), _mm256_set1_ps(d[b]));
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+      if (W::kCorr) acc = _mm256_fmadd_ps(_mm256_load_ps(c + b * 8), _mm256_set1_ps(sum[b]), acc);
+    }
+    return acc;
+  }
+
+  static void run(const uint8_t* w, size_t ldw, const Q8Activations& a, float* out, int64_t ldo) {
+    const int64_t nb = a.k / 32;
+    // The packed tile, then the 8 rows' scales dw and coefficients c per block; 32-byte aligned.
+    thread_local std::vector<uint8_t> buf;
+    buf.resize(static_cast<size_t>(nb * (kVecs * 32 + 64) + 32));
+    auto* packed = reinterpret_cast<__m256i*>((reinterpret_cast<uintptr_t>(buf.data()) + 31) & ~uintptr_t{31});
+    auto* dw = reinterpret_cast<float*>(packed + nb * kVecs);
+    float* c = dw + nb * 8;
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i v[8];
+      for (int l = 0; l < 8; ++l) v[l] = W::load(w + l * ldw + b * W::kBytes, &dw[b * 8 + l], &c[b * 8 + l]);
+      __m256i* dst = packed + b * kVecs;
+      if (W::kSigned) {
+        transpose8x32(v, dst + 8);
+        for (int t = 0; t < 8; ++t) dst[t] = _mm256_sign_epi8(dst[8 + t], dst[8 + t]);
+      } else {
+        transpose8x32(v, dst);
+      }
+    }
+    for (int64_t r = 0; r < a.m; ++r) {
+      const float* sum = W::kCorr ? a.row_sum(r) : nullptr;
+      _mm256_storeu_ps(out + r * ldo, row(packed, dw, c, a.row_q(r), a.row_d(r), sum, nb));
+    }
+  }
+};
+
+}  // namespace
+
+QuantTileFn avx2_tile8_kernel(DType wtype) {
   switch (wtype) {
-    case DType::kQ8_0: return dispatch_rows<WQ8_0, avx2_dot32>;
-    case DType::kQ4_0: return dispatch_rows<WQ4_0, avx2_dot32>;
-    case DType::kQ4_1: return dispatch_rows<WQ4_1, avx2_dot32>;
-    case DType::kQ5_0: return dispatch_rows<WQ5_0, avx2_dot32>;
-    case DType::kQ5_1: return dispatch_rows<WQ5_1, avx2_dot32>;
-    case DType::kIQ4_NL: return dispatch_rows<WIQ4_NL, avx2_dot32>;
-    case DType::kQ2_K: return dispatch_rows<WQ2_K, avx2_dot256>;
-    case DType::kQ3_K: return dispatch_rows<WQ3_K, avx2_dot256>;
-    case DType::kQ4_K: return dispatch_rows<WQ4_K, avx2_dot256>;
-    case DType::kQ5_K: return dispatch_rows<WQ5_K, avx2_dot256>;
-    case DType::kQ6_K: return dispatch_rows<WQ6_K, avx2_dot256>;
-    case DType::kIQ4_XS: return dispatch_rows<WIQ4_XS, avx2_dot256>;
+    case DType::kQ8_0: return Tile8<WQ8_0>::run;
+    case DType::kQ4_0: return Tile8<WQ4_0>::run;
+    case DType::kQ4_1: return Tile8<WQ4_1>::run;
+    case DType::kQ5_0: return Tile8<WQ5_0>::run;
+    case DType::kQ5_1: return Tile8<WQ5_1>::run;
+    case DType::kIQ4_NL: return Tile8<WIQ4_NL>::run;
     default: return nullptr;
   }
 }
@@ -465,126 +524,33 @@ QuantDotFn avx2_dot_kernel(DType wtype) {
 
 #pragma GCC pop_options
 
-// ---- AVX-512 (F/BW/VL + VNNI): vpdpbusd on 256-bit vectors for the 32-element blocks ----------
+// ---- AVX-512 (F/BW/VL + VNNI): vpdpbusd on 256-bit vectors; signed weights offset by 128 -------
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 
 namespace rlm::cpu {
 namespace {
-
-template <class W, int NR>
-inline void avx512_block32(const uint8_t* row, int64_t b, int64_t nb, const Q8View& a, __m256* acc, float* corr) {
-  float dw, c;
-  __m256i u = W::load(row + b * W::kBytes, &dw, &c);
-  if (W::kSigned) u = _mm256_xor_si256(u, _mm256_set1_epi8(static_cast<char>(0x80))), c = -128.0f * dw;  // s + 128
-#pragma GCC unroll 4
-  for (int r = 0; r < NR; ++r) {
-    const __m256i q = load256(a.q + r * a.k + b * 32);
-    const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q));
-    acc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * a.d[r * nb + b]), acc[r]);
-    if (W::kCorr || W::kSigned) corr[r] += c * a.sum[r * nb + b];
+namespace isa_avx512 {
+struct Isa {
+  static constexpr bool kOffsetSigned = true;
+  template <bool kSigned>
+  static __m256i prep_w(__m256i v) { return kSigned ? _mm256_xor_si256(v, _mm256_set1_epi8(static_cast<char>(0x80))) : v; }
+  template <bool kSigned>
+  static __m256i prep_q(__m256i q, __m256i) { return q; }
+  static __m256i dot(__m256i u, __m256i q) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q); }
+  // i32 lane i sums values 4i..4i+3: lanes 0-3 take the low half's scale, lanes 4-7 the high half's.
+  static __m256i dot_scaled(__m256i u, __m256i q, __m256i sv) {
+    const __m256i s32 = _mm256_blend_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(sv)),
+                                           _mm256_cvtepi16_epi32(_mm256_extracti128_si256(sv, 1)), 0xf0);
+    return _mm256_mullo_epi32(dot(u, q), s32);
   }
-}
-
-template <class W, int NR>
-struct avx512_dot32 {
-static void run(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, float* out, int64_t ldo) {
-  const int64_t nb = a.k / 32;
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = w + j * ldw;
-    __m256 acc0[NR], acc1[NR];
-    float corr0[NR], corr1[NR];
-    for (int r = 0; r < NR; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps(), corr0[r] = corr1[r] = 0.0f;
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-      avx512_block32<W, NR>(row, b, nb, a, acc0, corr0);
-      avx512_block32<W, NR>(row, b + 1, nb, a, acc1, corr1);
-    }
-    if (b < nb) avx512_block32<W, NR>(row, b, nb, a, acc0, corr0);
-    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(_mm256_add_ps(acc0[r], acc1[r])) + (corr0[r] + corr1[r]);
-  }
-}
 };
-
-// K-quants: the 16-element sub-block scales multiply 4-product sums (vpdpbusd) as i32.
-template <class W, int NR>
-struct avx512_dot256 {
-static void run(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, float* out, int64_t ldo) {
-  const int64_t nb = a.k / 256;
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t j = 0; j < n; ++j) {
-    const uint8_t* row = w + j * ldw;
-    __m256 acc[NR];
-    for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const W blk(row + b * W::kBytes);
-      __m256i isum[NR];
-      for (int r = 0; r < NR; ++r) isum[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        __m256i u = blk.group(g);
-        if (W::kSigned) u = _mm256_xor_si256(u, offset);
-        // i32 lane i sums values 4i..4i+3: lanes 0-3 are sub-block 2g, lanes 4-7 sub-block 2g+1
-        // (the low and high halves of the i16 group scales).
-        const __m256i g16 = blk.sc.group(g);
-        const __m256i sv = _mm256_blend_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(g16)),
-                                              _mm256_cvtepi16_epi32(_mm256_extracti128_si256(g16, 1)), 0xf0);
-        for (int r = 0; r < NR; ++r) {
-          const __m256i q = load256(a.q + r * a.k + b * 256 + g * 32);
-          const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, q);
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(p, sv));
-        }
-      }
-      for (int r = 0; r < NR; ++r) {
-        const float da = a.d[r * nb + b];
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(blk.d * da), acc[r]);
-        const __m256i bs = load256(a.bsums + r * (a.k / 16) + b * 16);
-        if (!W::kSigned) {
-          const __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(blk.cw16, bs));
-          acc[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(blk.cscale * da), acc[r]);
-        } else {
-          // s + 128: subtract 128 * sum_16(sc16 * bsum16).
-          const __m256i sc16 = _mm256_set_m128i(_mm256_extracti128_si256(blk.sc.hi, 0), _mm256_castsi256_si128(blk.sc.lo));
-          const __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(sc16, bs));
-          acc[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(-128.0f * blk.d * da), acc[r]);
-        }
-      }
-    }
-    for (int r = 0; r < NR; ++r) out[r * ldo + j] = hsum(acc[r]);
-  }
-}
-};
-
-template <class W, template <class, int> class K>
-void dispatch_rows512(const uint8_t* w, size_t ldw, int64_t n, const Q8View& a, int nr, float* out, int64_t ldo) {
-  switch (nr) {
-    case 1: return K<W, 1>::run(w, ldw, n, a, out, ldo);
-    case 2: return K<W, 2>::run(w, ldw, n, a, out, ldo);
-    case 3: return K<W, 3>::run(w, ldw, n, a, out, ldo);
-    default: return K<W, 4>::run(w, ldw, n, a, out, ldo);
-  }
-}
-
+#include "kernels/cpu/quant_dot_kernels.inc"
+}  // namespace isa_avx512
 }  // namespace
 
-QuantDotFn avx512_dot_kernel(DType wtype) {
-  switch (wtype) {
-    case DType::kQ8_0: return dispatch_rows512<WQ8_0, avx512_dot32>;
-    case DType::kQ4_0: return dispatch_rows512<WQ4_0, avx512_dot32>;
-    case DType::kQ4_1: return dispatch_rows512<WQ4_1, avx512_dot32>;
-    case DType::kQ5_0: return dispatch_rows512<WQ5_0, avx512_dot32>;
-    case DType::kQ5_1: return dispatch_rows512<WQ5_1, avx512_dot32>;
-    case DType::kIQ4_NL: return dispatch_rows512<WIQ4_NL, avx512_dot32>;
-    case DType::kQ2_K: return dispatch_rows512<WQ2_K, avx512_dot256>;
-    case DType::kQ3_K: return dispatch_rows512<WQ3_K, avx512_dot256>;
-    case DType::kQ4_K: return dispatch_rows512<WQ4_K, avx512_dot256>;
-    case DType::kQ5_K: return dispatch_rows512<WQ5_K, avx512_dot256>;
-    case DType::kQ6_K: return dispatch_rows512<WQ6_K, avx512_dot256>;
-    case DType::kIQ4_XS: return dispatch_rows512<WIQ4_XS, avx512_dot256>;
-    default: return nullptr;
-  }
-}
+QuantDotFn avx512_dot_kernel(DType wtype) { return isa_avx512::kernel(wtype); }
 
 }  // namespace rlm::cpu
 
@@ -594,6 +560,7 @@ QuantDotFn avx512_dot_kernel(DType wtype) {
 
 namespace rlm::cpu {
 QuantDotFn avx2_dot_kernel(DType) { return nullptr; }
+QuantTileFn avx2_tile8_kernel(DType) { return nullptr; }
 QuantDotFn avx512_dot_kernel(DType) { return nullptr; }
 void quantize_row_q8_avx2(const float*, int64_t, int64_t, int8_t*, float*, float*, int16_t*) {
   fail("quantize_row_q8_avx2 on a non-x86 build");

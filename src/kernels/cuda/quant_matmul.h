@@ -1,0 +1,35 @@
+// CUDA twins of the quantized CPU linear (kernels/cpu/quant_matmul.h) for GGUF block-quantized
+// weights kept in their blocks (pointers on `device`; block layouts: formats/gguf_dequant.h).
+//
+//   m <= kQuantGemvMaxRows (decode): dequantize-in-the-GEMV, one warp per output row; each lane
+//     decodes whole 32-value chunks of the weight row and multiplies them with x in f32.
+//   larger m (prefill): row blocks of the weight are dequantized to a bf16 scratch and multiplied by
+//     cuBLAS with x rounded to bf16 (f32 accumulation), as the bf16 linear does.
+// Dequantization on the GPU rounds each product separately in the reference order (no FMA
+// contraction), so dequantize_rows gives the CPU reference's bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace rlm::cuda {
+
+inline constexpr int64_t kQuantGemvMaxRows = 8;
+
+// out[i, j] = sum_k x[i, k] * dequant(weight)[j, k] (+ bias[j]).
+//   x: f32 [m, k] (row stride ldx); weight: n rows of w_row_bytes bytes of blocks of weight_dtype
+//   (k a whole number of blocks); bias: [n] f32/bf16/f16 or nullptr; out: f32 [m, n] (row stride ldo).
+void quant_linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                  DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype, float* out,
+                  int64_t ldo);
+
+// out[i, :] = dequant(weight row ids[i]) (ids: i32 with stride ids_stride, or nullptr for rows
+// 0..num_rows-1), in out_dtype (f32/bf16/f16) with row stride ldo. An id outside [0, vocab_size) is
+// an error (deferred inside a ModelRunner step: recorded, row left unwritten; see index_check.h).
+void dequantize_rows(int device, const void* weight, DType weight_dtype, size_t w_row_bytes, int64_t vocab_size,
+                     const int32_t* ids, int64_t ids_stride, int64_t num_rows, int64_t k, void* out, DType out_dtype,
+                     int64_t ldo);
+
+}  // namespace rlm::cuda
