@@ -77,6 +77,7 @@ std::vector<int32_t> HybridRadixCache::evict_mamba(int64_t num_snapshots) {
   std::vector<int32_t> freed;
   if (num_snapshots <= 0) return freed;
   LruQueue queue;
+  queue.reserve(static_cast<size_t>(num_snapshots_));
   tree_.for_each_node([&](int32_t id) {
     const Payload& p = tree_.payload(id);
     if (p.mamba >= 0) queue.push(p.mamba_access, id);

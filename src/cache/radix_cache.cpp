@@ -13,12 +13,6 @@ namespace kv_tree {
 
 void append_slots(const KvSlots& kv, std::vector<int32_t>& out) { out.insert(out.end(), kv.slots.begin(), kv.slots.end()); }
 
-void check_new_slots(const RadixTreeBase& tree, std::span<const int32_t> slots, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) {
-    RLM_CHECK_GE(slots[i], 0) << tree.name() << "::insert: negative slot at token " << i;
-  }
-}
-
 Status check_node(const RadixTreeBase& tree, int32_t id, const KvSlots& kv, std::unordered_set<int32_t>& seen) {
   const size_t len = tree.key(id).size();
   if (kv.slots.size() != len) return tree.broken(str("node ", id, " has ", kv.slots.size(), " slots for ", len, " tokens"));

@@ -84,8 +84,6 @@ class RadixCache final : public PrefixCache {
 
 namespace kv_tree {
 
-// Validates the slots an insert is about to take or RLM_CHECK-fails naming the cache.
-void check_new_slots(const RadixTreeBase& tree, std::span<const int32_t> slots, size_t begin, size_t end);
 // Checks one node's slots against its key and the slots seen so far.
 Status check_node(const RadixTreeBase& tree, int32_t id, const KvSlots& kv, std::unordered_set<int32_t>& seen);
 
@@ -114,7 +112,9 @@ InsertResult insert(RadixTree<Payload>& tree, std::span<const int32_t> tokens, s
   const RadixTreeBase::WalkResult w = tree.walk(tokens, tick);
   const size_t pos = static_cast<size_t>(w.length);
   if (pos == aligned) return InsertResult{w.length, tree.handle_of(w.node, w.length)};
-  check_new_slots(tree, slots, pos, aligned);
+  for (size_t i = pos; i < aligned; ++i) {
+    RLM_CHECK_GE(slots[i], 0) << tree.name() << "::insert: negative slot at token " << i;
+  }
   const int32_t id = tree.add_leaf(w.node, tokens.subspan(pos, aligned - pos), tick);
   KvSlots& kv = tree.payload(id);
   kv.slots.assign(slots.begin() + static_cast<std::ptrdiff_t>(pos), slots.begin() + static_cast<std::ptrdiff_t>(aligned));

@@ -47,8 +47,9 @@ int32_t RadixTreeBase::new_node() {
     free_ids_.pop_back();
   } else {
     id = static_cast<int32_t>(nodes_.size());
+    const size_t capacity = nodes_.capacity();
     nodes_.emplace_back();
-    resize_payloads(nodes_.size());
+    if (nodes_.capacity() != capacity) resize_payloads(nodes_.capacity());  // payloads grow with the arena
   }
   Node& n = at(id);
   RLM_DCHECK(!n.live);
@@ -191,6 +192,7 @@ void RadixTreeBase::remove_leaf(int32_t id) {
 int64_t RadixTreeBase::evict_lru(int64_t num_tokens, const std::function<void(int32_t id)>& on_evict) {
   if (num_tokens <= 0) return 0;
   LruQueue queue;
+  queue.reserve(static_cast<size_t>(num_live_nodes_));  // an upper bound on the leaves
   for_each_node([&](int32_t id) {
     const Node& n = at(id);
     if (n.children.empty() && n.lock_ref == 0) queue.push(n.last_access, id);

@@ -30,11 +30,9 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
-#include <queue>
 #include <span>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "cache/prefix_cache.h"
@@ -44,19 +42,49 @@ namespace rlm {
 
 // Ids in least-recently-used order: pops the smallest (stamp, id) first, so ties go by id. The
 // eviction order of evict_lru() and of a cache's own eviction rules (HybridRadixCache's snapshots).
+// A binary min-heap written out so that push and pop inline into the eviction loops: evict_lru
+// pushes every unlocked leaf on each call.
 class LruQueue {
  public:
-  void push(uint64_t stamp, int32_t id) { heap_.emplace(stamp, id); }
+  void reserve(size_t n) { heap_.reserve(n); }
   bool empty() const { return heap_.empty(); }
+  void push(uint64_t stamp, int32_t id) {
+    const Entry e{stamp, id};
+    size_t hole = heap_.size();
+    heap_.push_back(e);
+    while (hole > 0) {  // sift up
+      const size_t parent = (hole - 1) / 2;
+      if (!before(e, heap_[parent])) break;
+      heap_[hole] = heap_[parent];
+      hole = parent;
+    }
+    heap_[hole] = e;
+  }
   int32_t pop() {
-    const int32_t id = heap_.top().second;
-    heap_.pop();
+    const int32_t id = heap_.front().id;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    const size_t n = heap_.size();
+    size_t hole = 0;
+    while (true) {  // sift `last` down from the root
+      size_t child = 2 * hole + 1;
+      if (child >= n) break;
+      if (child + 1 < n && before(heap_[child + 1], heap_[child])) ++child;
+      if (!before(heap_[child], last)) break;
+      heap_[hole] = heap_[child];
+      hole = child;
+    }
+    if (n > 0) heap_[hole] = last;
     return id;
   }
 
  private:
-  using Entry = std::pair<uint64_t, int32_t>;  // (stamp, id)
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
+  struct Entry {
+    uint64_t stamp;
+    int32_t id;
+  };
+  static bool before(const Entry& a, const Entry& b) { return a.stamp < b.stamp || (a.stamp == b.stamp && a.id < b.id); }
+  std::vector<Entry> heap_;  // a binary min-heap: heap_[0] comes first
 };
 
 // The tree without its payload: everything here is independent of what a node carries. A cache
@@ -147,11 +175,13 @@ class RadixTreeBase {
                         const std::function<void(int32_t id, std::ostream& os)>& describe) const;
 
  protected:
-  // Payload hooks (RadixTree<Payload> implements them): the arena grew to n entries; node `upper`
-  // (new) took the first `offset` tokens of `lower`; node `id` was freed.
+  // Payload hooks (RadixTree<Payload> implements them): the arena's capacity grew to n entries
+  // (ids below n need a payload); node `upper` (new) took the first `offset` tokens of `lower`;
+  // node `id` was freed.
   virtual void resize_payloads(size_t n) = 0;
   virtual void split_payload(int32_t upper, int32_t lower, int32_t offset) = 0;
   virtual void reset_payload(int32_t id) = 0;
+  size_t arena_capacity() const { return nodes_.capacity(); }  // the payloads' size
 
  private:
   friend class RadixTreeTestPeer;  // tests corrupt nodes to see check_integrity() catch it
@@ -193,7 +223,8 @@ class RadixTreeBase {
 template <typename Payload>
 class RadixTree final : public RadixTreeBase {
  public:
-  RadixTree(int32_t page_size, std::string name) : RadixTreeBase(page_size, std::move(name)), payloads_(1) {}
+  RadixTree(int32_t page_size, std::string name)
+      : RadixTreeBase(page_size, std::move(name)), payloads_(arena_capacity()) {}
 
   Payload& payload(int32_t id) { return payloads_[static_cast<size_t>(id)]; }
   const Payload& payload(int32_t id) const { return payloads_[static_cast<size_t>(id)]; }
@@ -205,7 +236,7 @@ class RadixTree final : public RadixTreeBase {
   }
   void reset_payload(int32_t id) override { payload(id) = Payload{}; }
 
-  std::vector<Payload> payloads_;  // [arena size] one per node id
+  std::vector<Payload> payloads_;  // [arena capacity] one per node id
 };
 
 }  // namespace rlm
