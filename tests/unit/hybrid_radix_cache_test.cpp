@@ -1,4 +1,4 @@
-// HybridRadixCache: the seed's worked examples (seed 002 §3.2, §9.3), tombstones, separate
+// HybridRadixCache: the design's worked examples (resume points, tombstones), separate
 // eviction, misuse errors, then a randomized scheduler-like workload checked after every
 // operation against a brute-force model of the rules (every cached page keyed by its whole token
 // prefix; every snapshot keyed by the prefix it is the state of).
@@ -70,8 +70,8 @@ struct Fixture {
   HybridRadixCache cache;
 };
 
-// Seed §3.2: a 150-token KV match whose deepest snapshot is at 96 resumes at 96 (chunk 32 here,
-// so that 96 is a chunk boundary; the seed's numbers mix 64 and 96).
+// A 150-token KV match whose deepest snapshot is at 96 resumes at 96 (chunk 32 here, so that 96
+// is a chunk boundary).
 TEST(HybridRadixCache, ResumesAtTheDeepestSnapshotOfTheKvMatch) {
   Fixture f(1, 32);
   const Vec tokens = iota_vec(200, 0);
@@ -97,7 +97,7 @@ TEST(HybridRadixCache, ResumesAtTheDeepestSnapshotOfTheKvMatch) {
   g.expect_ok();
 }
 
-// Seed §9.1: a prompt shorter than one chunk has no chunk boundary, so it has no snapshot: its KV
+// A prompt shorter than one chunk has no chunk boundary, so it has no snapshot: its KV
 // can be cached, but a hybrid request matching it resumes at 0; a snapshot at a position that is
 // not a chunk (or page) boundary is refused.
 TEST(HybridRadixCache, ShorterThanAChunkHasNoSnapshot) {
@@ -120,7 +120,7 @@ TEST(HybridRadixCache, ShorterThanAChunkHasNoSnapshot) {
   paged.expect_ok();
 }
 
-// Seed §9.3: two requests share a prefix and fork; when the shared part has no snapshot (it was
+// Two requests share a prefix and fork; when the shared part has no snapshot (it was
 // only ever a split point, or its snapshot was evicted), a request that matches into it falls
 // back to the root.
 TEST(HybridRadixCache, TombstonedPathFallsBackToTheRoot) {
