@@ -7,12 +7,14 @@
 # build-asan/sanitizer-logs/ and make the script fail when any exist.
 #
 # Usage: scripts/sanitize.sh [extra ctest arguments, e.g. -R json_test]
-#   JOBS=N (default: nproc), BUILD=dir (default: build-asan), SKIP_BUILD=1 reruns the tests.
+#   JOBS=N (default: nproc), BUILD=dir (default: build-asan), BUILD_TYPE (default: Debug, so that
+#   the run also covers -O0 code generation), SKIP_BUILD=1 reruns the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD=${BUILD:-build-asan}
 JOBS=${JOBS:-$(nproc)}
+BUILD_TYPE=${BUILD_TYPE:-Debug}
 LOGS="$ROOT/$BUILD/sanitizer-logs"
 FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
@@ -23,7 +25,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOGS/ubsan:lo
 export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DRADIXLM_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B "$BUILD" -G Ninja -DRADIXLM_CUDA=OFF -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
         -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" \
         -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null
   # Test discovery runs the binaries at build time (with the options above; its logs are cleared below).

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="defau
 MODEL = os.path.basename(DEFAULT_MODEL)
 SEED = int(os.environ.get("RADIXLM_FUZZ_SEED", "20240613"))
 NUM_INPUTS = int(os.environ.get("RADIXLM_FUZZ_INPUTS", "10000"))
-WORKERS = 8
+WORKERS = 12
 TIMEOUT_S = 60  # per request: a request that takes longer is a hang
 
 # Known fields of each route, with a valid value generator (max_tokens <= 2 where it matters).
@@ -81,11 +81,11 @@ class Gen:
         if k == 6:
             return self.r.choice(["text", "function", "user", "auto", "none", "json_object", "stop", MODEL])
         if k == 7:
-            return "x" * self.r.choice([1000, 100_000, 2_000_000]) if self.r.random() < 0.05 else self.text(20)
+            return "x" * self.r.choice([1000, 100_000]) if self.r.random() < 0.02 else self.text(20)
         if k == 8:
             return self.ids()
         if k == 9:
-            return [0] * self.r.choice([1000, 200_000]) if self.r.random() < 0.05 else []
+            return [0] * self.r.choice([1000, 100_000]) if self.r.random() < 0.02 else []
         if k in (10, 11):
             return [self.any_value(depth + 1) for _ in range(self.r.randint(0, 3))]
         return {self.r.choice(["type", "text", "role", "content", "name", "a", ""]): self.any_value(depth + 1)
@@ -111,7 +111,7 @@ class Gen:
                          ("presence_penalty", lambda: r.uniform(-2, 2)), ("frequency_penalty", lambda: r.uniform(-2, 2)),
                          ("repetition_penalty", lambda: r.uniform(0.5, 2)), ("ignore_eos", lambda: r.random() < 0.5),
                          ("min_tokens", lambda: r.randint(0, 3)), ("stop_token_ids", lambda: self.ids(2)),
-                         ("skip_special_tokens", lambda: r.random() < 0.5), ("n", lambda: r.randint(1, 3)),
+                         ("skip_special_tokens", lambda: r.random() < 0.5), ("n", lambda: r.randint(1, 2)),
                          ("stream", lambda: r.random() < 0.5)]:
             if r.random() < 0.25:
                 body[key] = gen()
@@ -165,17 +165,17 @@ class Gen:
     def wrong_types(self, path):
         body = self.valid(path)
         for _ in range(self.r.randint(1, 3)):
-            if path == "/generate" and self.r.random() < 0.4:
-                body.setdefault("sampling_params", {})[self.r.choice(SAMPLING_FIELDS)] = self.any_value()
-            elif path == "/v1/chat/completions" and self.r.random() < 0.3:
-                msg = self.r.choice(body["messages"])
-                msg[self.r.choice(["role", "content", "name", "tool_calls"])] = self.any_value()
+            sp, msgs = body.get("sampling_params"), body.get("messages")
+            if isinstance(sp, dict) and self.r.random() < 0.4:
+                sp[self.r.choice(SAMPLING_FIELDS)] = self.any_value()
+            elif isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) and self.r.random() < 0.3:
+                msgs[0][self.r.choice(["role", "content", "name", "tool_calls"])] = self.any_value()
             else:
                 body[self.r.choice(self.fields(path) + ["frobnicate"])] = self.any_value()
         return json.dumps(body).encode()
 
     def deep(self, path):
-        depth = self.r.choice([100, 127, 128, 129, 1000, 70_000, 200_000])
+        depth = 200_000 if self.r.random() < 0.01 else self.r.choice([100, 127, 128, 129, 1000, 10_000, 70_000])
         opener, closer = self.r.choice([("[", "]"), ('{"a":', "}")])
         inner = opener * depth + "1" + closer * depth
         body = json.dumps(self.valid(path))
@@ -211,8 +211,7 @@ class Gen:
         return text[:pos] + self.r.choice(BAD_UTF8) + text[pos:]
 
     def raw_bytes(self, path):
-        n = self.r.choice([0, 1, 2, 16, 300, 70_000])
-        return bytes(self.r.randrange(256) for _ in range(min(n, 4096))) * (1 if n <= 4096 else n // 4096)
+        return self.r.randbytes(self.r.choice([0, 1, 2, 16, 300, 70_000]))
 
     def huge(self, path):
         body = self.valid(path)
@@ -224,7 +223,7 @@ class Gen:
         """(category, method, path, headers, body)."""
         r = self.r
         kind = r.choices(["valid", "wrong_types", "malformed", "deep", "bad_utf8", "raw_bytes", "huge", "get",
-                          "method_header", "flush"], weights=[10, 30, 20, 8, 8, 8, 1, 8, 6, 0.15])[0]
+                          "method_header", "flush"], weights=[5, 30, 20, 8, 8, 8, 0.15, 8, 6, 0.15])[0]
         path = r.choice(POST_ROUTES)
         headers = {"Content-Type": "application/json"}
         if kind == "get":
@@ -285,12 +284,13 @@ class Client:
         raise AssertionError("unreachable")
 
 
-def check_answer(kind, method, path, status, data):
-    """Problems with one answer (empty list when fine)."""
+def check_answer(kind, status, data):
+    """Problems with one answer (empty list when fine). Errors of the API are OpenAI-shaped; those of
+    the HTTP layer for odd methods, paths and headers (414, 405, ...) need only not be 5xx."""
     problems = []
     if status >= 500:
         problems.append(f"HTTP {status}")
-    if status >= 400 and method != "HEAD" and path != "/":
+    if status >= 400 and kind != "method_header":
         try:
             err = json.loads(data)["error"]
             if not ({"message", "type", "code"} <= set(err)) or err["code"] != status:
@@ -313,17 +313,16 @@ def server():
 
 def test_every_route_survives_generated_inputs(server):
     print(f"fuzz seed {SEED} (rerun with RADIXLM_FUZZ_SEED={SEED}), {NUM_INPUTS} inputs")
-    gen = Gen(SEED)
-    inputs = [gen.request() for _ in range(NUM_INPUTS)]
     client = Client(server.port)
     failures, statuses, kinds = [], {}, {}
     lock = threading.Lock()
 
     def run(i):
-        kind, method, path, headers, body = inputs[i]
+        # Input i comes from its own generator, so any input is reproduced alone from (seed, i).
+        kind, method, path, headers, body = Gen(f"{SEED}-{i}").request()
         try:
             status, data = client.send(method, path, headers, body)
-            problems = check_answer(kind, method, path, status, data)
+            problems = check_answer(kind, status, data)
         except Exception as e:  # noqa: BLE001 - every transport failure is a finding
             status, problems = None, [f"{type(e).__name__}: {e}"]
         with lock:
@@ -336,10 +335,10 @@ def test_every_route_survives_generated_inputs(server):
 
     t0 = time.time()
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
-        for f in concurrent.futures.as_completed([pool.submit(run, i) for i in range(len(inputs))]):
+        for f in concurrent.futures.as_completed([pool.submit(run, i) for i in range(NUM_INPUTS)]):
             f.result()
     elapsed = time.time() - t0
-    print(f"{len(inputs)} inputs in {elapsed:.1f} s; by kind {dict(sorted(kinds.items()))}; "
+    print(f"{NUM_INPUTS} inputs in {elapsed:.1f} s; by kind {dict(sorted(kinds.items()))}; "
           f"by status {dict(sorted(statuses.items(), key=str))}")
     assert server.proc.poll() is None, "the server died"
     assert not failures, f"seed {SEED}: {len(failures)} failures, first ones:\n" + "\n".join(map(repr, failures[:10]))
