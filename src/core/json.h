@@ -26,9 +26,9 @@ struct JsonLimits {
 // (each schema level adds two: "properties" and the property's schema, so ~60 schema levels);
 // 64 MiB is the HTTP body limit of the server.
 inline constexpr JsonLimits kRequestJsonLimits{128, size_t{64} << 20};
-// Model directories and prompt files (config.json, tokenizer.json, tokenizer_config.json,
-// generation_config.json, the safetensors index, prompts files): real files nest fewer than
-// 20 levels; tokenizer.json files reach ~35 MB.
+// Model directories and prompt files (config.json, tokenizer.json, tokenizer_config.json, the
+// safetensors index, prompts files, bench datasets): real files nest fewer than 20 levels;
+// tokenizer.json files reach ~35 MB.
 inline constexpr JsonLimits kFileJsonLimits{512, size_t{1} << 30};
 
 // The deepest nesting of arrays/objects in `text`, counted outside strings, scanning at most

@@ -17,6 +17,7 @@
 #include "model/gguf_weights.h"
 #include "model/model_config.h"
 #include "model/qwen3_next.h"
+#include "tokenizer/tokenizer.h"
 #include "unit/fuzz_util.h"
 
 namespace rlm {
@@ -249,6 +250,32 @@ TEST(ParserFuzz, ModelConfig) {
   std::printf("%d of %d mutated configs valid; slowest %.3f s\n", valid, iters, slowest.seconds());
   EXPECT_GT(valid, 0);
   EXPECT_LT(slowest.seconds(), 5.0);
+}
+
+// ---- hostile nesting in model files ---------------------------------------------------------------
+
+// config.json, tokenizer.json and tokenizer_config.json nested 100,000 deep used to overflow the
+// stack of the loader; now each is an error naming the file and the limit.
+TEST(ParserFuzz, DeeplyNestedModelFilesAreErrors) {
+  const fs::path dir = fs::path(::testing::TempDir()) / ("parser_fuzz_deep_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string deep = "{\"a\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}";
+  std::ofstream(dir / "config.json") << deep;
+  auto c = load_model_config(dir.string());
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_NE(c.status().message().find("nests deeper than 512 levels"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("config.json"), std::string::npos);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::copy_file(kRoot / "tests" / "data" / "tokenizer" / "tiny512" / "tokenizer.json", dir / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
+    std::ofstream(dir / name, std::ios::trunc) << deep;
+    auto t = load_tokenizer(dir.string());
+    ASSERT_FALSE(t.is_ok()) << name;
+    EXPECT_NE(t.status().message().find("nests deeper than 512 levels"), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find(name), std::string::npos) << t.status().message();
+    fs::remove(dir / "tokenizer_config.json");
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
