@@ -24,8 +24,9 @@ export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:strict_init
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$LOGS/ubsan:log_exe_name=1"
 export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
 # The route fuzz test sends 10,000 requests in the normal suite; 2,000 keep it within minutes on
-# an instrumented -O0 server.
+# an instrumented -O0 server, whose generations take seconds each (hence a longer hang limit).
 export RADIXLM_FUZZ_INPUTS=${RADIXLM_FUZZ_INPUTS:-2000}
+export RADIXLM_FUZZ_TIMEOUT=${RADIXLM_FUZZ_TIMEOUT:-600}
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   cmake -S . -B "$BUILD" -G Ninja -DRADIXLM_CUDA=OFF -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \

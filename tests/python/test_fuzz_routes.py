@@ -5,8 +5,9 @@ methods. Requires 0 crashes, 0 hangs (per-request timeout), 0 5xx answers, every
 OpenAI's JSON shape, and the server answering a normal chat request correctly afterwards.
 
 The inputs come from one seeded generator (printed; RADIXLM_FUZZ_SEED=<seed> reproduces a run,
-RADIXLM_FUZZ_INPUTS=<n> changes the count). Requests go out from several threads over keep-alive
-connections so the run stays within a few minutes."""
+RADIXLM_FUZZ_INPUTS=<n> changes the count, RADIXLM_FUZZ_TIMEOUT=<s> the per-request limit).
+Requests go out from several threads over keep-alive connections so the run stays within a few
+minutes."""
 import concurrent.futures
 import http.client
 import json
@@ -27,7 +28,8 @@ MODEL = os.path.basename(DEFAULT_MODEL)
 SEED = int(os.environ.get("RADIXLM_FUZZ_SEED", "20240613"))
 NUM_INPUTS = int(os.environ.get("RADIXLM_FUZZ_INPUTS", "10000"))
 WORKERS = 12
-TIMEOUT_S = 60  # per request: a request that takes longer is a hang
+# Per request: a request that takes longer is a hang (sanitized -O0 builds need more: sanitize.sh sets it).
+TIMEOUT_S = float(os.environ.get("RADIXLM_FUZZ_TIMEOUT", "60"))
 
 # Known fields of each route, with a valid value generator (max_tokens <= 2 where it matters).
 CHAT_FIELDS = ["model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n", "stream",
