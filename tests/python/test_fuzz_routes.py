@@ -46,6 +46,8 @@ GENERATE_FIELDS = ["text", "input_ids", "sampling_params", "stream", "rid", "ret
 SAMPLING_FIELDS = ["max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop",
                    "stop_token_ids", "ignore_eos", "skip_special_tokens", "frequency_penalty", "presence_penalty",
                    "repetition_penalty", "seed", "n"]
+# Fields whose accepted values bound the generation (replaced only by values that are rejected).
+LENGTH_FIELDS = {"max_tokens", "max_completion_tokens", "max_new_tokens", "sampling_params"}
 POST_ROUTES = ["/v1/chat/completions", "/v1/completions", "/generate", "/tokenize", "/detokenize", "/abort_request"]
 GET_ROUTES = ["/v1/models", "/health", "/metrics", "/debug/kv", "/"]
 WORDS = ["Paris", "hello", "the", "é", "日本", "🎉", "\n", " ", "<|im_start|>", "<|endoftext|>", "{{", "%}", "\\",
@@ -164,16 +166,26 @@ class Gen:
                 "/tokenize": ["prompt", "messages", "model", "add_special_tokens"], "/detokenize": ["tokens"],
                 "/abort_request": ["rid"]}[path]
 
+    def wrong_value(self, key):
+        """A value for `key`; length limits only get values that cannot be accepted (an accepted
+        null or large integer would make a long generation, and the inputs stay max_tokens <= 2)."""
+        while True:
+            v = self.any_value()
+            if key not in LENGTH_FIELDS or not (v is None or isinstance(v, (int, dict)) and not isinstance(v, bool)):
+                return v
+
     def wrong_types(self, path):
         body = self.valid(path)
         for _ in range(self.r.randint(1, 3)):
             sp, msgs = body.get("sampling_params"), body.get("messages")
             if isinstance(sp, dict) and self.r.random() < 0.4:
-                sp[self.r.choice(SAMPLING_FIELDS)] = self.any_value()
+                key = self.r.choice(SAMPLING_FIELDS)
+                sp[key] = self.wrong_value(key)
             elif isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) and self.r.random() < 0.3:
                 msgs[0][self.r.choice(["role", "content", "name", "tool_calls"])] = self.any_value()
             else:
-                body[self.r.choice(self.fields(path) + ["frobnicate"])] = self.any_value()
+                key = self.r.choice(self.fields(path) + ["frobnicate"])
+                body[key] = self.wrong_value(key)
         return json.dumps(body).encode()
 
     def deep(self, path):
