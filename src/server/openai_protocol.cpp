@@ -152,14 +152,7 @@ bool parse_model(Fields& f, const ojson& body, ParsedRequest* r) {
   return f.nonempty_string("model", &r->model);
 }
 
-// Characters (code points) of UTF-8 text: bytes that do not continue a sequence.
-size_t utf8_length(const std::string& s) {
-  size_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-// OpenAI's `metadata`: at most 16 string pairs, keys up to 64 and values up to 512 characters.
+// OpenAI's `metadata`: an object of at most 16 strings.
 bool parse_metadata(Fields& f, const ojson& body) {
   if (!f.has("metadata")) return true;
   const ojson& m = body["metadata"];
@@ -167,10 +160,6 @@ bool parse_metadata(Fields& f, const ojson& body) {
   if (m.size() > 16) return f.fail("metadata", str("'metadata' has ", m.size(), " keys; at most 16 are allowed"));
   for (auto it = m.begin(); it != m.end(); ++it) {
     if (!it.value().is_string()) return f.fail("metadata", str("'metadata' value of '", it.key(), "' must be a string"));
-    if (utf8_length(it.key()) > 64) return f.fail("metadata", "'metadata' keys must be at most 64 characters");
-    if (utf8_length(it.value().get_ref<const std::string&>()) > 512) {
-      return f.fail("metadata", "'metadata' values must be at most 512 characters");
-    }
   }
   return true;
 }
@@ -195,14 +184,11 @@ bool parse_tools(Fields& f, const ojson& tools) {
     if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object()) {
       return f.fail("tools", str("'", where, ".function.parameters' must be an object"));
     }
-    if (fn.contains("description") && !fn["description"].is_null() && !fn["description"].is_string()) {
-      return f.fail("tools", str("'", where, ".function.description' must be a string"));
-    }
   }
   return true;
 }
 
-// A string field that may be absent; "type" of a content part or response_format.
+// The "type" of a content part or response_format; "" when missing or not a string.
 std::string type_of(const ojson& v) {
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) return "";
   return v["type"].get<std::string>();

@@ -97,12 +97,7 @@ TEST(OpenAiProtocol, Metadata) {
   expect_rejected(chat({{"metadata", many}}), "metadata", "at most 16");
   many.erase("k16");
   expect_accepted(chat({{"metadata", many}}));
-  expect_rejected(chat({{"metadata", {{std::string(65, 'k'), "v"}}}}), "metadata", "64 characters");
-  expect_accepted(chat({{"metadata", {{std::string(64, 'k'), "v"}}}}));
-  expect_rejected(chat({{"metadata", {{"k", std::string(513, 'v')}}}}), "metadata", "512 characters");
-  std::string accents;
-  for (int i = 0; i < 512; ++i) accents += "\xc3\xa9";  // 512 characters, 1024 bytes
-  expect_accepted(chat({{"metadata", {{"k", accents}}}}));
+  expect_accepted(chat({{"metadata", ojson::object()}}));
 }
 
 TEST(OpenAiProtocol, Tools) {
