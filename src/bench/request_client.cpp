@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "bench/sse_parser.h"
+#include "core/json.h"
 
 namespace rlm::bench {
 
@@ -174,11 +175,12 @@ void StreamAccumulator::on_event(std::string_view data, double t_s) {
     done_ = true;
     return;
   }
-  nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  StatusOr<nlohmann::json> parsed = parse_json(data, kRequestJsonLimits);
+  if (!parsed.is_ok() || !parsed->is_object()) {
     error_ = str("malformed event in the stream: ", truncated(data));
     return;
   }
+  const nlohmann::json& j = *parsed;
   if (auto it = j.find("error"); it != j.end() && !it->is_null()) {
     std::string msg;
     error_ = nonempty_string(*it, "message", msg) ? "server error: " + msg
@@ -309,8 +311,9 @@ StatusOr<std::string> fetch_first_model_id(const Endpoint& endpoint) {
     return Status(StatusCode::kUnavailable,
                   str("GET ", path, " returned HTTP ", res->status, ": ", truncated(res->body)));
   }
-  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() ||
+  StatusOr<nlohmann::json> parsed = parse_json(res->body, kRequestJsonLimits);
+  nlohmann::json j = parsed.is_ok() ? std::move(parsed).value() : nlohmann::json();
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array() ||
       j["data"].empty() || !j["data"][0].is_object() || !j["data"][0].contains("id") ||
       !j["data"][0]["id"].is_string()) {
     return invalid_argument(str("GET ", path, " returned no model id: ", truncated(res->body)));

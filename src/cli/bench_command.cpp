@@ -13,6 +13,7 @@
 #include "bench/report.h"
 #include "bench/schedule.h"
 #include "cli/commands.h"
+#include "core/json.h"
 
 namespace rlm::cli {
 
@@ -121,8 +122,9 @@ int run_bench_serve(BenchServeArgs a) {
   run.request.ignore_eos = !a.disable_ignore_eos;
   run.request.temperature = a.temperature;
   if (!a.extra_request_body.empty()) {
-    run.request.extra_body = nlohmann::json::parse(a.extra_request_body, nullptr, false);
-    if (run.request.extra_body.is_discarded() || !run.request.extra_body.is_object()) {
+    StatusOr<nlohmann::json> extra = parse_json(a.extra_request_body, kRequestJsonLimits);
+    if (extra.is_ok()) run.request.extra_body = std::move(extra).value();
+    if (!extra.is_ok() || !run.request.extra_body.is_object()) {
       return fail_with(invalid_argument(
           str("--extra-request-body must be a JSON object, got '", a.extra_request_body, "'")));
     }

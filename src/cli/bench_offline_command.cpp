@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/runner_flags.h"
+#include "core/json.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 #include "scheduler/scheduler.h"
@@ -76,10 +77,10 @@ Dataset make_dataset(const OfflineArgs& a, int64_t vocab) {
 }
 
 StatusOr<Dataset> read_dataset(const std::string& path, int64_t vocab) {
-  std::ifstream f(path);
-  if (!f) return not_found(str("cannot open dataset ", path));
-  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("prompts") || !j.contains("output_lens")) {
+  StatusOr<nlohmann::json> parsed = read_json_file(path);
+  if (!parsed.is_ok() && parsed.status().code() == StatusCode::kNotFound) return not_found(str("cannot open dataset ", path));
+  nlohmann::json j = parsed.is_ok() ? std::move(parsed).value() : nlohmann::json();
+  if (!j.is_object() || !j.contains("prompts") || !j.contains("output_lens")) {
     return invalid_argument(str(path, ": expected a JSON object with 'prompts' and 'output_lens'"));
   }
   Dataset d;

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/runner_flags.h"
+#include "core/json.h"
 #include "engine/generator.h"
 #include "engine/model_loader.h"
 #include "tokenizer/chat_template_loader.h"
@@ -107,9 +108,11 @@ StatusOr<std::vector<GenerateRequest>> collect_requests(const GenerateArgs& a, c
     while (std::getline(in, line)) {
       ++line_no;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto j = nlohmann::json::parse(line, nullptr, false);
+      StatusOr<nlohmann::json> parsed = parse_json(line, kFileJsonLimits);
       const std::string where = str(a.prompts_file, ":", line_no, ": ");
-      if (j.is_discarded() || !j.is_object()) return invalid_argument(where + "not a JSON object");
+      if (!parsed.is_ok()) return invalid_argument(where + parsed.status().message());
+      nlohmann::json& j = *parsed;
+      if (!j.is_object()) return invalid_argument(where + "not a JSON object");
       GenerateRequest r = base_request(a);
       if (j.contains("prompt") && j["prompt"].is_string()) {
         RLM_ASSIGN_OR_RETURN(r.prompt_ids, encode_prompt(a, j["prompt"].get<std::string>(), tok, tmpl));

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <random>
 
+#include "core/json.h"
+#include "server/chat_page.h"
 #include "server/openai_protocol.h"
 
 namespace rlm {
@@ -34,12 +36,12 @@ void send_json(httplib::Response& res, int status, const ojson& j) {
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.http_status, e.to_json()); }
 
 bool parse_body(const httplib::Request& req, ojson* out, ApiError* err) {
-  try {
-    *out = ojson::parse(req.body);
-  } catch (const std::exception& e) {
-    *err = ApiError::bad_request(str("invalid JSON body: ", e.what()));
+  StatusOr<ojson> parsed = parse_ordered_json(req.body, kRequestJsonLimits);
+  if (!parsed.is_ok()) {
+    *err = ApiError::bad_request(str("request body: ", parsed.status().message()));
     return false;
   }
+  *out = std::move(parsed).value();
   if (!out->is_object()) {
     *err = ApiError::bad_request("the request body must be a JSON object");
     return false;
@@ -517,7 +519,9 @@ void HttpServer::install_routes() {
   s.set_payload_max_length(64 * 1024 * 1024);
   const std::string key = config_.api_key;
   s.set_pre_routing_handler([key](const httplib::Request& req, httplib::Response& res) {
-    if (key.empty() || req.path == "/health" || req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    if (key.empty() || req.path == "/health" || req.path == "/metrics" || req.path == "/") {
+      return httplib::Server::HandlerResponse::Unhandled;  // the chat page itself holds no data
+    }
     const std::string auth = req.get_header_value("Authorization");
     if (auth != "Bearer " + key) {
       send_error(res, {401, auth.empty() ? "missing API key (Authorization: Bearer ...)" : "invalid API key",
@@ -554,6 +558,7 @@ void HttpServer::install_routes() {
   s.Post("/generate", [routes](const httplib::Request& q, httplib::Response& r) {
     routes->handle_generation(q, r, ApiKind::kGenerate);
   });
+  s.Get("/", [](const httplib::Request&, httplib::Response& r) { r.set_content(chat_page_html(), "text/html; charset=utf-8"); });
   s.Get("/v1/models", [routes](const httplib::Request&, httplib::Response& r) { routes->handle_models(r); });
   s.Post("/tokenize", [routes](const httplib::Request& q, httplib::Response& r) { routes->handle_tokenize(q, r); });
   s.Post("/detokenize", [routes](const httplib::Request& q, httplib::Response& r) { routes->handle_detokenize(q, r); });
