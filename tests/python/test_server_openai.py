@@ -286,7 +286,11 @@ def test_sigterm_drains_in_flight_requests():
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    # SIGTERM only once the request is running (a fixed sleep raced the request on a loaded machine).
+    deadline = time.time() + 60
+    while t.is_alive() and metric(s, "radixlm_num_running_reqs") < 1:
+        assert time.time() < deadline, "the request never started running"
+        time.sleep(0.02)
     assert s.stop(signal.SIGTERM) == 0
     t.join()
     assert result.get("tokens") == 24
