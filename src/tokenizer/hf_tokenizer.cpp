@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rlm {
 namespace {

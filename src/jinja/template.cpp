@@ -1,7 +1,7 @@
-#include "tokenizer/jinja/template.h"
+#include "jinja/template.h"
 
-#include "tokenizer/jinja/interpreter.h"
-#include "tokenizer/jinja/parser.h"
+#include "jinja/interpreter.h"
+#include "jinja/parser.h"
 
 namespace rlm::jinja {
 

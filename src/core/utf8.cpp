@@ -1,4 +1,4 @@
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rlm::utf8 {
 namespace {
@@ -91,8 +91,8 @@ void append(std::string& out, char32_t cp) {
   }
 }
 
-std::vector<char32_t> decode(std::string_view s) {
-  std::vector<char32_t> out;
+std::u32string decode(std::string_view s) {
+  std::u32string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     const size_t n = valid_sequence_length(s, i);
@@ -110,11 +110,20 @@ std::vector<char32_t> decode(std::string_view s) {
   return out;
 }
 
-std::string encode(const std::vector<char32_t>& cps) {
+std::string encode(std::u32string_view cps) {
   std::string out;
   out.reserve(cps.size());
   for (char32_t cp : cps) append(out, cp);
   return out;
+}
+
+size_t length(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); ++n) {
+    const size_t len = valid_sequence_length(s, i);
+    i += len == 0 ? 1 : len;
+  }
+  return n;
 }
 
 size_t incomplete_suffix_length(std::string_view s) {

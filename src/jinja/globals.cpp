@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/globals.h"
+#include "jinja/globals.h"
 
 #include <vector>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 namespace rlm::jinja {
 

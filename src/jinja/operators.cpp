@@ -1,9 +1,9 @@
-#include "tokenizer/jinja/operators.h"
+#include "jinja/operators.h"
 
 #include <cmath>
 
-#include "tokenizer/jinja/methods.h"
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/methods.h"
 
 namespace rlm::jinja {
 namespace {
@@ -218,11 +218,11 @@ Value get_item(const Value& obj, const Value& key) {
       }
       return obj.items()[static_cast<size_t>(i)];
     }
-    const std::u32string cps = utf8_decode(obj.str());
+    const std::u32string cps = utf8::decode(obj.str());
     if (!normalize_index(i, static_cast<int64_t>(cps.size()))) {
       return missing_element(obj, key);
     }
-    return Value(utf8_encode(cps.substr(static_cast<size_t>(i), 1)));
+    return Value(utf8::encode(cps.substr(static_cast<size_t>(i), 1)));
   }
   if (key.is_string()) return get_attr(obj, key.str());
   return missing_element(obj, key);
@@ -237,7 +237,7 @@ Value slice(const Value& obj, const std::optional<int64_t>& start_in, const std:
   std::u32string cps;
   int64_t n = 0;
   if (obj.is_string()) {
-    cps = utf8_decode(obj.str());
+    cps = utf8::decode(obj.str());
     n = static_cast<int64_t>(cps.size());
   } else {
     n = static_cast<int64_t>(obj.items().size());
@@ -261,7 +261,7 @@ Value slice(const Value& obj, const std::optional<int64_t>& start_in, const std:
   if (obj.is_string()) {
     std::u32string out;
     for (int64_t i : idx) out.push_back(cps[static_cast<size_t>(i)]);
-    return Value(utf8_encode(out));
+    return Value(utf8::encode(out));
   }
   std::vector<Value> out;
   for (int64_t i : idx) out.push_back(obj.items()[static_cast<size_t>(i)]);
@@ -280,7 +280,7 @@ std::vector<Value> iterate(const Value& v) {
     }
     case Value::Kind::kString: {
       std::vector<Value> chars;
-      for (char32_t cp : utf8_decode(v.str())) chars.emplace_back(utf8_encode(std::u32string(1, cp)));
+      for (char32_t cp : utf8::decode(v.str())) chars.emplace_back(utf8::encode(std::u32string(1, cp)));
       return chars;
     }
     default: break;
@@ -291,7 +291,7 @@ std::vector<Value> iterate(const Value& v) {
 int64_t length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
-    case Value::Kind::kString: return static_cast<int64_t>(utf8_length(v.str()));
+    case Value::Kind::kString: return static_cast<int64_t>(utf8::length(v.str()));
     case Value::Kind::kList: return static_cast<int64_t>(v.items().size());
     case Value::Kind::kDict:
       if (!v.is_namespace()) return static_cast<int64_t>(v.dict_data().items.size());

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/filters.h"
+#include "jinja/filters.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,11 +6,12 @@
 #include <cstdlib>
 #include <unordered_map>
 
-#include "tokenizer/jinja/json_dump.h"
-#include "tokenizer/jinja/methods.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/tests.h"
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/json_dump.h"
+#include "jinja/methods.h"
+#include "jinja/operators.h"
+#include "jinja/py_str.h"
+#include "jinja/tests.h"
 
 namespace rlm::jinja {
 namespace {
@@ -192,7 +193,7 @@ const std::unordered_map<std::string, FilterFn>& registry() {
       {"center", [](const Value& v, const CallArgs& a) {
          const std::string s = to_str(v);
          const int64_t width = arg_or(a, 0, "width", Value(80)).as_int();
-         const int64_t len = static_cast<int64_t>(utf8_length(s));
+         const int64_t len = static_cast<int64_t>(utf8::length(s));
          if (width <= len) return Value(s);
          const int64_t total = width - len;
          const int64_t left = total / 2 + (total & width & 1);
@@ -265,9 +266,9 @@ const std::unordered_map<std::string, FilterFn>& registry() {
        }},
       {"reverse", [](const Value& v, const CallArgs&) {
          if (v.is_string()) {
-           std::u32string cps = utf8_decode(v.str());
+           std::u32string cps = utf8::decode(v.str());
            std::reverse(cps.begin(), cps.end());
-           return Value(utf8_encode(cps));
+           return Value(utf8::encode(cps));
          }
          std::vector<Value> items = iterate(v);
          std::reverse(items.begin(), items.end());
@@ -301,7 +302,7 @@ const std::unordered_map<std::string, FilterFn>& registry() {
        }},
       {"title", [](const Value& v, const CallArgs&) {
          // jinja2 splits on [-\s({\[<]+ and capitalizes each piece.
-         const std::u32string cps = utf8_decode(to_str(v));
+         const std::u32string cps = utf8::decode(to_str(v));
          std::u32string out;
          bool at_start = true;
          for (char32_t cp : cps) {
@@ -314,7 +315,7 @@ const std::unordered_map<std::string, FilterFn>& registry() {
              at_start = false;
            }
          }
-         return Value(utf8_encode(out));
+         return Value(utf8::encode(out));
        }},
       {"tojson", do_tojson},
       {"trim", [](const Value& v, const CallArgs& a) { return Value(py_strip(to_str(v), arg_or(a, 0, "chars", Value::none()), true, true)); }},
@@ -335,7 +336,7 @@ const std::unordered_map<std::string, FilterFn>& registry() {
       {"wordcount", [](const Value& v, const CallArgs&) {
          int64_t n = 0;
          bool in_word = false;
-         for (char32_t cp : utf8_decode(to_str(v))) {
+         for (char32_t cp : utf8::decode(to_str(v))) {
            const bool w = py_isalpha(cp) || py_isdigit(cp) || cp == '_' || cp > 0x7F;
            if (w && !in_word) ++n;
            in_word = w;

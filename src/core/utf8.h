@@ -1,4 +1,6 @@
-// UTF-8 helpers shared by the tokenizers and the incremental detokenizer.
+// UTF-8 helpers for the whole code base: the tokenizers and the incremental detokenizer (byte-exact
+// Hugging Face behaviour) and the Jinja interpreter (Python `str` semantics: templates index, slice
+// and measure strings by code point).
 //
 // Invalid UTF-8 policy: text handed to a tokenizer is first made valid with
 // sanitize_utf8(), which replaces every maximal ill-formed subsequence with U+FFFD exactly
@@ -9,7 +11,6 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace rlm::utf8 {
 
@@ -28,11 +29,15 @@ std::string sanitize(std::string_view s);
 // Appends the UTF-8 encoding of `cp` to `out`.
 void append(std::string& out, char32_t cp);
 
-// Decodes valid UTF-8 (call sanitize first) into code points.
-std::vector<char32_t> decode(std::string_view s);
+// Decodes UTF-8 into code points; every byte that does not start a well-formed sequence decodes
+// as one U+FFFD (never throws). Valid input (e.g. after sanitize) decodes exactly.
+std::u32string decode(std::string_view s);
 
 // Encodes code points as UTF-8.
-std::string encode(const std::vector<char32_t>& cps);
+std::string encode(std::u32string_view cps);
+
+// Number of code points decode(s) gives (Python's len() of the decoded string).
+size_t length(std::string_view s);
 
 // Number of bytes at the end of `s` that form an incomplete (but so far well-formed) prefix of
 // a multi-byte sequence; 0 when `s` ends on a character boundary.

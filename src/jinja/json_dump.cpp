@@ -1,17 +1,17 @@
-#include "tokenizer/jinja/json_dump.h"
+#include "jinja/json_dump.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
 
 namespace rlm::jinja {
 namespace {
 
 void dump_string(const std::string& s, bool ensure_ascii, std::string& out) {
   out.push_back('"');
-  for (char32_t cp : utf8_decode(s)) {
+  for (char32_t cp : utf8::decode(s)) {
     switch (cp) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -32,7 +32,7 @@ void dump_string(const std::string& s, bool ensure_ascii, std::string& out) {
           }
           out += buf;
         } else {
-          utf8_append(out, cp);
+          utf8::append(out, cp);
         }
       }
     }

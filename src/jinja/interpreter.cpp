@@ -1,9 +1,9 @@
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/interpreter.h"
 
-#include "tokenizer/jinja/filters.h"
-#include "tokenizer/jinja/globals.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/tests.h"
+#include "jinja/filters.h"
+#include "jinja/globals.h"
+#include "jinja/operators.h"
+#include "jinja/tests.h"
 
 namespace rlm::jinja {
 namespace {
@@ -196,9 +196,14 @@ void Interpreter::assign_attribute(const Node& node, Value v, const Scope& scope
 Value Interpreter::make_macro(const Node& node, const ScopePtr& scope) {
   const Node* def = &node;
   const std::string name = node.kind == NodeKind::kMacro ? node.text : "caller";
-  return Value::function(name, [this, def, scope, name](CallArgs& a) {
+  // The scope usually stores this macro: a strong reference here would be a cycle (see interpreter.h).
+  if (macro_scopes_.empty() || macro_scopes_.back() != scope) macro_scopes_.push_back(scope);
+  std::weak_ptr<Scope> defining = scope;
+  return Value::function(name, [this, def, defining, name](CallArgs& a) {
     if (depth_ >= kMaxMacroDepth) throw RenderError(RenderError::Kind::kValue, "maximum macro recursion depth exceeded");
-    auto s = std::make_shared<Scope>(scope);
+    ScopePtr parent = defining.lock();
+    if (!parent) throw RenderError(RenderError::Kind::kRuntime, "macro '" + name + "' called after its render ended");
+    auto s = std::make_shared<Scope>(std::move(parent));
     const size_t np = def->params.size();
     std::vector<Value> varargs;
     for (size_t i = np; i < a.args.size(); ++i) varargs.push_back(a.args[i]);

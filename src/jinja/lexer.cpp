@@ -1,9 +1,10 @@
-#include "tokenizer/jinja/lexer.h"
+#include "jinja/lexer.h"
 
 #include <algorithm>
 #include <cstdlib>
 
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/py_str.h"
 
 namespace rlm::jinja {
 namespace {
@@ -15,15 +16,15 @@ bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
 // Python str.rstrip() with no arguments.
 std::string py_rstrip(std::string_view s) {
-  std::u32string cps = utf8_decode(s);
+  std::u32string cps = utf8::decode(s);
   while (!cps.empty() && py_isspace(cps.back())) cps.pop_back();
-  return utf8_encode(cps);
+  return utf8::encode(cps);
 }
 
 // True when `s` is non-empty and all Python whitespace (regex `\s+` fullmatch).
 bool all_space(std::string_view s) {
   if (s.empty()) return false;
-  for (char32_t cp : utf8_decode(s)) {
+  for (char32_t cp : utf8::decode(s)) {
     if (!py_isspace(cp)) return false;
   }
   return true;
@@ -69,7 +70,7 @@ class Lexer {
     auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), pos);
     const size_t line_idx = static_cast<size_t>(it - line_starts_.begin()) - 1;
     const size_t start = line_starts_[line_idx];
-    const int col = static_cast<int>(utf8_length(std::string_view(src_).substr(start, pos - start))) + 1;
+    const int col = static_cast<int>(utf8::length(std::string_view(src_).substr(start, pos - start))) + 1;
     return {static_cast<int>(line_idx) + 1, col};
   }
 
@@ -270,7 +271,7 @@ class Lexer {
   // Non-ASCII letters are identifier characters (jinja2 names follow Python's str.isidentifier).
   bool unicode_letter_at(size_t p) const {
     if (static_cast<unsigned char>(src_[p]) < 0x80) return false;
-    const std::u32string cp = utf8_decode(std::string_view(src_).substr(p, utf8_char_len(p)));
+    const std::u32string cp = utf8::decode(std::string_view(src_).substr(p, utf8_char_len(p)));
     return cp.size() == 1 && py_isalpha(cp[0]);
   }
 
@@ -363,7 +364,7 @@ class Lexer {
             cp = cp * 16 + static_cast<char32_t>(hv);
           }
           if (cp > 0x10FFFF) return error_at(pos, "illegal Unicode character in string literal");
-          utf8_append(out, cp);
+          utf8::append(out, cp);
           i += len;
           break;
         }
@@ -373,7 +374,7 @@ class Lexer {
             for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
               cp = cp * 8 + static_cast<char32_t>(body[++i] - '0');
             }
-            utf8_append(out, cp);
+            utf8::append(out, cp);
           } else if (e == 'N') {
             return error_at(pos, "\\N{...} escapes are not supported");
           } else {

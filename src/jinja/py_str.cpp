@@ -1,66 +1,6 @@
-#include "tokenizer/jinja/utf8.h"
-
-#include "tokenizer/utf8.h"
+#include "jinja/py_str.h"
 
 namespace rlm::jinja {
-
-std::u32string utf8_decode(std::string_view s) {
-  std::u32string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    int extra = 0;
-    char32_t cp = 0;
-    if (c < 0x80) {
-      cp = c;
-    } else if ((c & 0xE0) == 0xC0) {
-      cp = c & 0x1F;
-      extra = 1;
-    } else if ((c & 0xF0) == 0xE0) {
-      cp = c & 0x0F;
-      extra = 2;
-    } else if ((c & 0xF8) == 0xF0) {
-      cp = c & 0x07;
-      extra = 3;
-    } else {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    bool ok = i + extra < s.size();
-    for (int k = 1; ok && k <= extra; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) ok = false;
-      else cp = (cp << 6) | (cc & 0x3F);
-    }
-    if (!ok) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    out.push_back(cp);
-    i += 1 + extra;
-  }
-  return out;
-}
-
-void utf8_append(std::string& out, char32_t cp) { utf8::append(out, cp); }
-
-std::string utf8_encode(std::u32string_view cps) {
-  std::string out;
-  out.reserve(cps.size());
-  for (char32_t cp : cps) utf8_append(out, cp);
-  return out;
-}
-
-size_t utf8_length(std::string_view s) {
-  size_t n = 0;
-  for (char c : s) {
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
-  }
-  return n;
-}
 
 bool py_isspace(char32_t cp) {
   switch (cp) {

@@ -1,11 +1,11 @@
-#include "tokenizer/jinja/parser.h"
+#include "jinja/parser.h"
 
 #include <cstdlib>
 #include <optional>
 #include <set>
 
-#include "tokenizer/jinja/filters.h"
-#include "tokenizer/jinja/tests.h"
+#include "jinja/filters.h"
+#include "jinja/tests.h"
 
 namespace rlm::jinja {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 namespace rlm::jinja {
 

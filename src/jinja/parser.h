@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/lexer.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
 
 namespace rlm::jinja {
 

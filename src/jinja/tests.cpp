@@ -1,12 +1,13 @@
-#include "tokenizer/jinja/tests.h"
+#include "jinja/tests.h"
 
 #include <cmath>
 #include <functional>
 #include <unordered_map>
 
-#include "tokenizer/jinja/filters.h"
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/filters.h"
+#include "jinja/operators.h"
+#include "jinja/py_str.h"
 
 namespace rlm::jinja {
 namespace {
@@ -25,7 +26,7 @@ bool is_iterable(const Value& v) {
 
 bool str_case_test(const Value& v, bool upper) {
   bool cased = false;
-  for (char32_t cp : utf8_decode(to_str(v))) {
+  for (char32_t cp : utf8::decode(to_str(v))) {
     if (upper ? py_islower(cp) : py_isupper(cp)) return false;
     if (upper ? py_isupper(cp) : py_islower(cp)) cased = true;
   }

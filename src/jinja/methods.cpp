@@ -1,9 +1,10 @@
-#include "tokenizer/jinja/methods.h"
+#include "jinja/methods.h"
 
 #include <algorithm>
 
-#include "tokenizer/jinja/operators.h"
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/operators.h"
+#include "jinja/py_str.h"
 
 namespace rlm::jinja {
 
@@ -11,7 +12,7 @@ namespace {
 
 // Decodes the code point starting at byte `i` (setting `len`), or ending just before byte `i`.
 char32_t decode_at(const std::string& s, size_t i, size_t* len) {
-  const std::u32string one = utf8_decode(std::string_view(s).substr(i, std::min<size_t>(4, s.size() - i)));
+  const std::u32string one = utf8::decode(std::string_view(s).substr(i, std::min<size_t>(4, s.size() - i)));
   char32_t cp = one.empty() ? 0xFFFD : one[0];
   size_t n = 1;
   const auto c = static_cast<unsigned char>(s[i]);
@@ -42,7 +43,7 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
   const bool use_set = !chars.is_none() && !chars.is_undefined();
   if (use_set) {
     if (!chars.is_string()) throw_type_error("strip arg must be None or str");
-    set = utf8_decode(chars.str());
+    set = utf8::decode(chars.str());
   }
   auto strip_it = [&](char32_t cp) { return use_set ? set.find(cp) != std::u32string::npos : py_isspace(cp); };
   size_t b = 0, e = s.size(), n = 0;
@@ -57,51 +58,51 @@ std::string py_strip(const std::string& s, const Value& chars, bool left, bool r
 
 std::string py_upper(const std::string& s) {
   std::u32string out;
-  for (char32_t cp : utf8_decode(s)) {
+  for (char32_t cp : utf8::decode(s)) {
     if (cp == 0xDF) {
       out += U"SS";  // the one full case mapping common in chat text
     } else {
       out.push_back(py_toupper(cp));
     }
   }
-  return utf8_encode(out);
+  return utf8::encode(out);
 }
 
 std::string py_lower(const std::string& s) {
-  std::u32string cps = utf8_decode(s);
+  std::u32string cps = utf8::decode(s);
   for (char32_t& cp : cps) cp = py_tolower(cp);
-  return utf8_encode(cps);
+  return utf8::encode(cps);
 }
 
 std::string py_capitalize(const std::string& s) {
-  std::u32string cps = utf8_decode(s);
+  std::u32string cps = utf8::decode(s);
   for (size_t i = 0; i < cps.size(); ++i) cps[i] = i == 0 ? py_toupper(cps[i]) : py_tolower(cps[i]);
-  return utf8_encode(cps);
+  return utf8::encode(cps);
 }
 
 std::string py_title(const std::string& s) {
-  std::u32string cps = utf8_decode(s);
+  std::u32string cps = utf8::decode(s);
   bool prev_cased = false;
   for (char32_t& cp : cps) {
     const bool cased = py_isupper(cp) || py_islower(cp);
     if (cased) cp = prev_cased ? py_tolower(cp) : py_toupper(cp);
     prev_cased = cased;
   }
-  return utf8_encode(cps);
+  return utf8::encode(cps);
 }
 
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
   if (count < 0) count = INT64_MAX;
   std::string out;
   if (old.empty()) {
-    std::u32string cps = utf8_decode(s);
+    std::u32string cps = utf8::decode(s);
     int64_t done = 0;
     for (char32_t cp : cps) {
       if (done < count) {
         out += repl;
         ++done;
       }
-      utf8_append(out, cp);
+      utf8::append(out, cp);
     }
     if (done < count) out += repl;
     return out;
@@ -124,7 +125,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
   std::vector<std::string> parts;
   if (maxsplit < 0) maxsplit = INT64_MAX;
   if (sep.is_none() || sep.is_undefined()) {
-    const std::u32string cps = utf8_decode(s);
+    const std::u32string cps = utf8::decode(s);
     size_t i = 0;
     while (true) {
       while (i < cps.size() && py_isspace(cps[i])) ++i;
@@ -132,12 +133,12 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
       if (static_cast<int64_t>(parts.size()) == maxsplit) {
         size_t e = cps.size();
         while (e > i && py_isspace(cps[e - 1])) --e;
-        parts.push_back(utf8_encode(std::u32string_view(cps).substr(i, e - i)));
+        parts.push_back(utf8::encode(std::u32string_view(cps).substr(i, e - i)));
         break;
       }
       size_t j = i;
       while (j < cps.size() && !py_isspace(cps[j])) ++j;
-      parts.push_back(utf8_encode(std::u32string_view(cps).substr(i, j - i)));
+      parts.push_back(utf8::encode(std::u32string_view(cps).substr(i, j - i)));
       i = j;
     }
     return parts;
@@ -156,7 +157,7 @@ std::vector<std::string> py_split(const std::string& s, const Value& sep, int64_
 }
 
 std::vector<std::string> py_splitlines(const std::string& s) {
-  const std::u32string cps = utf8_decode(s);
+  const std::u32string cps = utf8::decode(s);
   std::vector<std::string> lines;
   size_t start = 0;
   for (size_t i = 0; i < cps.size(); ++i) {
@@ -164,11 +165,11 @@ std::vector<std::string> py_splitlines(const std::string& s) {
     const bool brk = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E) || c == 0x85 ||
                      c == 0x2028 || c == 0x2029;
     if (!brk) continue;
-    lines.push_back(utf8_encode(std::u32string_view(cps).substr(start, i - start)));
+    lines.push_back(utf8::encode(std::u32string_view(cps).substr(start, i - start)));
     if (c == '\r' && i + 1 < cps.size() && cps[i + 1] == '\n') ++i;
     start = i + 1;
   }
-  if (start < cps.size()) lines.push_back(utf8_encode(std::u32string_view(cps).substr(start)));
+  if (start < cps.size()) lines.push_back(utf8::encode(std::u32string_view(cps).substr(start)));
   return lines;
 }
 
@@ -207,12 +208,12 @@ bool affix_match(const std::string& s, const Value& affix, bool prefix) {
 int64_t index_of(const std::string& s, const std::string& sub, bool reverse) {
   const size_t hit = reverse ? s.rfind(sub) : s.find(sub);
   if (hit == std::string::npos) return -1;
-  return static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, hit)));
+  return static_cast<int64_t>(utf8::length(std::string_view(s).substr(0, hit)));
 }
 
 template <typename Pred>
 bool all_chars(const std::string& s, Pred pred) {
-  const std::u32string cps = utf8_decode(s);
+  const std::u32string cps = utf8::decode(s);
   if (cps.empty()) return false;
   return std::all_of(cps.begin(), cps.end(), pred);
 }
@@ -274,7 +275,7 @@ std::optional<Value> string_method(const Value& obj, const std::string& name) {
     return make([obj](CallArgs& a) {
       const std::string& s = obj.str();
       const std::string& sub = need_str(arg_or(a, 0, "sub", Value()), "count() argument");
-      if (sub.empty()) return Value(static_cast<int64_t>(utf8_length(s)) + 1);
+      if (sub.empty()) return Value(static_cast<int64_t>(utf8::length(s)) + 1);
       int64_t n = 0;
       for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
       return Value(n);
@@ -306,7 +307,7 @@ std::optional<Value> string_method(const Value& obj, const std::string& name) {
     return make([obj, upper](CallArgs&) {
       const std::string& s = obj.str();
       bool cased = false;
-      for (char32_t cp : utf8_decode(s)) {
+      for (char32_t cp : utf8::decode(s)) {
         if (upper ? py_islower(cp) : py_isupper(cp)) return Value(false);
         if (upper ? py_isupper(cp) : py_islower(cp)) cased = true;
       }

@@ -6,8 +6,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "tokenizer/jinja/template.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/template.h"
+#include "jinja/value.h"
 
 namespace rlm::jinja {
 

@@ -1,25 +1,39 @@
 // Tree-walking evaluator behind Template::render. Scoping follows jinja2: every for-loop
 // iteration, macro call and block-set body gets a fresh child scope (assignments inside do not
 // leak out), `if` does not; namespace() objects are shared by reference.
+//
+// Lifetimes: a macro needs the scope it was defined in, and that scope usually stores the macro.
+// Macros therefore hold only a weak reference to it; the Interpreter keeps every scope a macro
+// captured alive until the render ends (a macro may be called from anywhere until then, e.g. after
+// being stored in a namespace), so a render leaves no reference cycle behind.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/template.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/template.h"
+#include "jinja/value.h"
 
 namespace rlm::jinja {
 
 class Scope {
  public:
-  explicit Scope(std::shared_ptr<Scope> parent) : parent_(std::move(parent)) {}
+  explicit Scope(std::shared_ptr<Scope> parent) : parent_(std::move(parent)) { ++live_; }
+  ~Scope() { --live_; }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
   const Value* lookup(const std::string& name) const;
   void set(const std::string& name, Value value) { vars_[name] = std::move(value); }
+  // Scopes alive in this process (all renders): back to its old value once a render has ended.
+  static int64_t live_count() { return live_; }
 
  private:
+  static inline std::atomic<int64_t> live_{0};
   std::shared_ptr<Scope> parent_;
   std::unordered_map<std::string, Value> vars_;
 };
@@ -52,6 +66,7 @@ class Interpreter {
   RenderOptions options_;
   int line_ = 0;
   int depth_ = 0;  // macro recursion depth
+  std::vector<ScopePtr> macro_scopes_;  // scopes macros were defined in, alive until the render ends
 };
 
 }  // namespace rlm::jinja

@@ -1,10 +1,11 @@
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/py_str.h"
 
 namespace rlm::jinja {
 
@@ -187,7 +188,7 @@ std::string repr_string(const std::string& s) {
   const bool has_double = s.find('"') != std::string::npos;
   const char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
-  for (char32_t cp : utf8_decode(s)) {
+  for (char32_t cp : utf8::decode(s)) {
     if (cp == static_cast<char32_t>(quote) || cp == '\\') {
       out.push_back('\\');
       out.push_back(static_cast<char>(cp));
@@ -204,7 +205,7 @@ std::string repr_string(const std::string& s) {
       else std::snprintf(buf, sizeof(buf), "\\U%08x", static_cast<unsigned>(cp));
       out += buf;
     } else {
-      utf8_append(out, cp);
+      utf8::append(out, cp);
     }
   }
   out.push_back(quote);

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 namespace rlm::jinja {
 

@@ -16,9 +16,9 @@
 #include <string_view>
 
 #include "core/status.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/lexer.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/ast.h"
+#include "jinja/lexer.h"
+#include "jinja/value.h"
 
 namespace rlm::jinja {
 
