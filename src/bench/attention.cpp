@@ -1,15 +1,5 @@
-// `radixlm bench attention`: the CUDA paged-attention kernels on fixed shapes, each time printed
-// beside a reference measured in the same run (METHOD: a ratio, never a bare time):
-//  - decode (split-KV kernel): KV bytes read per second against a cudaMemcpy device-to-device copy
-//    of the same bytes (read + write), for the automatic split count and a sweep of fixed ones;
-//  - prefill/extend (tensor-core kernel for bf16/f16 caches): causal TFLOP/s at each length, to be
-//    divided by tools/sdpa_bench.py's PyTorch SDPA numbers on the same shapes;
-//  - cascade: requests extending one shared prefix, the single pass against level 1 (all queries
-//    over the shared pages at once) + level 2 + the LSE merge, with the largest output difference.
-// Times are medians over --iters runs bracketed by CUDA events, after warm-up. Inputs are uniform
-// random (never zeros); the page table is a random permutation of pages. --json writes the numbers.
-// Causal FLOPs = 4 * num_qo_heads * head_dim * sum over queries of visible keys (L (L + 1) / 2 per
-// request), the count tools/sdpa_bench.py uses.
+#include "bench/attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -23,7 +13,6 @@
 #include <vector>
 
 #include "attention/cascade_plan.h"
-#include "cli/commands.h"
 #include "core/tensor.h"
 
 #ifdef RADIXLM_WITH_CUDA
@@ -32,30 +21,11 @@
 #include "kernels/cuda/paged_attention.h"
 #endif
 
-namespace rlm::cli {
-
-namespace {
-
-struct BenchAttentionArgs {
-  int64_t decode_batch = 32;
-  std::vector<int64_t> decode_batches;  // several batch sizes (each with the split sweep); empty: decode_batch
-  int64_t decode_len = 2048;
-  std::vector<int64_t> prefill_lens{1024, 4096};
-  int64_t prefill_tokens = 16384;  // batch = max(1, prefill_tokens / len)
-  int64_t num_qo_heads = 32;
-  int64_t num_kv_heads = 8;
-  int64_t head_dim = 128;
-  int64_t page_size = 16;
-  std::string dtype = "bf16";
-  int iters = 20;
-  std::string json_path;
-  // Cascade: a batch of requests whose pages begin with one shared prefix, each extending it.
-  int64_t cascade_batch = 32;
-  int64_t cascade_prefix = 4096;
-  std::vector<int64_t> cascade_new{1, 16, 128};
-};
+namespace rlm::bench {
 
 #ifdef RADIXLM_WITH_CUDA
+
+namespace {
 
 void cuda_ok(cudaError_t e, const char* what) {
   RLM_CHECK(e == cudaSuccess) << "radixlm bench attention: " << what << ": " << cudaGetErrorString(e);
@@ -108,7 +78,7 @@ struct Workload {
   cuda::AttentionPlan plan;
 
   // shared_pages > 0: every request's first shared_pages pages are the same pages (a shared prefix).
-  Workload(std::mt19937& rng, const BenchAttentionArgs& a, DType dtype, int64_t bs, int64_t seq_len, int64_t qo_len,
+  Workload(std::mt19937& rng, const AttentionArgs& a, DType dtype, int64_t bs, int64_t seq_len, int64_t qo_len,
            int64_t shared_pages = 0) {
     const int64_t pages_per_req = (seq_len + a.page_size - 1) / a.page_size;
     const int64_t own = pages_per_req - shared_pages;
@@ -171,7 +141,9 @@ struct Workload {
   }
 };
 
-int run_bench_attention(const BenchAttentionArgs& a) {
+}  // namespace
+
+int run_attention(const AttentionArgs& a) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "radixlm bench attention: no CUDA device\n");
     return 2;
@@ -356,37 +328,11 @@ int run_bench_attention(const BenchAttentionArgs& a) {
 
 #else
 
-int run_bench_attention(const BenchAttentionArgs&) {
+int run_attention(const AttentionArgs&) {
   std::fprintf(stderr, "radixlm bench attention: this binary was built without CUDA\n");
   return 2;
 }
 
 #endif
 
-}  // namespace
-
-void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out) {
-  auto a = std::make_shared<BenchAttentionArgs>();
-  CLI::App* s = bench.add_subcommand("attention", "CUDA paged-attention kernels: decode GB/s vs copy, prefill TFLOP/s");
-  s->add_option("--decode-batch", a->decode_batch, "Decode requests")->check(CLI::PositiveNumber);
-  s->add_option("--decode-len", a->decode_len, "Keys per decode request")->check(CLI::PositiveNumber);
-  s->add_option("--decode-batches", a->decode_batches, "Several decode batch sizes (list; overrides --decode-batch)")
-      ->delimiter(',');
-  s->add_option("--prefill-lens", a->prefill_lens, "Prompt lengths of the causal prefill runs")->delimiter(',');
-  s->add_option("--prefill-tokens", a->prefill_tokens, "Tokens per prefill batch (batch = this / len, at least 1)")
-      ->check(CLI::PositiveNumber);
-  s->add_option("--num-qo-heads", a->num_qo_heads, "Query heads")->check(CLI::PositiveNumber);
-  s->add_option("--num-kv-heads", a->num_kv_heads, "KV heads")->check(CLI::PositiveNumber);
-  s->add_option("--head-dim", a->head_dim, "64, 128 or 256");
-  s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
-  s->add_option("--dtype", a->dtype, "Cache dtype: bf16 (default), f16, f32");
-  s->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::PositiveNumber);
-  s->add_option("--json", a->json_path, "Write the numbers to this JSON file");
-  s->add_option("--cascade-batch", a->cascade_batch, "Cascade runs: requests sharing the prefix")
-      ->check(CLI::PositiveNumber);
-  s->add_option("--cascade-prefix", a->cascade_prefix, "Cascade runs: shared prefix tokens")->check(CLI::PositiveNumber);
-  s->add_option("--cascade-new", a->cascade_new, "Cascade runs: new tokens per request (list)")->delimiter(',');
-  out.emplace_back(s, [a] { return run_bench_attention(*a); });
-}
-
-}  // namespace rlm::cli
+}  // namespace rlm::bench

@@ -1,12 +1,5 @@
-// `radixlm bench gemv`: the decode-shape linears of Llama-3.1-8B (qkv, o, gate_up, down, lm_head;
-// 16-bit weights, f32 x and out) through ops::linear at small m, once with the GEMV kernel and once
-// with the cuBLAS path (cuda::set_linear_gemv_enabled), each beside a cudaMemcpy device-to-device
-// copy of the same weight bytes measured in the same run (METHOD: a ratio, never a bare time).
-// Bandwidth = weight bytes / time for the linears and (read + write) / time for the copy, so a
-// ratio of 1.0 means the linear streams its weight as fast as the copy engine path moves bytes.
-// Each measurement cycles through enough weight copies (>= 256 MiB in all) that the 50 MB L2
-// cannot hold them; the time of one linear is the cycle's time / copies, the median over --iters
-// cycles after warm-up. The "step" line adds up one decode step's linears (32 layers + lm_head).
+#include "bench/gemv.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -16,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
 #include "core/device.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
@@ -27,19 +19,11 @@
 #include "kernels/cuda/linear.h"
 #endif
 
-namespace rlm::cli {
-
-namespace {
-
-struct BenchGemvArgs {
-  std::vector<int64_t> ms{1};
-  std::string dtype = "bf16";
-  int64_t layers = 32;
-  int iters = 20;
-  std::string json_path;
-};
+namespace rlm::bench {
 
 #ifdef RADIXLM_WITH_CUDA
+
+namespace {
 
 struct Shape2 {
   const char* name;
@@ -86,7 +70,9 @@ Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype) {
   return (dtype == DType::kF32 ? t : t.to(dtype)).to(Device::cuda(0));
 }
 
-int run_bench_gemv(const BenchGemvArgs& a) {
+}  // namespace
+
+int run_gemv(const GemvArgs& a) {
   if (cuda_device_count() == 0) {
     std::fprintf(stderr, "radixlm bench gemv: no CUDA device\n");
     return 2;
@@ -201,24 +187,11 @@ int run_bench_gemv(const BenchGemvArgs& a) {
 
 #else
 
-int run_bench_gemv(const BenchGemvArgs&) {
+int run_gemv(const GemvArgs&) {
   std::fprintf(stderr, "radixlm bench gemv: this binary was built without CUDA\n");
   return 2;
 }
 
 #endif
 
-}  // namespace
-
-void add_bench_gemv_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out) {
-  auto a = std::make_shared<BenchGemvArgs>();
-  CLI::App* s = bench.add_subcommand("gemv", "CUDA small-m linears (Llama-3.1-8B shapes): GEMV kernel vs cuBLAS vs copy");
-  s->add_option("--m", a->ms, "Rows of x (batch), comma-separated (default 1)")->delimiter(',');
-  s->add_option("--dtype", a->dtype, "Weight dtype: bf16 (default) or f16");
-  s->add_option("--layers", a->layers, "Layers counted in the step total")->check(CLI::PositiveNumber);
-  s->add_option("--iters", a->iters, "Timed cycles per measurement (median)")->check(CLI::PositiveNumber);
-  s->add_option("--json", a->json_path, "Write the numbers to this JSON file");
-  out.emplace_back(s, [a] { return run_bench_gemv(*a); });
-}
-
-}  // namespace rlm::cli
+}  // namespace rlm::bench

@@ -1,37 +1,22 @@
-// `radixlm bench one-batch`: a static batch of `--batch-size` requests of `--input-len` random
-// tokens — prefill latency, then `--output-len` decode steps — timed in-process (no HTTP, no
-// scheduler), with the decode step compared against its memory floor: (weight bytes + KV bytes
-// read) / copy bandwidth measured in the same run on the same device.
+#include "bench/one_batch.h"
+
 #include <algorithm>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <random>
 
-#include "cli/commands.h"
-#include "cli/runner_flags.h"
 #include "engine/cuda_graph_runner.h"
-#include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "model/qwen3_next.h"
+#include "server/engine_builder.h"
 
-namespace rlm::cli {
+namespace rlm::bench {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct OneBatchArgs {
-  std::string model;
-  std::string load_format = "dummy";
-  std::string device = "auto";
-  int64_t batch_size = 1;
-  int64_t input_len = 512;
-  int64_t output_len = 32;
-  int64_t page_size = 16;
-  uint64_t seed = 0;
-  RunnerFlags runner;
-};
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -106,37 +91,39 @@ double copy_bandwidth(Device device) {
   return 2.0 * static_cast<double>(n) / (times[times.size() / 2] / 1e3);
 }
 
-int run_one_batch(const OneBatchArgs& a) {
-  auto device = resolve_device(a.device);
-  if (!device.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", device.status().message().c_str()), 2;
-  LoadOptions lo;
-  lo.load_format = a.load_format;
-  lo.dummy_seed = a.seed;
-  auto loaded = load_model(a.model.empty() ? default_model_path() : a.model, lo);
-  if (!loaded.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", loaded.status().to_string().c_str()), 1;
-  const ModelConfig cfg = loaded->config;
-  ModelRunnerConfig rc;
-  rc.device = *device;
-  rc.attention_backend = default_attention_backend(*device);
-  rc.page_size = a.page_size;
-  rc.max_requests = a.batch_size;
-  rc.max_context_len = a.input_len + a.output_len;
-  a.runner.apply(rc, /*size_from_memory=*/true);  // CUDA: the pool is sized like serve's
-  auto runner = ModelRunner::create(std::move(loaded->model), rc);
+}  // namespace
+
+int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
+  EngineArgs e = engine;
+  e.max_running_requests = a.batch_size;
+  if (e.context_length == 0) e.context_length = a.input_len + a.output_len;
+  if (Status st = e.validate(); !st.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", st.message().c_str()), 2;
+  if (e.context_length < a.input_len + a.output_len) {
+    std::fprintf(stderr, "radixlm bench one-batch: the context length %lld is below --input-len + --output-len\n",
+                 static_cast<long long>(e.context_length));
+    return 2;
+  }
+  const Device device = resolve_device(e.device).value();
+  auto files = load_engine_files(e, TokenizerUse::kNone);
+  if (!files.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", files.status().to_string().c_str()), 1;
+  const ModelConfig cfg = files->model.config;
+  const ModelRunnerConfig rc = e.runner_config(cfg, device);  // CUDA: the pool is sized like serve's
+  auto runner = ModelRunner::create(std::move(files->model.model), rc);
   if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
   ModelRunner& r = **runner;
+  const int64_t page_size = e.page_size;
   const int64_t ctx = rc.max_context_len;
-  const int64_t pages_per_req = (ctx + a.page_size - 1) / a.page_size;
+  const int64_t pages_per_req = (ctx + page_size - 1) / page_size;
   if (r.kv_pool().config().num_pages < pages_per_req * a.batch_size) {
     std::fprintf(stderr, "radixlm bench one-batch: the KV pool holds %lld pages but the batch needs %lld\n",
                  static_cast<long long>(r.kv_pool().config().num_pages),
                  static_cast<long long>(pages_per_req * a.batch_size));
     return 1;
   }
-  std::mt19937 rng(static_cast<uint32_t>(a.seed));
+  std::mt19937 rng(static_cast<uint32_t>(e.seed));
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
   // Request b owns pages [b * pages_per_req, (b + 1) * pages_per_req).
-  auto slot = [&](int64_t b, int64_t pos) { return static_cast<int32_t>(b * pages_per_req * a.page_size + pos); };
+  auto slot = [&](int64_t b, int64_t pos) { return static_cast<int32_t>(b * pages_per_req * page_size + pos); };
   std::vector<int32_t> req_slots;
   for (int64_t b = 0; b < a.batch_size; ++b) req_slots.push_back(r.req_to_token().alloc());
   // Hybrid models (Qwen3-Next): each request's recurrent state lives in a MambaPool slot.
@@ -156,11 +143,11 @@ int run_one_batch(const OneBatchArgs& a) {
     prefill.push_back(std::move(e));
   }
   int64_t eager_mismatches = 0;
-  std::vector<ops::SamplingRow> greedy(a.batch_size);
-  for (auto& g : greedy) g.temperature = 0.0f;
+  const Sampler sampler(r.future_tokens());
+  const std::vector<SampleRow> greedy(static_cast<size_t>(a.batch_size), SampleRow::greedy());
   auto t0 = Clock::now();
   ForwardBatch pb = r.build_batch(ForwardMode::kExtend, prefill);
-  std::vector<int32_t> next = r.sample(r.forward(pb), greedy);
+  std::vector<int32_t> next = sampled_tokens(sampler.sample(r.forward(pb), greedy));
   const double prefill_ms = ms_since(t0);
   // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
   // the second so both passes do identical work on identical data).
@@ -182,7 +169,7 @@ int run_one_batch(const OneBatchArgs& a) {
       }
       auto t = Clock::now();
       ForwardBatch db = r.build_batch(ForwardMode::kDecode, dec);
-      std::vector<int32_t> out = r.sample(r.forward(db), greedy);
+      std::vector<int32_t> out = sampled_tokens(sampler.sample(r.forward(db), greedy));
       times.push_back(ms_since(t));
       if (!replay_inputs) {
         inputs.push_back(cur);
@@ -205,7 +192,7 @@ int run_one_batch(const OneBatchArgs& a) {
     eager_ms = decode_pass(true);
     r.set_use_cuda_graph(true);
   }
-  const double bw = copy_bandwidth(*device);
+  const double bw = copy_bandwidth(device);
   const double kv_bytes_per_token = static_cast<double>(r.kv_pool().bytes_per_token());
   const double mid_len = static_cast<double>(a.input_len) + static_cast<double>(a.output_len) / 2.0;
   // Dummy weights are made in bf16 (f32 when the config says so); loaded weights in the config's dtype.
@@ -222,9 +209,9 @@ int run_one_batch(const OneBatchArgs& a) {
   // about that total rate, so the floor is bytes / copy rate.
   const double floor_ms = decode_bytes / bw * 1e3;
   std::printf("model %s (%s) on %s, batch %lld, input %lld, output %lld, page size %lld\n", cfg.architecture.c_str(),
-              dtype_name(cfg.dtype), device->to_string().c_str(), static_cast<long long>(a.batch_size),
+              dtype_name(cfg.dtype), device.to_string().c_str(), static_cast<long long>(a.batch_size),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
-              static_cast<long long>(a.page_size));
+              static_cast<long long>(page_size));
   std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
               static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
   const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
@@ -248,21 +235,4 @@ int run_one_batch(const OneBatchArgs& a) {
   return 0;
 }
 
-}  // namespace
-
-void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out) {
-  auto a = std::make_shared<OneBatchArgs>();
-  CLI::App* s = bench.add_subcommand("one-batch", "Static-batch prefill latency and decode step time");
-  s->add_option("--model", a->model, "Model directory or .gguf (configs/llama-3.1-8b with --load-format dummy)");
-  s->add_option("--load-format", a->load_format, "dummy (default) | auto | safetensors | gguf");
-  s->add_option("--device", a->device, "auto | cpu | cuda | cuda:N");
-  s->add_option("--batch-size", a->batch_size, "Requests in the batch")->check(CLI::PositiveNumber);
-  s->add_option("--input-len", a->input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
-  s->add_option("--output-len", a->output_len, "Tokens generated per request")->check(CLI::PositiveNumber);
-  s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
-  s->add_option("--seed", a->seed, "Seed for dummy weights and prompts");
-  a->runner.add_to(s);
-  out.emplace_back(s, [a] { return run_one_batch(*a); });
-}
-
-}  // namespace rlm::cli
+}  // namespace rlm::bench
