@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "attention/cascade_plan.h"
+#include "bench/cuda_timing.h"
 #include "core/tensor.h"
 
 #ifdef RADIXLM_WITH_CUDA
@@ -27,42 +27,8 @@ namespace rlm::bench {
 
 namespace {
 
-void cuda_ok(cudaError_t e, const char* what) {
-  RLM_CHECK(e == cudaSuccess) << "radixlm bench attention: " << what << ": " << cudaGetErrorString(e);
-}
-
-// Median seconds of fn() over `iters` runs (each bracketed by events), after 3 warm-up runs.
-template <typename F>
-double median_seconds(int iters, F&& fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  cuda_ok(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t start{}, stop{};
-  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    cuda_ok(cudaEventRecord(start), "cudaEventRecord");
-    fn();
-    cuda_ok(cudaEventRecord(stop), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    t.push_back(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// A CUDA tensor of `shape` with uniform [-1, 1) values in `dtype`.
-Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data<float>();
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
-  return (dtype == DType::kF32 ? t : t.to(dtype)).to(Device::cuda(0));
-}
+// The stream the timing events are recorded on.
+constexpr cudaStream_t kStream = nullptr;  // the legacy default stream
 
 Tensor gpu_i32(const std::vector<int32_t>& v) { return Tensor::from_vector(v).to(Device::cuda(0)); }
 
@@ -191,7 +157,7 @@ int run_attention(const AttentionArgs& a) {
     void* dst = nullptr;
     const size_t copy_bytes = static_cast<size_t>(w.k.numel()) * dtype_size(dtype);  // = one cache; twice below
     cuda_ok(cudaMalloc(&dst, 2 * copy_bytes), "cudaMalloc");
-    const double t_copy = median_seconds(a.iters, [&] {
+    const double t_copy = median_seconds(a.iters, 3, kStream, [&] {
       cuda_ok(cudaMemcpyAsync(dst, w.k.data_ptr(), copy_bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
       cuda_ok(cudaMemcpyAsync(static_cast<char*>(dst) + copy_bytes, w.v.data_ptr(), copy_bytes,
                               cudaMemcpyDeviceToDevice),
@@ -220,7 +186,7 @@ int run_attention(const AttentionArgs& a) {
       sweep.insert(std::upper_bound(sweep.begin() + 1, sweep.end(), engine_splits), engine_splits);
     }
     for (int splits : sweep) {
-      const double t = median_seconds(a.iters, [&] { w.decode(splits); });
+      const double t = median_seconds(a.iters, 3, kStream, [&] { w.decode(splits); });
       const double gbs = kv_bytes / t / 1e9;
       const std::string name = splits == 0 ? "auto" : std::to_string(splits) + (splits == engine_splits ? "*" : "");
       std::printf("  %-20s %10.4f %10.0f %8.3f\n", name.c_str(), t * 1e3, gbs, gbs / copy_gbs);
@@ -241,7 +207,7 @@ int run_attention(const AttentionArgs& a) {
     const Workload w(rng, a, dtype, bs, len, len);
     const double flops = 4.0 * static_cast<double>(a.num_qo_heads * a.head_dim) * static_cast<double>(bs) *
                          (static_cast<double>(len) * static_cast<double>(len + 1) / 2.0);
-    const double t = median_seconds(a.iters, [&] { w.prefill(); });
+    const double t = median_seconds(a.iters, 3, kStream, [&] { w.prefill(); });
     const bool finite = w.output_finite();
     std::printf("  %-6lld %-6lld %10.3f %10.1f%s\n", static_cast<long long>(len), static_cast<long long>(bs), t * 1e3,
                 flops / t / 1e12, finite ? "" : "  (output NOT finite)");
@@ -298,8 +264,8 @@ int run_attention(const AttentionArgs& a) {
       cuda::merge_attention_states(parts.data<float>(), lse.data<float>(), chunks + 1, rows_total, hq, d,
                                    merged.data<float>(), nullptr);
     };
-    const double t_single = median_seconds(a.iters, [&] { w.prefill(); });
-    const double t_cascade = median_seconds(a.iters, cascade);
+    const double t_single = median_seconds(a.iters, 3, kStream, [&] { w.prefill(); });
+    const double t_cascade = median_seconds(a.iters, 3, kStream, cascade);
     const Tensor ref = w.out.to(Device::cpu()), got = merged.to(Device::cpu());
     double max_diff = 0;
     for (int64_t i = 0; i < ref.numel(); ++i) {
@@ -313,17 +279,7 @@ int run_attention(const AttentionArgs& a) {
                        {"speedup", t_single / t_cascade}, {"max_abs_diff", max_diff}, {"chunks", chunks}};
     j["cascade"].push_back(row);
   }
-  if (!a.json_path.empty()) {
-    std::ofstream f(a.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "radixlm bench attention: cannot write %s\n", a.json_path.c_str());
-      return 1;
-    }
-    std::printf("wrote %s\n", a.json_path.c_str());
-  }
-  std::printf("%s\n", j.dump().c_str());
-  return 0;
+  return finish_report(j, a.json_path, "bench attention");
 }
 
 #else

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/cuda_timing.h"
 #include "core/device.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
@@ -30,45 +30,6 @@ struct Shape2 {
   int64_t n, k;
   int64_t per_step;  // uses per decode step
 };
-
-void cuda_ok(cudaError_t e, const char* what) {
-  RLM_CHECK(e == cudaSuccess) << "radixlm bench gemv: " << what << ": " << cudaGetErrorString(e);
-}
-
-// Median seconds of fn() over `iters` runs on the device stream (each bracketed by events), after
-// 2 warm-up runs.
-template <typename F>
-double median_seconds(int iters, F&& fn) {
-  const auto stream = static_cast<cudaStream_t>(cuda_stream(0));
-  for (int i = 0; i < 2; ++i) fn();
-  cuda_ok(cudaStreamSynchronize(stream), "warm-up");
-  cudaEvent_t start{}, stop{};
-  cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
-  cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    cuda_ok(cudaEventRecord(start, stream), "cudaEventRecord");
-    fn();
-    cuda_ok(cudaEventRecord(stop, stream), "cudaEventRecord");
-    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    t.push_back(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// A CUDA tensor of `shape` with uniform [-1, 1) values in `dtype`.
-Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data<float>();
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = u(rng);
-  return (dtype == DType::kF32 ? t : t.to(dtype)).to(Device::cuda(0));
-}
 
 }  // namespace
 
@@ -124,7 +85,7 @@ int run_gemv(const GemvArgs& a) {
       const Tensor x = random_gpu(rng, {m, s.k}, DType::kF32);
       const Tensor out = Tensor::empty({m, s.n}, DType::kF32, Device::cuda(0));
       const Tensor dst = Tensor::empty({s.n, s.k}, dtype, Device::cuda(0));
-      const double t_copy = median_seconds(a.iters, [&] {
+      const double t_copy = median_seconds(a.iters, 2, stream, [&] {
                               for (const Tensor& wc : w) {
                                 cuda_ok(cudaMemcpyAsync(dst.data_ptr(), wc.data_ptr(), bytes,
                                                         cudaMemcpyDeviceToDevice, stream),
@@ -134,7 +95,7 @@ int run_gemv(const GemvArgs& a) {
                             static_cast<double>(copies);
       auto time_linear = [&](bool gemv) {
         cuda::set_linear_gemv_enabled(gemv);
-        const double t = median_seconds(a.iters, [&] {
+        const double t = median_seconds(a.iters, 2, stream, [&] {
                            for (const Tensor& wc : w) ops::linear(x, wc, std::nullopt, out);
                          }) /
                          static_cast<double>(copies);
@@ -172,17 +133,7 @@ int run_gemv(const GemvArgs& a) {
                           {"cublas_ms", step_cublas * 1e3},
                           {"floor_ms", floor_s * 1e3}});
   }
-  if (!a.json_path.empty()) {
-    std::ofstream f(a.json_path);
-    f << j.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "radixlm bench gemv: cannot write %s\n", a.json_path.c_str());
-      return 1;
-    }
-    std::printf("wrote %s\n", a.json_path.c_str());
-  }
-  std::printf("%s\n", j.dump().c_str());
-  return 0;
+  return finish_report(j, a.json_path, "bench gemv");
 }
 
 #else

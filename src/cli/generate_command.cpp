@@ -81,7 +81,7 @@ StatusOr<std::vector<int32_t>> encode_prompt(const GenerateArgs& a, const std::s
 }
 
 StatusOr<std::vector<OfflineRequest>> collect_requests(const GenerateArgs& a, const Tokenizer* tok,
-                                                        const std::optional<ChatTemplate>& tmpl) {
+                                                       const std::optional<ChatTemplate>& tmpl) {
   std::vector<OfflineRequest> reqs;
   for (const std::string& text : a.prompts) {
     OfflineRequest r = base_request(a);
