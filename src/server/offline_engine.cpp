@@ -17,29 +17,9 @@ StatusOr<std::vector<OfflineOutput>> OfflineEngine::generate(const std::vector<O
     const Status st = scheduler.validate(probe);
     if (!st.is_ok()) return Status(st.code(), str("request ", i, ": ", st.message()));
   }
-  std::vector<OfflineOutput> outputs(requests.size());
   std::vector<std::shared_ptr<Req>> reqs;
-  std::vector<bool> finished(requests.size(), false);
-  size_t num_finished = 0;
-  // Reads what each submitted request streamed so far.
-  auto collect = [&] {
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      while (!finished[i]) {
-        std::optional<StreamEvent> ev = reqs[i]->stream->pop(std::chrono::milliseconds(0));
-        if (!ev) break;
-        OfflineOutput& out = outputs[i];
-        out.text += ev->text;
-        out.output_ids.insert(out.output_ids.end(), ev->token_ids.begin(), ev->token_ids.end());
-        out.logprobs.insert(out.logprobs.end(), ev->logprobs.begin(), ev->logprobs.end());
-        if (ev->finish) {
-          out.finish = std::move(*ev->finish);
-          finished[i] = true;
-          ++num_finished;
-        }
-      }
-    }
-  };
-  while (num_finished < requests.size()) {
+  // The scheduler runs on this thread: when it has no work left, every submitted request finished.
+  while (reqs.size() < requests.size() || scheduler.has_work()) {
     // Submit what the queue takes (a full queue makes room as requests are admitted).
     while (reqs.size() < requests.size()) {
       const OfflineRequest& r = requests[reqs.size()];
@@ -54,11 +34,25 @@ StatusOr<std::vector<OfflineOutput>> OfflineEngine::generate(const std::vector<O
       }
       reqs.push_back(std::move(req).value());
     }
-    const bool progressed = scheduler.step();
-    collect();
-    if (!progressed && num_finished < requests.size() && (scheduler.has_work() || reqs.size() == requests.size())) {
-      return internal_error(str("the scheduler stalled with ", requests.size() - num_finished, " unfinished requests"));
+    if (!scheduler.step() && scheduler.has_work()) {
+      return internal_error("the scheduler stalled with unfinished requests");
     }
+  }
+  // Every request's events are in its stream now: read them once.
+  std::vector<OfflineOutput> outputs(requests.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    OfflineOutput& out = outputs[i];
+    bool finished = false;
+    while (std::optional<StreamEvent> ev = reqs[i]->stream->pop(std::chrono::milliseconds(0))) {
+      out.text += ev->text;
+      out.output_ids.insert(out.output_ids.end(), ev->token_ids.begin(), ev->token_ids.end());
+      out.logprobs.insert(out.logprobs.end(), ev->logprobs.begin(), ev->logprobs.end());
+      if (ev->finish) {
+        out.finish = std::move(*ev->finish);
+        finished = true;
+      }
+    }
+    if (!finished) return internal_error(str("request ", i, " did not finish"));
   }
   if (scheduler.config().check_integrity_when_idle) RLM_RETURN_IF_ERROR(scheduler.check_integrity());
   return outputs;
