@@ -11,13 +11,9 @@
 #include <string>
 #include <vector>
 
-namespace rlm {
+#include "engine/sampler.h"  // TokenLogprob
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // the top-k alternatives, best first
-};
+namespace rlm {
 
 struct FinishInfo {
   std::string reason;                 // "stop", "length", "abort"

@@ -56,6 +56,9 @@ class Scheduler {
   // Validates and enqueues; errors (400-style kInvalidArgument, queue full kUnavailable) leave
   // nothing behind. Events arrive on req->stream.
   Status submit(std::shared_ptr<Req> req);
+  // The checks submit() makes on the request itself (prompt ids, parameters, context and KV room),
+  // without enqueuing it.
+  Status validate(const Req& req) const;
   // Aborts a queued or running request, or every choice "<rid>-<i>" of a multi-choice request
   // (no-op for unknown/finished ids); takes effect at the next step.
   void abort(const std::string& rid);
