@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/http_flags.h"
 #include "cli/runner_flags.h"
 #include "engine/model_loader.h"
 #include "server/http_server.h"
@@ -44,7 +45,7 @@ struct ServeArgs {
   std::string cache = "radix";
   int64_t max_queued_requests = 4096;
   int64_t shutdown_timeout_s = 30;
-  int http_threads = 128;
+  HttpServerConfig http;
   RunnerFlags runner;
 };
 
@@ -108,15 +109,14 @@ int run_serve(const ServeArgs& a) {
   ServingEngine engine(name, std::move(runner).value(), std::move(tokenizer).value(), std::move(tmpl).value(), sc);
   engine.start();
 
-  HttpServerConfig hc;
+  HttpServerConfig hc = a.http;
   hc.host = a.host;
   hc.port = a.port;
   hc.api_key = a.api_key;
-  hc.num_threads = a.http_threads;
   HttpServer server(engine, hc);
   const int port = server.bind();
   if (port < 0) {
-    std::fprintf(stderr, "radixlm serve: cannot listen on %s:%d\n", a.host.c_str(), a.port);
+    std::fprintf(stderr, "radixlm serve: %s\n", server.bind_error().c_str());
     return 1;
   }
   std::signal(SIGINT, on_signal);
@@ -182,7 +182,7 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--max-queued-requests", a->max_queued_requests, "Queue limit (503 beyond)")
       ->check(CLI::PositiveNumber);
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGINT/SIGTERM");
-  s->add_option("--http-threads", a->http_threads, "HTTP worker threads")->check(CLI::PositiveNumber);
+  add_http_flags(s, a->http);
   a->runner.add_to(s);
   out.emplace_back(s, [a] { return run_serve(*a); });
 }
