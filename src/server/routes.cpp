@@ -85,6 +85,8 @@ void ApiRoutes::install(HttpRouter& router) {
   router.add("POST", "/abort_request", with_json_body([this](const auto& ex, const ojson& b) { handle_abort(ex, b); }));
   router.add("GET", "/debug/kv", answer([this] { return debug_kv(); }));
   router.add("POST", "/flush_cache", [this](const std::shared_ptr<HttpExchange>& ex) { handle_flush(ex); });
+  // Static pages are open routes answering a fixed body, e.g.
+  // router.add("GET", "/", answer([] { return HttpResponse{200, "text/html; charset=utf-8", page(), {}}; }), true);
 }
 
 void ApiRoutes::handle_tokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
