@@ -101,7 +101,7 @@ class ExchangeImpl final : public HttpExchange, public std::enable_shared_from_t
  public:
   enum class State { kWaiting, kStreaming, kComplete };
 
-  ExchangeImpl(std::shared_ptr<Connection> conn, net::any_io_executor executor, HttpRequest request,
+  ExchangeImpl(std::weak_ptr<Connection> conn, net::any_io_executor executor, HttpRequest request,
                bool keep_alive, int64_t stream_limit)
       : conn_(std::move(conn)),
         executor_(std::move(executor)),
@@ -206,7 +206,7 @@ class ExchangeImpl final : public HttpExchange, public std::enable_shared_from_t
   }
   void wake();
 
-  std::shared_ptr<Connection> conn_;
+  std::weak_ptr<Connection> conn_;  // alive while it sends this exchange
   net::any_io_executor executor_;
   HttpRequest request_;
   bool keep_alive_;
@@ -544,7 +544,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closing_ = false;
 };
 
-void ExchangeImpl::wake() { conn_->wake(); }
+void ExchangeImpl::wake() {
+  if (auto conn = conn_.lock()) conn->wake();
+}
 
 }  // namespace
 

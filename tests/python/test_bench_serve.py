@@ -254,15 +254,20 @@ def test_shared_prefix_sglang(server, tmp_path):
     check_against_numpy(result)
 
 
-def test_failures_are_reported_not_fatal(server, tmp_path):
-    # The mock rejects an unknown model with HTTP 404; warm-up disabled so the run proceeds.
+def run_failing(port, model, num_prompts, tmp_path, *extra):
+    """A benchmark (no warm-up, so the run proceeds) whose requests fail; the process and its result."""
     out = tmp_path / "r.json"
-    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--model", "nope",
-                           "--num-prompts", "3", "--random-input-len", "4", "--random-output-len", "2",
-                           "--warmup-requests", "0", "--output-file", str(out)],
+    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(port), "--model", model,
+                           "--num-prompts", str(num_prompts), "--random-input-len", "4", "--random-output-len", "2",
+                           "--warmup-requests", "0", "--output-file", str(out), *extra],
                           capture_output=True, text=True, timeout=60)
+    return proc, json.loads(out.read_text())
+
+
+def test_failures_are_reported_not_fatal(server, tmp_path):
+    # The mock rejects an unknown model with HTTP 404.
+    proc, result = run_failing(server, "nope", 3, tmp_path)
     assert proc.returncode == 1  # nothing completed
-    result = json.loads(out.read_text())
     assert result["completed"] == 0 and result["failed"] == 3
     assert "HTTP 404" in result["first_error"] and "nope" in result["first_error"]
     assert "First error" in proc.stdout
@@ -272,30 +277,19 @@ def test_failures_are_reported_not_fatal(server, tmp_path):
 
 
 def test_failure_kinds_are_counted_and_fail_the_run(server, tmp_path):
-    # A stream cut mid-body is a read error; a refused connection is counted as such.
-    out = tmp_path / "r.json"
-    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--model", "cut",
-                           "--num-prompts", "2", "--random-input-len", "4", "--random-output-len", "2",
-                           "--warmup-requests", "0", "--output-file", str(out)],
-                          capture_output=True, text=True, timeout=60)
+    # A stream cut mid-body is a read error.
+    proc, result = run_failing(server, "cut", 2, tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert json.loads(out.read_text())["failures_by_kind"] == {"read error": 2}
+    assert result["failures_by_kind"] == {"read error": 2}
     # Some requests succeed, some fail: still a failed run.
-    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--model", "flaky",
-                           "--num-prompts", "4", "--random-input-len", "4", "--random-output-len", "2",
-                           "--max-concurrency", "1", "--warmup-requests", "0", "--output-file", str(out)],
-                          capture_output=True, text=True, timeout=60)
-    result = json.loads(out.read_text())
+    proc, result = run_failing(server, "flaky", 4, tmp_path, "--max-concurrency", "1")
     assert proc.returncode == 1 and result["completed"] == 2 and result["failures_by_kind"] == {"HTTP status 503": 2}
+    # A refused connection is counted as such.
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(port), "--model", MODEL,
-                           "--num-prompts", "3", "--random-input-len", "4", "--random-output-len", "2",
-                           "--warmup-requests", "0", "--output-file", str(out)],
-                          capture_output=True, text=True, timeout=60)
+    proc, result = run_failing(port, MODEL, 3, tmp_path)
     assert proc.returncode == 1
-    result = json.loads(out.read_text())
     assert result["failures_by_kind"] == {"connect refused": 3}
     assert "connect refused:" in proc.stdout and "Connection refused" in result["first_error"]
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from server_util import BIN, DEFAULT_MODEL, Server
+from server_util import BIN, DEFAULT_MODEL, Server, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -49,14 +49,6 @@ def raw_exchange(port, data, timeout=30):
 
 def status_of(response):
     return int(response.split(b" ", 2)[1])
-
-
-def metric(server, name):
-    _, text = server.get("/metrics")
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 def test_protocol_errors_are_answered(server):

@@ -2,7 +2,6 @@
 // decoding with its cap, and the router's 404/405 decision. References: zlib's own deflate for
 // the compressed inputs, the definitions in the headers for the rest.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <regex>
 #include <set>
@@ -12,6 +11,7 @@
 #include "server/content_coding.h"
 #include "server/http_router.h"
 #include "server/request_ids.h"
+#include "unit/zlib_test_util.h"
 
 namespace rlm {
 namespace {
@@ -79,19 +79,7 @@ TEST(RequestIds, ClientAliasesAreNamespacedAndResolveChoices) {
   EXPECT_EQ(aliases.size(), 1u);
 }
 
-std::string compress(const std::string& data, int window_bits) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, data.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
+std::string compress(const std::string& data, int window_bits) { return testing::zlib_compress(data, window_bits); }
 
 TEST(ContentCoding, NamesAndUnsupportedCodings) {
   EXPECT_EQ(parse_content_coding(""), ContentCoding::kIdentity);

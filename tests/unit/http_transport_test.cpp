@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "server/http_transport.h"
+#include "unit/zlib_test_util.h"
 
 namespace rlm {
 namespace {
@@ -138,6 +138,17 @@ class RawClient {
   std::string buf_;
 };
 
+// The body of the client's next response, which must be a 200.
+std::string ok_body(RawClient& cl) {
+  auto r = cl.response();
+  if (!r) {
+    ADD_FAILURE() << "no response";
+    return "";
+  }
+  EXPECT_EQ(r->status, 200) << r->head << r->body;
+  return r->body;
+}
+
 // A transport serving a test router on a free port, on its own thread.
 class Served {
  public:
@@ -170,18 +181,13 @@ std::string post(const std::string& path, const std::string& body, const std::st
          "\r\n" + body;
 }
 
-std::string gzip(const std::string& data) {
-  z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, 31, 9, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&zs, data.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  zs.avail_in = static_cast<uInt>(data.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
+std::string gzip(const std::string& data) { return testing::zlib_compress(data, 31, 9); }
+
+// Polls `done` until it holds or `timeout_s` passes.
+bool wait_for(const std::function<bool()>& done, double timeout_s) {
+  const auto start = Clock::now();
+  while (!done() && since(start) < timeout_s) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return done();
 }
 
 // Routes: /echo answers the decoded body; /ok answers "ok"; /stream streams "a", "b", "c".
@@ -292,10 +298,7 @@ TEST(HttpTransport, ProtocolErrorsGetTheirStatusAndTheServerGoesOn) {
   }
   RawClient cl(s.port());
   cl.send(get("/ok"));
-  auto r = cl.response();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body, "ok");
+  EXPECT_EQ(ok_body(cl), "ok");
 }
 
 TEST(HttpTransport, BodiesAreDecodedChunkedAndGzipWithinTheLimit) {
@@ -304,10 +307,7 @@ TEST(HttpTransport, BodiesAreDecodedChunkedAndGzipWithinTheLimit) {
   const std::string text(90000, 'q');  // under the 100000-byte limit once decoded
   RawClient cl(s.port());
   cl.send(post("/echo", gzip(text), "Content-Encoding: gzip\r\n"));
-  auto r = cl.response();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body, text);
+  EXPECT_EQ(ok_body(cl), text);
   // Chunked, in pieces, on the same (kept-alive) connection; with Expect: 100-continue.
   cl.send("POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n");
   auto cont = cl.response();
@@ -315,10 +315,7 @@ TEST(HttpTransport, BodiesAreDecodedChunkedAndGzipWithinTheLimit) {
   EXPECT_EQ(cont->status, 100);
   cl.send("3\r\nabc\r\n");
   cl.send("2\r\nde\r\n0\r\n\r\n");
-  r = cl.response();
-  ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->status, 200);
-  EXPECT_EQ(r->body, "abcde");
+  EXPECT_EQ(ok_body(cl), "abcde");
 }
 
 TEST(HttpTransport, KeepAliveAndPipelinedRequestsAnswerInOrder) {
@@ -327,12 +324,7 @@ TEST(HttpTransport, KeepAliveAndPipelinedRequestsAnswerInOrder) {
   RawClient cl(s.port());
   cl.send(get("/ok") + post("/echo", "second") + get("/stream") + post("/echo", "fourth"));
   std::vector<std::string> bodies;
-  for (int i = 0; i < 4; ++i) {
-    auto r = cl.response();
-    ASSERT_TRUE(r.has_value()) << "response " << i;
-    EXPECT_EQ(r->status, 200);
-    bodies.push_back(r->body);
-  }
+  for (int i = 0; i < 4; ++i) bodies.push_back(ok_body(cl));
   EXPECT_EQ(bodies, (std::vector<std::string>{"ok", "second", "abc", "fourth"}));
   EXPECT_FALSE(cl.closed_within(0.2));  // still open for more
   // HTTP/1.0 without keep-alive, and Connection: close, end the connection after the response.
@@ -389,8 +381,7 @@ TEST(HttpTransport, AClientThatLeavesIsNoticedWhileItsRouteWaits) {
   EXPECT_EQ(routes.disconnects.load(), 0);
   const auto start = Clock::now();
   cl.close();
-  while (routes.disconnects.load() == 0 && since(start) < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(routes.disconnects.load(), 1);
+  EXPECT_TRUE(wait_for([&] { return routes.disconnects.load() == 1; }, 5.0));
   EXPECT_LT(since(start), 1.0);
 }
 
@@ -401,11 +392,8 @@ TEST(HttpTransport, AClientThatDoesNotReadItsStreamIsDropped) {
   Served s(routes.router, c);
   RawClient cl(s.port());
   cl.send(get("/flood"));  // and never read
-  const auto start = Clock::now();
-  while (!routes.write_refused && since(start) < 20) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(routes.write_refused.load());
-  while (routes.disconnects.load() == 0 && since(start) < 20) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(routes.disconnects.load(), 1);
+  EXPECT_TRUE(wait_for([&] { return routes.write_refused.load(); }, 20.0));
+  EXPECT_TRUE(wait_for([&] { return routes.disconnects.load() == 1; }, 20.0));
   // What was queued stayed bounded: kernel socket buffers plus the stream buffer, not the flood.
   EXPECT_LT(routes.flood_bytes.load(), int64_t{64} << 20);
 }
