@@ -297,7 +297,7 @@ StatusOr<std::string> fetch_first_model_id(const Endpoint& endpoint) {
       http_call(call, [&](int s) { status = s; }, [&](std::string_view data) { body.append(data); });
   const std::string& path = call.target;
   if (status == 0 || (!res.complete && status == 200)) {
-    return Status(StatusCode::kUnavailable, str("GET ", res.error));
+    return Status(StatusCode::kUnavailable, res.error);
   }
   if (status != 200) {
     return Status(StatusCode::kUnavailable, str("GET ", path, " returned HTTP ", status, ": ", truncated(body)));
