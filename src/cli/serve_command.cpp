@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "cli/http_flags.h"
 #include "server/engine_builder.h"
 #include "server/http_server.h"
 
@@ -23,7 +24,7 @@ struct ServeArgs {
   int port = 8000;
   std::string api_key;
   int64_t shutdown_timeout_s = 30;
-  int http_threads = 128;
+  HttpServerConfig http;
 
   ServeArgs() { engine.cpu_total_tokens = 32768; }  // the CPU pool when --max-total-tokens is not given
 };
@@ -50,15 +51,14 @@ int run_serve(const ServeArgs& a) {
   const std::string device = engine.runner().config().device.to_string();
   engine.start();
 
-  HttpServerConfig hc;
+  HttpServerConfig hc = a.http;
   hc.host = a.host;
   hc.port = a.port;
   hc.api_key = a.api_key;
-  hc.num_threads = a.http_threads;
   HttpServer server(engine, hc);
   const int port = server.bind();
   if (port < 0) {
-    std::fprintf(stderr, "radixlm serve: cannot listen on %s:%d\n", a.host.c_str(), a.port);
+    std::fprintf(stderr, "radixlm serve: %s\n", server.bind_error().c_str());
     return 1;
   }
   std::signal(SIGINT, on_signal);
@@ -95,7 +95,7 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--port", a->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   s->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY'");
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGINT/SIGTERM");
-  s->add_option("--http-threads", a->http_threads, "HTTP worker threads")->check(CLI::PositiveNumber);
+  add_http_flags(s, a->http);
   out.emplace_back(s, [a] { return run_serve(*a); });
 }
 

@@ -108,14 +108,13 @@ void Scheduler::drain_inbox() {
     aborts.swap(abort_inbox_);
   }
   for (auto& r : fresh) admit_new(std::move(r));
-  // An abort names a request id, or the id of a multi-choice request whose choices are "<id>-<i>".
-  auto matches = [](const std::string& rid, const std::string& target) {
-    return rid == target || (rid.size() > target.size() && rid.compare(0, target.size(), target) == 0 &&
-                             rid[target.size()] == '-');
+  // An abort names a request id, or the parent id shared by the choices of one API request.
+  auto matches = [](const Req& r, const std::string& target) {
+    return r.rid == target || (!r.parent_rid.empty() && r.parent_rid == target);
   };
   for (const std::string& target : aborts) {
-    for (auto& r : pending_) if (matches(r->rid, target)) r->abort_requested = true;
-    for (auto& r : running_) if (matches(r->rid, target)) r->abort_requested = true;
+    for (auto& r : pending_) if (matches(*r, target)) r->abort_requested = true;
+    for (auto& r : running_) if (matches(*r, target)) r->abort_requested = true;
   }
   do_aborts();
 }

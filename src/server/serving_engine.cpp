@@ -72,13 +72,15 @@ std::string ServingEngine::token_text(int32_t id) const {
 }
 
 StatusOr<std::shared_ptr<Req>> ServingEngine::submit(std::vector<int32_t> prompt_ids, const SamplingParams& params,
-                                                     const std::string& rid, const std::string& group) {
+                                                     const std::string& rid, const std::string& group,
+                                                     const std::string& parent_rid) {
   if (draining_) return Status(StatusCode::kUnavailable, "the server is shutting down");
   auto req = std::make_shared<Req>();
   req->rid = rid;
   req->prompt_ids = std::move(prompt_ids);
   req->params = params;
   req->group = group;
+  req->parent_rid = parent_rid;
   req->stream = std::make_shared<RequestStream>();
   RLM_RETURN_IF_ERROR(scheduler_->submit(req));
   return req;
