@@ -13,7 +13,7 @@
 # scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
 # Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline (any
-# subset, comma-separated) picks benchmark sets.
+# subset, comma-separated; also quant: GGUF-quantized Llama-3.1-8B shapes) picks benchmark sets.
 # Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
@@ -143,7 +143,8 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
     tail -1 "$SUMMARY"  # as it happens, so a run cut short still shows it
   }
   # BENCH_ONLY: a comma list of the sets to run, attention (kernels, cascade, PyTorch SDPA),
-  # models (bench one-batch, GEMV), offline (bench offline vs transformers.generate); default all.
+  # models (bench one-batch, GEMV), quant (bench one-batch with random GGUF blocks), offline (bench
+  # offline vs transformers.generate); default all.
   want() { [ "${BENCH_ONLY:-all}" = all ] || [[ ",${BENCH_ONLY}," == *",$1,"* ]]; }
   if want attention; then
   timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
@@ -173,6 +174,17 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
       --input-len 512 --output-len 16 > "$log" 2>&1
     bench_row "one-batch qwen3-next-12l bs1" "$log" 'decode step|floor'
   fi
+  fi
+  if want quant; then
+  # GGUF block-quantized weights kept quantized (random blocks of each type, Llama-3.1-8B shape):
+  # decode (GEMV, m <= 8) against the quantized-bytes floor, and prefill (bf16 dequant + cuBLAS).
+  for spec in "q4_k 1" "q4_k 8" "q8_0 1" "q6_k 1" "q4_0 1"; do
+    set -- $spec
+    log="$OUT/one_batch_llama-3.1-8b_$1_bs$2.log"
+    timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/llama-3.1-8b" --device cuda --dummy-weight-type "$1" \
+      --batch-size "$2" --input-len 512 --output-len 32 > "$log" 2>&1
+    bench_row "one-batch 8b $1 bs$2" "$log" 'prefill|decode step \(|floor'
+  done
   fi
   if want offline; then
   # Offline throughput vs transformers.generate on the same prompts (Qwen3-0.6B shape, random weights).

@@ -12,10 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "engine/prompt_logits.h"
 #include "model/gguf_weights.h"
 #include "ops/ops.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -59,16 +60,12 @@ std::unique_ptr<ModelRunner> load_runner(const std::string& path, GgufWeights mo
   return make_runner(std::move(model).value());
 }
 
-std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t n) {
-  Generator gen(runner);
-  GenerateRequest r;
-  r.prompt_ids = prompt;
-  r.max_tokens = n;
-  r.sampling.temperature = 0.0f;
-  r.ignore_eos = true;
-  auto out = gen.generate({r});
-  RLM_CHECK(out.is_ok()) << out.status().to_string();
-  return (*out)[0].output_ids;
+// Through the scheduler, like `radixlm generate`; the runner goes to the engine.
+std::vector<int32_t> greedy(std::unique_ptr<ModelRunner> runner, const std::vector<int32_t>& prompt, int64_t n) {
+  auto engine = testing::engine_over(std::move(runner));
+  const auto out = testing::generate_ids(*engine, {testing::greedy_request(prompt, n)});
+  RLM_CHECK(out.size() == 1) << "generation failed";
+  return out[0];
 }
 
 std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<CausalLM> model) {
@@ -115,26 +112,31 @@ TEST_P(GgufTinyModel, LogitsAndGreedyMatchTransformers) {
   Tensor want_t = Tensor::empty({static_cast<int64_t>(want.size()), static_cast<int64_t>(want[0].size())}, DType::kF32);
   for (size_t r = 0; r < want.size(); ++r)
     for (size_t v = 0; v < want[r].size(); ++v) want_t.data<float>()[r * want[r].size() + v] = static_cast<float>(want[r][v]);
-  Generator gen(*runner);
+  // Greedy generation takes a runner of its own (the serving engine owns it).
+  auto fresh_runner = [&] {
+    auto l = load_model(kDataDir + stem + ".gguf");
+    RLM_CHECK(l.is_ok()) << l.status().to_string();
+    return make_runner(std::move(l->model));
+  };
   Tensor ref_logits;
   {
     ActivationMode mode(ops::QuantizedActivations::kF32);
-    auto logits = gen.prompt_logits(prompt);
+    auto logits = prompt_logits(*runner, prompt);
     ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
     ASSERT_EQ(logits->shape(), want_t.shape());
     EXPECT_LE(max_abs_diff(*logits, want_t), 1e-4);
-    EXPECT_EQ(greedy(*runner, prompt, static_cast<int64_t>(want_greedy.size())), want_greedy);
+    EXPECT_EQ(greedy(fresh_runner(), prompt, static_cast<int64_t>(want_greedy.size())), want_greedy);
     ref_logits = *logits;
   }
   ActivationMode mode(ops::QuantizedActivations::kInt8);
-  auto logits = gen.prompt_logits(prompt);
+  auto logits = prompt_logits(*runner, prompt);
   ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
   const double vs_hf = max_abs_diff(*logits, want_t), vs_ref = max_abs_diff(*logits, ref_logits);
   std::cout << stem << " 8-bit activations: max |logit diff| vs transformers " << vs_hf << ", vs f32 activations "
             << vs_ref << "\n";
   EXPECT_LE(vs_hf, 0.5);
   EXPECT_LE(vs_ref, 0.5);
-  const auto got = greedy(*runner, prompt, static_cast<int64_t>(want_greedy.size()));
+  const auto got = greedy(fresh_runner(), prompt, static_cast<int64_t>(want_greedy.size()));
   std::cout << stem << " 8-bit activations: greedy tokens identical for " << first_difference(got, want_greedy)
             << " of " << want_greedy.size() << "\n";
   EXPECT_EQ(got, want_greedy);
@@ -147,12 +149,13 @@ struct SmolLM2Result {
   std::vector<int32_t> greedy;
 };
 
-SmolLM2Result run_smollm2(ModelRunner& runner, const nlohmann::json& e) {
+// Prompt logits and greedy tokens of SmolLM2 loaded with `weights`; the generation takes the runner.
+SmolLM2Result run_smollm2(GgufWeights weights, const nlohmann::json& e) {
   const auto prompt = e["prompt_ids"].get<std::vector<int32_t>>();
-  Generator gen(runner);
-  auto logits = gen.prompt_logits(prompt);
+  auto runner = load_runner(kSmolLM2, weights);
+  auto logits = prompt_logits(*runner, prompt);
   RLM_CHECK(logits.is_ok()) << logits.status().to_string();
-  return {*logits, greedy(runner, prompt, static_cast<int64_t>(e["greedy_ids"].size()))};
+  return {*logits, greedy(std::move(runner), prompt, static_cast<int64_t>(e["greedy_ids"].size()))};
 }
 
 // Max |logit diff| against transformers' sampled logits and full last row; argmax per position.
@@ -183,12 +186,11 @@ TEST(GgufModel, SmolLM2LogitsAndGreedyMatchTransformers) {
   if (!std::filesystem::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " not present";
   auto e = read_json("smollm2_hf_expected.json")["logits"];
   const auto want_greedy = e["greedy_ids"].get<std::vector<int32_t>>();
-  auto runner = load_runner(kSmolLM2);
   int64_t mismatches = 0;
   SmolLM2Result ref;
   {
     ActivationMode mode(ops::QuantizedActivations::kF32);
-    ref = run_smollm2(*runner, e);
+    ref = run_smollm2(GgufWeights::kQuantized, e);
     const double diff = smollm2_diff_vs_transformers(ref.logits, e, &mismatches);
     std::cout << "SmolLM2 GGUF, f32 activations: max |logit diff| vs transformers = " << diff << "\n";
     EXPECT_LE(diff, 1e-3);
@@ -196,7 +198,7 @@ TEST(GgufModel, SmolLM2LogitsAndGreedyMatchTransformers) {
     EXPECT_EQ(ref.greedy, want_greedy);
   }
   ActivationMode mode(ops::QuantizedActivations::kInt8);
-  const SmolLM2Result q = run_smollm2(*runner, e);
+  const SmolLM2Result q = run_smollm2(GgufWeights::kQuantized, e);
   const double diff = smollm2_diff_vs_transformers(q.logits, e, &mismatches);
   const double vs_ref = max_abs_diff(q.logits, ref.logits);
   double mean = 0;
@@ -233,10 +235,8 @@ TEST(GgufModel, SmolLM2DequantizedPathMatchesQuantizedReferenceMode) {
   if (!std::filesystem::exists(kSmolLM2)) GTEST_SKIP() << kSmolLM2 << " not present";
   auto e = read_json("smollm2_hf_expected.json")["logits"];
   ActivationMode mode(ops::QuantizedActivations::kF32);
-  auto f32 = load_runner(kSmolLM2, GgufWeights::kDequantized);
-  const SmolLM2Result a = run_smollm2(*f32, e);
-  auto q = load_runner(kSmolLM2, GgufWeights::kQuantized);
-  const SmolLM2Result b = run_smollm2(*q, e);
+  const SmolLM2Result a = run_smollm2(GgufWeights::kDequantized, e);
+  const SmolLM2Result b = run_smollm2(GgufWeights::kQuantized, e);
   // Both run sgemm on the same f32 weight rows in the same 256-row blocks.
   EXPECT_LE(max_abs_diff(a.logits, b.logits), 1e-4);
   EXPECT_EQ(a.greedy, b.greedy);

@@ -1,4 +1,4 @@
-// HybridRadixCache: the seed's worked examples (seed 002 §3.2, §9.3), tombstones, separate
+// HybridRadixCache: the design's worked examples (resume points, tombstones), separate
 // eviction, misuse errors, then a randomized scheduler-like workload checked after every
 // operation against a brute-force model of the rules (every cached page keyed by its whole token
 // prefix; every snapshot keyed by the prefix it is the state of).
@@ -11,28 +11,24 @@
 #include <cstdlib>
 #include <map>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <set>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cache/mamba_pool.h"
 #include "cache/page_allocator.h"
 #include "core/check.h"
+#include "radix_test_util.h"
 
 namespace rlm {
 namespace {
 
-using Vec = std::vector<int32_t>;
-
-Vec iota_vec(int32_t n, int32_t start) {
-  Vec v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), start);
-  return v;
-}
-Vec head(const Vec& v, int32_t n) { return Vec(v.begin(), v.begin() + n); }
+using radix_test::head;
+using radix_test::iota_vec;
+using radix_test::Request;
+using radix_test::Vec;
 
 // Snapshot slots as a MambaPool hands them out: alloc / free with double-free detection.
 class SlotPool {
@@ -68,17 +64,14 @@ struct Fixture {
           released.push_back(s);
           pool.free(s);
         }) {}
-  void expect_ok() const {
-    const Status st = cache.check_integrity();
-    EXPECT_TRUE(st.is_ok()) << st.to_string() << "\n" << cache.to_string();
-  }
+  void expect_ok() const { radix_test::expect_ok(cache); }
   SlotPool pool;
   Vec released;
   HybridRadixCache cache;
 };
 
-// Seed §3.2: a 150-token KV match whose deepest snapshot is at 96 resumes at 96 (chunk 32 here,
-// so that 96 is a chunk boundary; the seed's numbers mix 64 and 96).
+// A 150-token KV match whose deepest snapshot is at 96 resumes at 96 (chunk 32 here, so that 96
+// is a chunk boundary).
 TEST(HybridRadixCache, ResumesAtTheDeepestSnapshotOfTheKvMatch) {
   Fixture f(1, 32);
   const Vec tokens = iota_vec(200, 0);
@@ -104,7 +97,7 @@ TEST(HybridRadixCache, ResumesAtTheDeepestSnapshotOfTheKvMatch) {
   g.expect_ok();
 }
 
-// Seed §9.1: a prompt shorter than one chunk has no chunk boundary, so it has no snapshot: its KV
+// A prompt shorter than one chunk has no chunk boundary, so it has no snapshot: its KV
 // can be cached, but a hybrid request matching it resumes at 0; a snapshot at a position that is
 // not a chunk (or page) boundary is refused.
 TEST(HybridRadixCache, ShorterThanAChunkHasNoSnapshot) {
@@ -127,7 +120,7 @@ TEST(HybridRadixCache, ShorterThanAChunkHasNoSnapshot) {
   paged.expect_ok();
 }
 
-// Seed §9.3: two requests share a prefix and fork; when the shared part has no snapshot (it was
+// Two requests share a prefix and fork; when the shared part has no snapshot (it was
 // only ever a split point, or its snapshot was evicted), a request that matches into it falls
 // back to the root.
 TEST(HybridRadixCache, TombstonedPathFallsBackToTheRoot) {
@@ -227,13 +220,7 @@ TEST(HybridRadixCache, DuplicateSnapshotIsNotTakenAndSplitsKeepTheDeepOne) {
 // matched snapshot into its own working slot and runs on; the cached state never changes, and the
 // request's deeper snapshot goes into a slot of its own.
 TEST(HybridRadixCache, ResumingCopiesTheSnapshotAndNeverWritesIt) {
-  MambaShape shape;
-  shape.num_layers = 2;
-  shape.conv_dim = 3;
-  shape.conv_width = 2;
-  shape.num_v_heads = 1;
-  shape.head_k_dim = 2;
-  shape.head_v_dim = 2;
+  const MambaShape shape{.num_layers = 2, .conv_dim = 3, .conv_width = 2, .num_v_heads = 1, .head_k_dim = 2, .head_v_dim = 2};
   MambaPool pool(shape, 4);
   HybridRadixCache cache(1, 4, [&pool](int32_t s) { pool.free(s); });
   auto fill = [&](int32_t slot, float v) {
@@ -294,25 +281,29 @@ TEST(HybridRadixCache, FactoryMakesItForHybridModelsOnly) {
   EXPECT_EQ(dynamic_cast<HybridRadixCache*>(plain->get()), nullptr);
 }
 
-// ---- randomized workload against a brute-force model -------------------------------------------
-
-uint32_t base_seed() {
-  const char* env = std::getenv("RADIXLM_TEST_SEED");
-  return env != nullptr ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : 2026u;
+// The ownership contract of prefix_cache.h, driven through the interface with KV-only inserts (every
+// node a tombstone), returns every page as it does for the other caches.
+TEST(HybridRadixCache, HonoursTheOwnershipContract) {
+  for (const int32_t ps : {1, 4}) {
+    const uint32_t seed = radix_test::base_seed(2026u);
+    SCOPED_TRACE("page_size " + std::to_string(ps) + ", seed " + std::to_string(seed));
+    auto cache = make_prefix_cache("radix", ps, 8, [](int32_t) { FAIL() << "released a snapshot it never had"; });
+    ASSERT_TRUE(cache.is_ok());
+    ASSERT_NE(dynamic_cast<HybridRadixCache*>(cache->get()), nullptr);
+    radix_test::run_contract_flow(**cache, seed, 2000);
+    if (HasFailure()) return;
+  }
 }
 
-// Brute force: every cached page keyed by the whole token prefix that ends with it (prefix-closed),
-// with its slots, KV last-use tick and lock count; every snapshot keyed by its prefix, with its slot
-// and its own last-use tick. The rules: a match's KV length is the longest cached page prefix, its
-// resume point the longest prefix of that with a snapshot; a match stamps the KV path and the
-// resume snapshot; an insert stamps the path and its snapshot (stored only where none is).
-class Reference {
+// ---- randomized workload against a brute-force model -------------------------------------------
+
+// The brute force of radix_test_util.h (every cached page keyed by the whole token prefix that ends
+// with it, with its slots, KV last-use tick and lock count) plus every snapshot keyed by its prefix,
+// with its slot and its own last-use tick. The rules: a match's KV length is the longest cached page
+// prefix, its resume point the longest prefix of that with a snapshot; a match stamps the KV path
+// and the resume snapshot; an insert stamps the path and its snapshot (stored only where none is).
+class Reference : public radix_test::ReferencePages {
  public:
-  struct Page {
-    Vec slots;
-    uint64_t last_access = 0;
-    int32_t locks = 0;
-  };
   struct Snap {
     int32_t slot = -1;
     uint64_t last_access = 0;
@@ -323,30 +314,15 @@ class Reference {
     int32_t mamba_slot = -1;
   };
 
-  explicit Reference(int32_t page_size) : ps_(page_size) {}
+  using ReferencePages::ReferencePages;
 
-  int32_t longest(const Vec& t) const {
-    int32_t k = 0;
-    while (k + ps_ <= static_cast<int32_t>(t.size()) && pages.count(head(t, k + ps_)) > 0) k += ps_;
-    return k;
-  }
-  Vec slots(const Vec& t, int32_t len) const {
-    Vec out;
-    for (int32_t j = ps_; j <= len; j += ps_) {
-      const Vec& s = pages.at(head(t, j)).slots;
-      out.insert(out.end(), s.begin(), s.end());
-    }
-    return out;
-  }
   Match match(const Vec& t) {
-    const uint64_t tick = ++clock_;
     Match m;
-    m.kv_len = longest(t);
-    touch(t, m.kv_len, tick);
-    for (int32_t j = m.kv_len; j > 0; j -= ps_) {
+    m.kv_len = ReferencePages::match(t);
+    for (int32_t j = m.kv_len; j > 0; j -= page_size()) {
       auto it = snaps.find(head(t, j));
       if (it == snaps.end()) continue;
-      it->second.last_access = tick;
+      it->second.last_access = clock();
       m.mamba_len = j;
       m.mamba_slot = it->second.slot;
       break;
@@ -355,222 +331,139 @@ class Reference {
   }
   // Returns (already-cached length, snapshot taken).
   std::pair<int32_t, bool> insert(const Vec& t, const Vec& s, int32_t snapshot) {
-    const uint64_t tick = ++clock_;
-    const int32_t aligned = static_cast<int32_t>(t.size()) / ps_ * ps_;
-    const int32_t k = longest(t);
-    for (int32_t j = k; j < aligned; j += ps_)
-      pages[head(t, j + ps_)] = Page{Vec(s.begin() + j, s.begin() + j + ps_), tick, 0};
-    touch(t, aligned, tick);
+    const int32_t k = ReferencePages::insert(t, s);
+    const int32_t aligned = static_cast<int32_t>(t.size()) / page_size() * page_size();
     bool taken = false;
     if (snapshot >= 0) {
-      auto [it, fresh] = snaps.try_emplace(head(t, aligned), Snap{snapshot, tick});
-      it->second.last_access = tick;
+      auto [it, fresh] = snaps.try_emplace(head(t, aligned), Snap{snapshot, clock()});
+      it->second.last_access = clock();
       taken = fresh;
     }
     return {k, taken};
   }
-  void add_locks(const Vec& t, int32_t len, int32_t delta) {
-    for (int32_t j = ps_; j <= len; j += ps_) pages.at(head(t, j)).locks += delta;
-  }
-  bool is_leaf(const Vec& key) const {
-    auto it = pages.upper_bound(key);
-    return it == pages.end() || it->first.size() <= key.size() ||
-           !std::equal(key.begin(), key.end(), it->first.begin());
-  }
-  int64_t size_where(bool locked) const {
-    int64_t n = 0;
-    for (const auto& [key, page] : pages) n += (page.locks > 0) == locked ? ps_ : 0;
-    return n;
-  }
 
-  std::map<Vec, Page> pages;
   std::map<Vec, Snap> snaps;
-
- private:
-  void touch(const Vec& t, int32_t len, uint64_t tick) {
-    for (int32_t j = ps_; j <= len; j += ps_) pages.at(head(t, j)).last_access = tick;
-  }
-  int32_t ps_;
-  uint64_t clock_ = 0;
 };
 
-// A request as the hybrid scheduler keeps it: it resumed at cached_len (a snapshot, or 0), slots
-// [0, cached_len) are the cache's through handle, the rest are whole pages of its own; it may hold
-// one snapshot slot it has not given to the cache yet.
-struct Request {
-  Vec tokens;
-  CacheHandle handle;
-  int32_t cached_len = 0;
-  Vec slots;
+// The cache (with its snapshot pool) and its reference, declared before WorkloadBase so that they
+// outlive it.
+struct HybridState {
+  HybridState(int32_t page_size, int32_t chunk, int32_t num_snapshots)
+      : fx_(page_size, chunk, num_snapshots), reference_(page_size) {}
+  Fixture fx_;
+  Reference reference_;
 };
 
-class Workload {
+// A request as the hybrid scheduler keeps it (radix_test::Request): it resumed at cached_len (a
+// snapshot, or 0), slots [0, cached_len) are the cache's through handle, the rest are whole pages of
+// its own; a snapshot it offers the cache and that is not taken goes back to the pool.
+class Workload : private HybridState, public radix_test::WorkloadBase {
  public:
   Workload(int32_t page_size, int32_t chunk, int32_t num_slots, int32_t num_snapshots, uint32_t seed)
-      : ps_(page_size),
+      : HybridState(page_size, chunk, num_snapshots),
+        WorkloadBase(fx_.cache, reference_, page_size, num_slots, seed),
         align_(std::lcm(page_size, chunk)),
-        max_len_(5 * std::lcm(page_size, chunk) + 3),
-        num_pages_(num_slots / page_size),
-        rng_(seed),
-        fx_(page_size, chunk, num_snapshots),
-        ref_(page_size),
-        alloc_(num_pages_) {}
+        max_len_(5 * std::lcm(page_size, chunk) + 3) {}
 
   void run(int num_ops) {
-    for (int i = 0; i < num_ops; ++i) {
-      const uint32_t op = rng_() % 100;
-      if (op < 22)
-        admit();
-      else if (op < 34)
-        extend();
-      else if (op < 48)
-        cache_request(/*finish=*/false);
-      else if (op < 62)
-        cache_request(/*finish=*/true);
-      else if (op < 67)
-        abort_request();
-      else if (op < 85)
-        probe();
-      else if (op < 94)
-        checked_evict(1 + static_cast<int64_t>(rng_() % static_cast<uint32_t>(3 * align_)));
-      else
-        checked_evict_mamba(1 + static_cast<int64_t>(rng_() % 3));
-      if (!::testing::Test::HasFatalFailure()) check_state();
-      if (::testing::Test::HasFatalFailure()) {
-        ADD_FAILURE() << "failed at operation " << i << "; cache:\n" << fx_.cache.to_string();
-        return;
-      }
-    }
-    while (!reqs_.empty() && !::testing::Test::HasFatalFailure())
-      rng_() % 2 ? cache_request(true) : abort_request();
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    if (!run_ops(num_ops)) return;
     checked_evict_mamba(fx_.cache.mamba_size() / 2);
-    checked_evict(fx_.cache.total_size() + 1);
     ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    ASSERT_EQ(fx_.cache.total_size(), 0);
+    evict_everything();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
     ASSERT_EQ(fx_.cache.mamba_size(), 0);
-    ASSERT_TRUE(ref_.pages.empty() && ref_.snaps.empty());
+    ASSERT_TRUE(reference_.snaps.empty());
     ASSERT_EQ(fx_.cache.num_nodes(), 1);
-    ASSERT_EQ(alloc_.num_free(), num_pages_);
     ASSERT_EQ(fx_.pool.num_free(), fx_.pool.num_total());
-    EXPECT_GT(stats_.resumed_tokens, 0);
-    EXPECT_GT(stats_.tombstone_hits, 0) << "no match ever resumed short of its KV match";
-    EXPECT_GT(stats_.mamba_tombstoned, 0);
-    EXPECT_GT(stats_.mamba_leaf_evicted, 0);
-    EXPECT_GT(stats_.duplicate_snapshots, 0);
+    EXPECT_GT(resumed_tokens_, 0);
+    EXPECT_GT(tombstone_hits_, 0) << "no match ever resumed short of its KV match";
+    EXPECT_GT(mamba_tombstoned_, 0);
+    EXPECT_GT(mamba_leaf_evicted_, 0);
+    EXPECT_GT(duplicate_snapshots_, 0);
     if (std::getenv("RADIXLM_TEST_VERBOSE") != nullptr) {
       std::printf("page %d align %d: resumed %lld, tombstone hits %lld, tombstoned %lld, leaf-evicted %lld\n",
-                  ps_, align_, static_cast<long long>(stats_.resumed_tokens),
-                  static_cast<long long>(stats_.tombstone_hits),
-                  static_cast<long long>(stats_.mamba_tombstoned),
-                  static_cast<long long>(stats_.mamba_leaf_evicted));
+                  ps_, align_, static_cast<long long>(resumed_tokens_), static_cast<long long>(tombstone_hits_),
+                  static_cast<long long>(mamba_tombstoned_), static_cast<long long>(mamba_leaf_evicted_));
     }
   }
 
  private:
-  // Prompts cut from earlier ones at or near snapshot boundaries, with random tails.
-  Vec random_tokens() {
-    Vec t;
-    if (!history_.empty() && rng_() % 5 != 0) {
-      const Vec& base = history_[rng_() % history_.size()];
-      int32_t cut = static_cast<int32_t>(rng_() % (base.size() + 1));
-      if (rng_() % 2 == 0) cut = cut / align_ * align_ + static_cast<int32_t>(rng_() % 3) - 1;
-      cut = std::clamp(cut, 0, static_cast<int32_t>(base.size()));
-      t = head(base, cut);
-    }
-    const size_t target =
-        std::min<size_t>(static_cast<size_t>(max_len_), t.size() + 1 + rng_() % (2 * align_));
-    while (t.size() < target) t.push_back(static_cast<int32_t>(rng_() % 3));
-    return t;
-  }
-  void remember(const Vec& t) {
-    if (history_.size() < 24)
-      history_.push_back(t);
+  void step(uint32_t op) override {
+    if (op < 22)
+      resumed_tokens_ += admit();
+    else if (op < 34)
+      extend(static_cast<uint32_t>(align_), 2 * static_cast<size_t>(max_len_));
+    else if (op < 48)
+      cache_request(/*finish=*/false);
+    else if (op < 62)
+      cache_request(/*finish=*/true);
+    else if (op < 67)
+      abort_request();
+    else if (op < 85)
+      probe();
+    else if (op < 94)
+      checked_evict(1 + static_cast<int64_t>(rng_() % static_cast<uint32_t>(3 * align_)));
     else
-      history_[rng_() % history_.size()] = t;
-  }
-  void free_slots(const Vec& s) { alloc_.free(slots_to_pages(s, ps_)); }
-
-  std::optional<Vec> alloc_pages(int32_t n) {
-    if (auto pages = alloc_.alloc(n)) return pages;
-    checked_evict(static_cast<int64_t>(n - alloc_.num_free()) * ps_);
-    return alloc_.alloc(n);
+      checked_evict_mamba(1 + static_cast<int64_t>(rng_() % 3));
   }
 
-  // Applies a cache eviction to the reference after checking it: only unlocked cached whole
-  // pages, prefix-closed afterwards, the released snapshots exactly those of the freed pages.
-  void apply_freed(const Vec& freed, std::set<int32_t> released) {
-    std::unordered_map<int32_t, Vec> owner;
-    for (const auto& [key, page] : ref_.pages)
-      for (const int32_t s : page.slots) owner[s] = key;
-    std::map<Vec, int32_t> hits;
-    for (const int32_t s : freed) {
-      ASSERT_TRUE(owner.count(s)) << "evicted slot " << s << " that was not cached";
-      ++hits[owner[s]];
-    }
-    for (const auto& [key, count] : hits) {
-      ASSERT_EQ(count, ps_) << "eviction freed part of a page";
-      ASSERT_EQ(ref_.pages.at(key).locks, 0) << "evicted a locked page";
-      ref_.pages.erase(key);
-      auto snap = ref_.snaps.find(key);
-      if (snap != ref_.snaps.end()) {
-        ASSERT_EQ(released.erase(snap->second.slot), 1u) << "a freed page's snapshot was not released";
-        ref_.snaps.erase(snap);
-      }
-    }
-    for (const auto& [key, page] : ref_.pages) {
-      if (static_cast<int32_t>(key.size()) > ps_) {
-        ASSERT_TRUE(ref_.pages.count(head(key, static_cast<int32_t>(key.size()) - ps_)))
-            << "a page lost its parent";
-      }
-    }
-    // What is left was released without its page: a tombstone (only evict_mamba does that).
-    for (const int32_t s : released) {
-      auto it = std::find_if(ref_.snaps.begin(), ref_.snaps.end(),
-                             [&](const auto& e) { return e.second.slot == s; });
-      ASSERT_NE(it, ref_.snaps.end()) << "released snapshot slot " << s << " the cache did not hold";
-      ref_.snaps.erase(it);
-      ++stats_.mamba_tombstoned;
-    }
-    free_slots(freed);
+  // Prompts cut from earlier ones at or near snapshot boundaries, with random tails.
+  Vec random_tokens() override {
+    return random_prompt(align_, true, static_cast<uint32_t>(2 * align_), static_cast<size_t>(max_len_));
   }
 
-  void checked_evict(int64_t n) {
-    fx_.released.clear();
-    const int64_t tombstoned_before = stats_.mamba_tombstoned;
-    const Vec freed = fx_.cache.evict(n);
-    // LRU: nothing freed is newer than an unlocked leaf that stays.
-    uint64_t newest = 0;
-    std::set<Vec> freed_keys;
-    for (const auto& [key, page] : ref_.pages) {
-      if (std::find(freed.begin(), freed.end(), page.slots[0]) != freed.end()) {
-        newest = std::max(newest, page.last_access);
-        freed_keys.insert(key);
-      }
-    }
-    const std::set<int32_t> released(fx_.released.begin(), fx_.released.end());
+  void reference_match(const Vec& tokens, const MatchResult& m, int32_t& kv_len) override {
+    last_match_ = reference_.match(tokens);
+    kv_len = last_match_.kv_len;
+    ASSERT_EQ(m.mamba_len(), last_match_.mamba_len);
+    ASSERT_EQ(m.mamba_slot, last_match_.mamba_slot);
+  }
+
+  void check_state() override {
+    WorkloadBase::check_state();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    ASSERT_EQ(fx_.cache.mamba_size(), static_cast<int64_t>(reference_.snaps.size()));
+    ASSERT_EQ(fx_.pool.num_free() + static_cast<int32_t>(reference_.snaps.size()), fx_.pool.num_total())
+        << "snapshot slots leaked";
+    ASSERT_TRUE(fx_.released.empty()) << "a snapshot was released outside an eviction";
+  }
+
+  // The snapshots released with the pages an eviction removed must be exactly those pages'; any
+  // other released snapshot was cached on a page that stays: a tombstone (only evict_mamba makes
+  // those). Consumes fx_.released.
+  void apply_released(const std::map<Vec, radix_test::ReferencePages::Page>& removed) {
+    std::set<int32_t> released(fx_.released.begin(), fx_.released.end());
     ASSERT_EQ(released.size(), fx_.released.size());
-    apply_freed(freed, released);
-    if (::testing::Test::HasFatalFailure()) return;
-    ASSERT_EQ(stats_.mamba_tombstoned, tombstoned_before) << "KV eviction made a tombstone";
-    bool left = false;
-    for (const auto& [key, page] : ref_.pages) {
-      if (page.locks > 0 || !ref_.is_leaf(key)) continue;
-      left = true;
-      ASSERT_GE(page.last_access, newest) << "evicted a page used more recently than a kept leaf";
+    fx_.released.clear();
+    for (const auto& [key, page] : removed) {
+      auto snap = reference_.snaps.find(key);
+      if (snap != reference_.snaps.end()) {
+        ASSERT_EQ(released.erase(snap->second.slot), 1u) << "a freed page's snapshot was not released";
+        reference_.snaps.erase(snap);
+      }
     }
-    if (static_cast<int64_t>(freed.size()) < n) {
-      ASSERT_FALSE(left) << "evict(" << n << ") stopped early";
+    for (const int32_t s : released) {
+      auto it = std::find_if(reference_.snaps.begin(), reference_.snaps.end(),
+                             [&](const auto& e) { return e.second.slot == s; });
+      ASSERT_NE(it, reference_.snaps.end()) << "released snapshot slot " << s << " the cache did not hold";
+      reference_.snaps.erase(it);
+      ++mamba_tombstoned_;
     }
+  }
+
+  void on_evicted(const std::map<Vec, radix_test::ReferencePages::Page>& removed) override {
+    const int64_t tombstoned_before = mamba_tombstoned_;
+    apply_released(removed);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    ASSERT_EQ(mamba_tombstoned_, tombstoned_before) << "KV eviction made a tombstone";
   }
 
   void checked_evict_mamba(int64_t k) {
-    fx_.released.clear();
     std::vector<std::pair<uint64_t, int32_t>> order;  // (last use, slot): no two share a tick
     std::set<int32_t> unlocked_leaf_snaps;
-    for (const auto& [key, snap] : ref_.snaps) {
+    for (const auto& [key, snap] : reference_.snaps) {
       order.emplace_back(snap.last_access, snap.slot);
-      if (ref_.is_leaf(key) && ref_.pages.at(key).locks == 0) unlocked_leaf_snaps.insert(snap.slot);
+      if (reference_.is_leaf(key) && reference_.pages.at(key).locks == 0) unlocked_leaf_snaps.insert(snap.slot);
     }
     std::sort(order.begin(), order.end());
     const Vec freed = fx_.cache.evict_mamba(k);
@@ -582,70 +475,37 @@ class Workload {
     ASSERT_EQ(released, oldest) << "snapshots were not evicted in LRU order";
     for (const int32_t s : released) {
       if (unlocked_leaf_snaps.count(s)) {
-        ++stats_.mamba_leaf_evicted;
+        ++mamba_leaf_evicted_;
         bool page_freed = false;
-        for (const auto& [key, snap] : ref_.snaps) {
+        for (const auto& [key, snap] : reference_.snaps) {
           if (snap.slot == s)
-            page_freed = std::find(freed.begin(), freed.end(), ref_.pages.at(key).slots[0]) != freed.end();
+            page_freed = std::find(freed.begin(), freed.end(), reference_.pages.at(key).slots[0]) != freed.end();
         }
         ASSERT_TRUE(page_freed) << "an unlocked leaf lost its snapshot but kept its KV";
       }
     }
-    apply_freed(freed, released);
+    std::map<Vec, radix_test::ReferencePages::Page> removed;
+    remove_freed_pages(freed, removed);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    apply_released(removed);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    free_slots(freed);
   }
 
-  void admit() {
-    if (reqs_.size() >= 8) return;
-    Request q;
-    q.tokens = random_tokens();
-    const MatchResult m = fx_.cache.match_prefix(q.tokens);
-    const Reference::Match r = ref_.match(q.tokens);
-    ASSERT_EQ(m.length(), r.kv_len);
-    ASSERT_EQ(m.slots, ref_.slots(q.tokens, r.kv_len));
-    ASSERT_EQ(m.mamba_len(), r.mamba_len);
-    ASSERT_EQ(m.mamba_slot, r.mamba_slot);
-    if (r.mamba_len < r.kv_len / align_ * align_) ++stats_.tombstone_hits;
-    const int32_t k = r.mamba_len;  // a hybrid model resumes at the snapshot
-    fx_.cache.lock(m.mamba_handle);
-    ref_.add_locks(q.tokens, k, +1);
-    const int32_t n = static_cast<int32_t>(q.tokens.size());
-    const auto pages = alloc_pages((n - k + ps_ - 1) / ps_);
-    if (::testing::Test::HasFatalFailure()) return;
-    if (!pages) {
-      fx_.cache.unlock(m.mamba_handle);
-      ref_.add_locks(q.tokens, k, -1);
-      return;
-    }
-    stats_.resumed_tokens += k;
-    q.handle = m.mamba_handle;
-    q.cached_len = k;
-    q.slots = head(m.slots, k);
-    const Vec own = pages_to_slots(*pages, ps_);
-    q.slots.insert(q.slots.end(), own.begin(), own.end());
-    remember(q.tokens);
-    reqs_.push_back(std::move(q));
+  // A hybrid model resumes at the snapshot.
+  CacheHandle resume_point(const MatchResult& m) override {
+    count_tombstone_hit();
+    return m.mamba_handle;
   }
-
-  void extend() {
-    if (reqs_.empty()) return;
-    Request& q = reqs_[rng_() % reqs_.size()];
-    const size_t new_len =
-        std::min<size_t>(q.tokens.size() + 1 + rng_() % static_cast<size_t>(align_), 2 * max_len_);
-    const int32_t have = static_cast<int32_t>(q.slots.size()) / ps_;
-    const int32_t need =
-        static_cast<int32_t>((new_len + static_cast<size_t>(ps_) - 1) / static_cast<size_t>(ps_));
-    const auto pages = alloc_pages(std::max(0, need - have));
-    if (!pages) return;
-    const Vec own = pages_to_slots(*pages, ps_);
-    q.slots.insert(q.slots.end(), own.begin(), own.end());
-    while (q.tokens.size() < new_len) q.tokens.push_back(static_cast<int32_t>(rng_() % 3));
+  void count_tombstone_hit() {
+    if (last_match_.mamba_len < last_match_.kv_len / align_ * align_) ++tombstone_hits_;
   }
 
   // Caches [0, L): usually up to the last snapshot boundary with a snapshot, sometimes KV only.
-  void cache_request(bool finish) {
+  void cache_request(bool finish) override {
     if (reqs_.empty()) return;
     const size_t idx = rng_() % reqs_.size();
-    Request& q = reqs_[idx];
+    const Request& q = reqs_[idx];
     const int32_t n = static_cast<int32_t>(q.tokens.size());
     int32_t len = n / align_ * align_;
     int32_t snapshot = len > 0 && rng_() % 4 != 0 ? fx_.pool.alloc() : -1;
@@ -655,93 +515,29 @@ class Workload {
       if (snapshot >= 0) fx_.pool.free(snapshot);
       snapshot = -1;
     }
-    const int32_t aligned = len / ps_ * ps_;
     const Vec tokens = head(q.tokens, len), used = head(q.slots, len);
     const InsertResult r = fx_.cache.insert_with_snapshot(tokens, used, snapshot);
-    const auto [k, taken] = ref_.insert(tokens, used, snapshot);
+    const auto [k, taken] = reference_.insert(tokens, used, snapshot);
     ASSERT_EQ(r.prefix_len, k);
     ASSERT_EQ(r.mamba_taken, taken);
-    ASSERT_GE(r.prefix_len, q.cached_len) << "a locked prefix disappeared";
-    ASSERT_EQ(r.handle.length, aligned);
     if (snapshot >= 0 && !taken) {
-      ++stats_.duplicate_snapshots;
+      ++duplicate_snapshots_;
       fx_.pool.free(snapshot);
     }
-    free_slots(Vec(q.slots.begin() + q.cached_len, q.slots.begin() + r.prefix_len));
-    if (finish) {
-      fx_.cache.unlock(q.handle);
-      ref_.add_locks(q.tokens, q.cached_len, -1);
-      free_slots(Vec(q.slots.begin() + aligned, q.slots.end()));
-      remember(q.tokens);
-      reqs_.erase(reqs_.begin() + static_cast<std::ptrdiff_t>(idx));
-      return;
-    }
-    const Vec prefix = head(q.tokens, aligned);
-    const MatchResult m = fx_.cache.match_prefix(prefix);
-    const Reference::Match rm = ref_.match(prefix);
-    ASSERT_EQ(m.length(), aligned);
-    ASSERT_EQ(rm.kv_len, aligned);
-    ASSERT_EQ(m.mamba_len(), rm.mamba_len);
-    ASSERT_EQ(m.slots, ref_.slots(prefix, aligned));
-    ASSERT_EQ(m.handle, r.handle);
-    fx_.cache.lock(m.handle);
-    ref_.add_locks(q.tokens, aligned, +1);
-    fx_.cache.unlock(q.handle);
-    ref_.add_locks(q.tokens, q.cached_len, -1);
-    std::copy(m.slots.begin(), m.slots.end(), q.slots.begin());
-    q.handle = m.handle;
-    q.cached_len = aligned;
-  }
-
-  void abort_request() {
-    if (reqs_.empty()) return;
-    const size_t idx = rng_() % reqs_.size();
-    Request& q = reqs_[idx];
-    fx_.cache.unlock(q.handle);
-    ref_.add_locks(q.tokens, q.cached_len, -1);
-    free_slots(Vec(q.slots.begin() + q.cached_len, q.slots.end()));
-    reqs_.erase(reqs_.begin() + static_cast<std::ptrdiff_t>(idx));
+    settle(idx, r, len / ps_ * ps_, finish);
   }
 
   void probe() {
-    const Vec t = random_tokens();
-    const MatchResult m = fx_.cache.match_prefix(t);
-    const Reference::Match r = ref_.match(t);
-    ASSERT_EQ(m.length(), r.kv_len);
-    ASSERT_EQ(m.slots, ref_.slots(t, r.kv_len));
-    ASSERT_EQ(m.mamba_len(), r.mamba_len);
-    ASSERT_EQ(m.mamba_slot, r.mamba_slot);
-    if (r.mamba_len < r.kv_len / align_ * align_) ++stats_.tombstone_hits;
+    MatchResult m;
+    checked_match(random_tokens(), m);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    count_tombstone_hit();
   }
 
-  void check_state() {
-    const Status st = fx_.cache.check_integrity();
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    ASSERT_EQ(fx_.cache.evictable_size(), ref_.size_where(false));
-    ASSERT_EQ(fx_.cache.protected_size(), ref_.size_where(true));
-    ASSERT_EQ(fx_.cache.mamba_size(), static_cast<int64_t>(ref_.snaps.size()));
-    ASSERT_EQ(fx_.pool.num_free() + static_cast<int32_t>(ref_.snaps.size()), fx_.pool.num_total())
-        << "snapshot slots leaked";
-    int64_t request_tokens = 0;
-    for (const Request& q : reqs_) request_tokens += static_cast<int64_t>(q.slots.size()) - q.cached_len;
-    ASSERT_EQ(static_cast<int64_t>(alloc_.num_free()) * ps_ + fx_.cache.total_size() + request_tokens,
-              static_cast<int64_t>(num_pages_) * ps_)
-        << "pages leaked or double-owned";
-  }
-
-  struct Stats {
-    int64_t resumed_tokens = 0, tombstone_hits = 0, mamba_tombstoned = 0, mamba_leaf_evicted = 0;
-    int64_t duplicate_snapshots = 0;
-  };
-
-  int32_t ps_, align_, max_len_, num_pages_;
-  std::mt19937 rng_;
-  Fixture fx_;
-  Reference ref_;
-  PageAllocator alloc_;
-  std::vector<Request> reqs_;
-  std::vector<Vec> history_;
-  Stats stats_;
+  int32_t align_, max_len_;
+  Reference::Match last_match_;  // the reference's side of the last checked match
+  int64_t resumed_tokens_ = 0, tombstone_hits_ = 0, mamba_tombstoned_ = 0, mamba_leaf_evicted_ = 0;
+  int64_t duplicate_snapshots_ = 0;
 };
 
 struct WorkloadParams {
@@ -753,7 +549,7 @@ class HybridWorkload : public ::testing::TestWithParam<WorkloadParams> {};
 TEST_P(HybridWorkload, MatchesTheBruteForceModelAfterEveryOperation) {
   const WorkloadParams p = GetParam();
   for (uint32_t i = 0; i < 3; ++i) {
-    const uint32_t seed = base_seed() + i;
+    const uint32_t seed = radix_test::base_seed(2026u) + i;
     SCOPED_TRACE("seed " + std::to_string(seed));
     Workload w(p.page_size, p.chunk, p.num_slots, p.num_snapshots, seed);
     w.run(3000);
