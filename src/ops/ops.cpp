@@ -120,16 +120,22 @@ void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
   OpCheck c("embedding");
   c.dtype("ids", ids, {DType::kI32});
   c.dims("ids", ids, 1, "[num_tokens]");
-  if (is_quantized(weight.dtype())) {
-    c.dims("weight", weight, 2, "[vocab_size, hidden]");
-    c.unit_last_stride("weight", weight);
-    c.dtype("out", out, {DType::kF32});
-    c.dims("out", out, 2, "[num_tokens, hidden]");
-    c.size("out", out, 0, ids.size(0), "num_tokens (ids.size(0))");
-    c.size("out", out, 1, weight.size(1), "hidden (weight.size(1))");
-    c.unit_last_stride("out", out);
-    c.same_device(ids, "weight", weight);
-    c.same_device(ids, "out", out);
+  const bool quantized = is_quantized(weight.dtype());
+  if (!quantized) c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  c.dims("weight", weight, 2, "[vocab_size, hidden]");
+  c.unit_last_stride("weight", weight);
+  if (quantized) {
+    c.dtype("out", out, {DType::kF32});  // block-quantized rows are dequantized to f32
+  } else {
+    c.dtype("out", out, {DType::kF32, DType::kBF16, DType::kF16});
+  }
+  c.dims("out", out, 2, "[num_tokens, hidden]");
+  c.size("out", out, 0, ids.size(0), "num_tokens (ids.size(0))");
+  c.size("out", out, 1, weight.size(1), "hidden (weight.size(1))");
+  c.unit_last_stride("out", out);
+  c.same_device(ids, "weight", weight);
+  c.same_device(ids, "out", out);
+  if (quantized) {
     if (ids.device().is_cpu()) return quantized_embedding(c, ids, weight, out);
     RLM_IF_CUDA(c, ids.device(),
                 cuda::dequantize_rows(ids.device().index, weight.data_ptr(), weight.dtype(),
@@ -138,16 +144,6 @@ void embedding(const Tensor& ids, const Tensor& weight, const Tensor& out) {
                                       out.dtype(), row_stride(out)));
     return;
   }
-  c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
-  c.dims("weight", weight, 2, "[vocab_size, hidden]");
-  c.unit_last_stride("weight", weight);
-  c.dtype("out", out, {DType::kF32, DType::kBF16, DType::kF16});
-  c.dims("out", out, 2, "[num_tokens, hidden]");
-  c.size("out", out, 0, ids.size(0), "num_tokens (ids.size(0))");
-  c.size("out", out, 1, weight.size(1), "hidden (weight.size(1))");
-  c.unit_last_stride("out", out);
-  c.same_device(ids, "weight", weight);
-  c.same_device(ids, "out", out);
   if (ids.device().is_cpu()) {
     const Tensor ids_c = ids.contiguous();
     cpu::embedding(ids_c.data<int32_t>(), ids.size(0), weight.data_ptr(), weight.dtype(), row_stride(weight),

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "cuda/cuda_test_util.h"
 #include "formats/gguf_dequant.h"
@@ -37,11 +38,11 @@ Tensor random_blocks(DType dtype, int64_t rows, int64_t k, uint64_t seed) {
 
 TEST(QuantMatmulCuda, LinearMatchesCpuTwin) {
   RLM_REQUIRE_CUDA();
-  TestRng rng(5);
-  uint64_t seed = 1;
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
   for (DType dtype : kTypes) {
     const int64_t k = dtype_block_size(dtype) == 32 ? 320 : 768, n = 203;
-    const Tensor w = random_blocks(dtype, n, k, ++seed);
+    const Tensor w = random_blocks(dtype, n, k, rng.gen()());
     const Tensor wg = to_gpu(w);
     const Tensor wf = dequantize(w);
     for (int64_t m : {1, 3, 5, 8, 9, 40}) {
@@ -74,11 +75,12 @@ TEST(QuantMatmulCuda, LinearMatchesCpuTwin) {
 
 TEST(QuantMatmulCuda, EmbeddingRowsAreTheCpuReferenceBits) {
   RLM_REQUIRE_CUDA();
-  uint64_t seed = 50;
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
   for (DType dtype : kTypes) {
     SCOPED_TRACE(dtype_name(dtype));
     const int64_t vocab = 37, hidden = 512;
-    const Tensor w = random_blocks(dtype, vocab, hidden, ++seed);
+    const Tensor w = random_blocks(dtype, vocab, hidden, rng.gen()());
     const Tensor ids = Tensor::from_vector<int32_t>({3, 0, 36, 3, 17});
     Tensor want = Tensor::empty({5, hidden}, DType::kF32);
     ops::embedding(ids, w, want);

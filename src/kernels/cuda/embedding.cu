@@ -41,16 +41,7 @@ void embedding(int device, const int32_t* ids, int64_t num_tokens, int64_t ids_s
                DType out_dtype, int64_t out_stride) {
   if (num_tokens == 0) return;
   RLM_CHECK(num_tokens <= 0x7fffffff) << "embedding: too many tokens " << num_tokens;
-  DeviceErrorRecord* rec = nullptr;
-  if (DeferredIndexChecks::active()) {
-    rec = device_error_record(device);
-  } else {
-    const BadIndex bad = find_out_of_range(device, ids, DType::kI32, num_tokens, ids_stride, vocab_size);
-    if (bad.position >= 0) {
-      fail(str("embedding: token id ", bad.value, " at position ", bad.position, " is outside the vocabulary [0, ",
-               vocab_size, ")"));
-    }
-  }
+  DeviceErrorRecord* rec = check_token_ids(device, ids, num_tokens, ids_stride, vocab_size);
   if (hidden == 0) return;
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   dispatch_float(weight_dtype, [&](auto w) {

@@ -102,6 +102,16 @@ std::optional<std::string> describe_error(const DeviceErrorRecord& host) {
 
 DeviceErrorRecord* device_error_record(int device) { return error_buffers(device).device; }
 
+DeviceErrorRecord* check_token_ids(int device, const int32_t* ids, int64_t n, int64_t stride, int64_t vocab_size) {
+  if (DeferredIndexChecks::active()) return device_error_record(device);
+  const BadIndex bad = find_out_of_range(device, ids, DType::kI32, n, stride, vocab_size);
+  if (bad.position >= 0) {
+    fail(str("embedding: token id ", bad.value, " at position ", bad.position, " is outside the vocabulary [0, ",
+             vocab_size, ")"));
+  }
+  return nullptr;
+}
+
 DeferredIndexChecks::DeferredIndexChecks() { ++g_deferred_depth; }
 DeferredIndexChecks::~DeferredIndexChecks() { --g_deferred_depth; }
 bool DeferredIndexChecks::active() { return g_deferred_depth > 0; }

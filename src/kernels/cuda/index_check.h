@@ -44,6 +44,11 @@ struct DeviceErrorRecord {
 // The record of `device` (allocated and zeroed on first use; never freed).
 DeviceErrorRecord* device_error_record(int device);
 
+// Token ids of an embedding lookup: i32 [n] (stride `stride`) on `device`, each in [0, vocab_size).
+// Deferred mode: returns the device record for the kernel to fill. Otherwise checks them now (an
+// error naming the first bad id and its position) and returns nullptr.
+DeviceErrorRecord* check_token_ids(int device, const int32_t* ids, int64_t n, int64_t stride, int64_t vocab_size);
+
 // Deferred mode for this host thread while an instance lives (nestable).
 class DeferredIndexChecks {
  public:

@@ -311,18 +311,7 @@ void dequantize_rows(int device, const void* weight, DType weight_dtype, size_t 
   RLM_CHECK(is_quantized(weight_dtype) && k % dtype_block_size(weight_dtype) == 0)
       << "cuda::dequantize_rows: weight " << dtype_name(weight_dtype) << " with k = " << k;
   if (num_rows == 0 || k == 0) return;
-  DeviceErrorRecord* rec = nullptr;
-  if (ids != nullptr) {
-    if (DeferredIndexChecks::active()) {
-      rec = device_error_record(device);
-    } else {
-      const BadIndex bad = find_out_of_range(device, ids, DType::kI32, num_rows, ids_stride, vocab_size);
-      if (bad.position >= 0) {
-        fail(str("embedding: token id ", bad.value, " at position ", bad.position, " is outside the vocabulary [0, ",
-                 vocab_size, ")"));
-      }
-    }
-  }
+  DeviceErrorRecord* rec = ids != nullptr ? check_token_ids(device, ids, num_rows, ids_stride, vocab_size) : nullptr;
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   const auto* w = static_cast<const uint8_t*>(weight);
   dispatch_quant(weight_dtype, [&](auto t) {
