@@ -134,6 +134,27 @@ TEST(QuantMatmul, MatchesDoublePrecisionReferenceWithinTheActivationRoundingBoun
   }
 }
 
+// A row's result does not depend on the batch around it (batched generation equals one request
+// at a time): every row of an m-row call has the bits of the same row alone.
+TEST(QuantMatmul, EachRowIsTheSameBitsInAnyBatch) {
+  uint64_t seed = 300;
+  for (DType dtype : kTypes) {
+    const int64_t m = 13, n = 21;
+    Problem p = make_problem(dtype, m, n, dtype_block_size(dtype) == 32 ? 70 : 3, ++seed);
+    for (CpuIsa isa : isas()) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " " + cpu_isa_name(isa));
+      std::vector<float> batch(static_cast<size_t>(m * n)), one(static_cast<size_t>(n));
+      quant_linear(p.x.data(), m, p.k, p.k, p.w.data(), dtype, n, p.row_bytes(), nullptr, DType::kF32, batch.data(),
+                   n, isa);
+      for (int64_t i = 0; i < m; ++i) {
+        quant_linear(p.x.data() + i * p.k, 1, p.k, p.k, p.w.data(), dtype, n, p.row_bytes(), nullptr, DType::kF32,
+                     one.data(), n, isa);
+        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(batch[i * n + j], one[j]) << "(" << i << ", " << j << ")";
+      }
+    }
+  }
+}
+
 TEST(QuantMatmul, BiasRowStridesAndThreadCountsGiveTheSameBits) {
   const int64_t m = 6, n = 53, ldo = 60, ldx = 300;
   Problem p = make_problem(DType::kQ4_K, m, n, 1, 9);

@@ -79,9 +79,4 @@ QuantDotFn avx2_dot_kernel(DType wtype);    // nullptr when not built for x86
 QuantDotFn avx512_dot_kernel(DType wtype);  // nullptr when not built for x86
 void quantize_row_q8_avx2(const float* x, int64_t k, int64_t block, int8_t* q, float* d, float* sum, int16_t* bsums);
 
-// Batches: 8 weight rows (w, rows ldw bytes apart) against every row of `a`:
-// out[r * ldo + l] = dot(weight row l, activation row r), l < 8. nullptr when `wtype` has none.
-using QuantTileFn = void (*)(const uint8_t* w, size_t ldw, const Q8Activations& a, float* out, int64_t ldo);
-QuantTileFn avx2_tile8_kernel(DType wtype);  // 32-element block types, on AVX2 (and AVX-512) CPUs
-
 }  // namespace rlm::cpu

@@ -70,7 +70,6 @@ inline __m256i iq4nl_table() {
 struct WQ8_0 {
   static constexpr bool kSigned = true, kCorr = false;
   static constexpr size_t kBytes = 34;
-  static constexpr int kTSum = 1;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = 0.0f;
@@ -81,7 +80,6 @@ struct WQ8_0 {
 struct WQ4_0 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 18;
-  static constexpr int kTSum = 8;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = -8.0f * *dw;
@@ -92,7 +90,6 @@ struct WQ4_0 {
 struct WQ4_1 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 20;
-  static constexpr int kTSum = 8;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = h2f(b + 2);
@@ -103,7 +100,6 @@ struct WQ4_1 {
 struct WQ5_0 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 22;
-  static constexpr int kTSum = 4;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = -16.0f * *dw;
@@ -116,7 +112,6 @@ struct WQ5_0 {
 struct WQ5_1 {
   static constexpr bool kSigned = false, kCorr = true;
   static constexpr size_t kBytes = 24;
-  static constexpr int kTSum = 4;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = h2f(b + 2);
@@ -129,7 +124,6 @@ struct WQ5_1 {
 struct WIQ4_NL {
   static constexpr bool kSigned = true, kCorr = false;
   static constexpr size_t kBytes = 18;
-  static constexpr int kTSum = 1;  // 4-byte steps whose i16 pair sums fit before madd
   static __m256i load(const uint8_t* b, float* dw, float* c) {
     *dw = h2f(b);
     *c = 0.0f;
@@ -417,108 +411,6 @@ struct Isa {
 
 QuantDotFn avx2_dot_kernel(DType wtype) { return isa_avx2::kernel(wtype); }
 
-// ---- AVX2 8-row tiles for batches (32-element block types) ----
-//
-// The 8 weight rows' unpacked blocks are transposed in 4-byte steps: vector t of block b holds
-// bytes 4t..4t+3 of each row. An activation row's 4 bytes are broadcast against it, so one
-// maddubs serves 8 output columns; the i16 pair sums of several steps are added before one madd
-// (W::kTSum: as many as cannot overflow), and each block ends in one scaled FMA for all 8 rows.
-// 8 x 32 products cost ~30 instructions instead of ~64 row by row.
-
-namespace {
-
-// 8 x 8 transpose of 32-bit elements: out[t] lane l = in[l] lane t.
-inline void transpose8x32(const __m256i* in, __m256i* out) {
-  __m256i a[8], b[8];
-  for (int i = 0; i < 8; i += 2) {
-    a[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
-    a[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    b[i] = _mm256_unpacklo_epi64(a[i], a[i + 2]);
-    b[i + 1] = _mm256_unpackhi_epi64(a[i], a[i + 2]);
-    b[i + 2] = _mm256_unpacklo_epi64(a[i + 1], a[i + 3]);
-    b[i + 3] = _mm256_unpackhi_epi64(a[i + 1], a[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    out[i] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x20);
-    out[i + 4] = _mm256_permute2x128_si256(b[i], b[i + 4], 0x31);
-  }
-}
-
-template <class W>
-struct Tile8 {
-  // Vectors per packed block: the 8 steps (unsigned), or the |w| steps then the w steps (signed,
-  // whose signs go onto the activations).
-  static constexpr int kVecs = W::kSigned ? 16 : 8;
-
-  // One activation row against the packed tile: the 8 rows' outputs.
-  static __m256 row(const __m256i* pw, const float* dw, const float* c, const int8_t* q, const float* d,
-                    const float* sum, int64_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i* wt = pw + b * kVecs;
-      __m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int t0 = 0; t0 < 8; t0 += W::kTSum) {
-        __m256i p = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int t = t0; t < t0 + W::kTSum; ++t) {
-          int32_t q4;
-          std::memcpy(&q4, q + b * 32 + 4 * t, 4);
-          __m256i a = _mm256_set1_epi32(q4);
-          if (W::kSigned) a = _mm256_sign_epi8(a, wt[8 + t]);
-          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(wt[t], a));
-        }
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
-      }
-      const __m256 scale = _mm256_mul_ps(_mm256_load_ps(dw + b * 8), _mm256_set1_ps(d[b]));
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
-      if (W::kCorr) acc = _mm256_fmadd_ps(_mm256_load_ps(c + b * 8), _mm256_set1_ps(sum[b]), acc);
-    }
-    return acc;
-  }
-
-  static void run(const uint8_t* w, size_t ldw, const Q8Activations& a, float* out, int64_t ldo) {
-    const int64_t nb = a.k / 32;
-    // The packed tile, then the 8 rows' scales dw and coefficients c per block; 32-byte aligned.
-    thread_local std::vector<uint8_t> buf;
-    buf.resize(static_cast<size_t>(nb * (kVecs * 32 + 64) + 32));
-    auto* packed = reinterpret_cast<__m256i*>((reinterpret_cast<uintptr_t>(buf.data()) + 31) & ~uintptr_t{31});
-    auto* dw = reinterpret_cast<float*>(packed + nb * kVecs);
-    float* c = dw + nb * 8;
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i v[8];
-      for (int l = 0; l < 8; ++l) v[l] = W::load(w + l * ldw + b * W::kBytes, &dw[b * 8 + l], &c[b * 8 + l]);
-      __m256i* dst = packed + b * kVecs;
-      if (W::kSigned) {
-        transpose8x32(v, dst + 8);
-        for (int t = 0; t < 8; ++t) dst[t] = _mm256_sign_epi8(dst[8 + t], dst[8 + t]);
-      } else {
-        transpose8x32(v, dst);
-      }
-    }
-    for (int64_t r = 0; r < a.m; ++r) {
-      const float* sum = W::kCorr ? a.row_sum(r) : nullptr;
-      _mm256_storeu_ps(out + r * ldo, row(packed, dw, c, a.row_q(r), a.row_d(r), sum, nb));
-    }
-  }
-};
-
-}  // namespace
-
-QuantTileFn avx2_tile8_kernel(DType wtype) {
-  switch (wtype) {
-    case DType::kQ8_0: return Tile8<WQ8_0>::run;
-    case DType::kQ4_0: return Tile8<WQ4_0>::run;
-    case DType::kQ4_1: return Tile8<WQ4_1>::run;
-    case DType::kQ5_0: return Tile8<WQ5_0>::run;
-    case DType::kQ5_1: return Tile8<WQ5_1>::run;
-    case DType::kIQ4_NL: return Tile8<WIQ4_NL>::run;
-    default: return nullptr;
-  }
-}
 
 }  // namespace rlm::cpu
 
@@ -560,7 +452,6 @@ QuantDotFn avx512_dot_kernel(DType wtype) { return isa_avx512::kernel(wtype); }
 
 namespace rlm::cpu {
 QuantDotFn avx2_dot_kernel(DType) { return nullptr; }
-QuantTileFn avx2_tile8_kernel(DType) { return nullptr; }
 QuantDotFn avx512_dot_kernel(DType) { return nullptr; }
 void quantize_row_q8_avx2(const float*, int64_t, int64_t, int8_t*, float*, float*, int16_t*) {
   fail("quantize_row_q8_avx2 on a non-x86 build");

@@ -12,7 +12,6 @@ namespace {
 
 constexpr int64_t kWeightTile = 16;  // weight rows per kernel call: stay in L1 while activation tiles pass
 constexpr int64_t kActPass = 64;     // activation rows per pass over a weight chunk: stay in L2
-constexpr int64_t kTileMinRows = 8;  // batches from this size use the 8-row tiles (when the type has them)
 
 }  // namespace
 
@@ -38,25 +37,6 @@ void quant_linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void*
   Q8Activations& act = tls_act;
   quantize_activations(isa, x, m, k, ldx, activation_block(weight_dtype), &act);
   const auto* w = static_cast<const uint8_t*>(weight);
-  // Batches: tiles of 8 weight rows against all activation rows (the rows past the last whole
-  // tile go through the row kernels below).
-  const QuantTileFn tile = m >= kTileMinRows && isa != CpuIsa::kScalar ? avx2_tile8_kernel(weight_dtype) : nullptr;
-  int64_t n_tiled = 0;
-  if (tile != nullptr) {
-    n_tiled = n / 8 * 8;
-    parallel_for(n / 8, 1, [&](int64_t t_begin, int64_t t_end) {
-      for (int64_t t = t_begin; t < t_end; ++t) {
-        tile(w + static_cast<size_t>(t * 8) * w_row_bytes, w_row_bytes, act, out + t * 8, ldo);
-      }
-    });
-    if (n_tiled == n) {
-      if (bias != nullptr) add_bias_rows(bias, bias_dtype, m, n, out, ldo);
-      return;
-    }
-    w += static_cast<size_t>(n_tiled) * w_row_bytes;
-    out += n_tiled;
-    n -= n_tiled;
-  }
   // Chunks of weight rows per task; a task runs every activation row over its chunk.
   const int64_t grain = m == 1 ? 16 : kWeightTile;
   parallel_for(n, grain, [&](int64_t j_begin, int64_t j_end) {
@@ -72,7 +52,7 @@ void quant_linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void*
       }
     }
   });
-  if (bias != nullptr) add_bias_rows(bias, bias_dtype, m, n_tiled + n, out - n_tiled, ldo);
+  if (bias != nullptr) add_bias_rows(bias, bias_dtype, m, n, out, ldo);
 }
 
 }  // namespace rlm::cpu
