@@ -12,13 +12,16 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RLM=${RLM:-$ROOT/build-gpu/radixlm}
 OUT=${OUT:-$ROOT/out/serve_burst}
 MODEL=${MODEL:-$ROOT/configs/llama-3.1-8b}
+# The configs carry no tokenizer: the Llama-3 tokenizer that scripts/setup.sh generates (carry
+# tests/data/tokenizer/generated to the GPU machine; qwen3/ for the Qwen3 shapes).
+TOKENIZER=${TOKENIZER:-$ROOT/tests/data/tokenizer/generated/llama3}
 CONCURRENCY=${CONCURRENCY:-128 256 512}
 PORT=${PORT:-18000}
 SERVE_ARGS=${SERVE_ARGS:-}
 mkdir -p "$OUT"
 FAILED=0
 
-"$RLM" serve "$MODEL" --load-format dummy --device cuda --port "$PORT" $SERVE_ARGS > "$OUT/serve.log" 2>&1 &
+"$RLM" serve "$MODEL" --tokenizer "$TOKENIZER" --load-format dummy --device cuda --port "$PORT" $SERVE_ARGS > "$OUT/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
 for _ in $(seq 1 240); do
