@@ -448,9 +448,9 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
                          out.stride(0), out.stride(1), lse_ptr, lse_ts);
   } else if (q.device().is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
-    // Index tensors live on the device; a host copy (a synchronising transfer) is validated with the
-    // CPU rules and gives the plan (decode or prefill, split counts). The graph-safe plan/run split
-    // that avoids this copy comes later.
+    // Index tensors live on the device. With the caller's plan (host_plan, the backends' path) they
+    // are used as they are; without one, a host copy (a synchronising transfer) is validated with
+    // the CPU rules and gives the plan (decode or prefill; the kernel picks the split count).
     for (auto [name, t] : {std::pair{"qo_indptr", &qo_indptr}, {"kv_indptr", &kv_indptr},
                            {"kv_indices", &kv_indices}, {"seq_lens", &seq_lens}}) {
       if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous on CUDA"));
