@@ -113,6 +113,7 @@ int run_offline(const OfflineArgs& a) {
   LoadOptions lo;
   lo.load_format = a.load_format;
   lo.dummy_seed = a.seed;
+  a.runner.apply_load(lo);
   auto loaded = load_model(a.model.empty() ? default_model_path() : a.model, lo);
   if (!loaded.is_ok()) return fail(loaded.status().to_string());
   const ModelConfig cfg = loaded->config;

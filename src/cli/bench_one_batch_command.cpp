@@ -112,6 +112,7 @@ int run_one_batch(const OneBatchArgs& a) {
   LoadOptions lo;
   lo.load_format = a.load_format;
   lo.dummy_seed = a.seed;
+  a.runner.apply_load(lo);
   auto loaded = load_model(a.model.empty() ? default_model_path() : a.model, lo);
   if (!loaded.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", loaded.status().to_string().c_str()), 1;
   const ModelConfig cfg = loaded->config;

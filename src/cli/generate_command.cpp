@@ -145,6 +145,7 @@ int run_generate(const GenerateArgs& a) {
   LoadOptions lo;
   lo.load_format = a.load_format;
   lo.dummy_seed = a.seed;
+  a.runner.apply_load(lo);
   auto loaded = load_model(path, lo);
   if (!loaded.is_ok()) return fail("", loaded.status());
   // A tokenizer is optional (the tiny test models have none); text needs one.

@@ -53,6 +53,7 @@ int run_serve(const ServeArgs& a) {
   LoadOptions lo;
   lo.load_format = a.load_format;
   lo.dummy_seed = a.seed;
+  a.runner.apply_load(lo);
   auto loaded = load_model(model_path, lo);
   if (!loaded.is_ok()) {
     std::fprintf(stderr, "radixlm serve: %s\n", loaded.status().to_string().c_str());
