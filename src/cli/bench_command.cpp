@@ -178,7 +178,7 @@ int run_bench_serve(BenchServeArgs a) {
     if (!out) return fail_with(not_found(str("cannot write --output-file '", a.output_file, "'")));
     out << bench::result_json(metrics, args_json(a, run, data), result->outcomes).dump(2) << "\n";
   }
-  return metrics.completed > 0 ? 0 : 1;
+  return metrics.completed > 0 && metrics.failed == 0 ? 0 : 1;  // a run with failed requests is not a result
 }
 
 }  // namespace

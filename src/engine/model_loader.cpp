@@ -35,10 +35,6 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
   LoadedModel out;
   std::unique_ptr<WeightSource> weights;
   if (fs::is_regular_file(path) && fs::path(path).extension() == ".gguf") {
-    if (!options.quantization.empty()) {
-      return invalid_argument(str("--quantization ", options.quantization, " applies to safetensors checkpoints, not the GGUF file '",
-                                  path, "'"));
-    }
     RLM_ASSIGN_OR_RETURN(out.gguf, GgufFile::open(path));
     RLM_ASSIGN_OR_RETURN(out.config, gguf_model_config(*out.gguf));
     if (options.load_format == "dummy") {
@@ -48,6 +44,11 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
     } else {
       return invalid_argument(str("load format '", options.load_format, "' does not apply to the GGUF file '", path,
                                   "' (use auto, gguf or dummy)"));
+    }
+    // --quantization fp8 quantizes the dequantized (f32) GGUF projections like any float weights.
+    if (options.quantization == "fp8") {
+      RLM_RETURN_IF_ERROR(check_fp8_architecture(out.config, "--quantization fp8"));
+      weights->load_options.quantize_fp8 = true;
     }
     RLM_ASSIGN_OR_RETURN(out.model, create_model(out.config, *weights));
     return out;

@@ -240,8 +240,8 @@ Tensor ModelRunner::forward(ForwardBatch& batch) {
   }
 #ifdef RADIXLM_WITH_CUDA
   const int device = config_.device.index;
-  // Callers that copy logits to the host themselves (the scheduler) see an error recorded by the
-  // previous step here, without a sync of their own; sample() reports it at once.
+  // An error recorded by the previous step is seen here without a sync of our own: the caller read
+  // that step's results (a copy to the host) after its readback was queued.
   if (auto err = cuda::poll_device_error(device)) fail("device-side check failed in the previous step: " + *err);
   req_to_token_->sync_device();
   Tensor logits;
@@ -272,15 +272,6 @@ void ModelRunner::record_sampled_tokens(const Tensor& tokens, const ForwardBatch
   RLM_CHECK(tokens.numel() == batch.batch_size) << "record_sampled_tokens: " << tokens.describe() << " for "
                                                 << batch.batch_size << " requests";
   ops::scatter_tokens(tokens, batch.req_pool_indices, future_tokens_);
-}
-
-std::vector<int32_t> ModelRunner::sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows) {
-  RLM_CHECK_EQ(static_cast<int64_t>(rows.size()), logits.size(0)) << " sampling rows vs logits " << logits.describe();
-  Tensor out = Tensor::empty({logits.size(0)}, DType::kI32, logits.device());
-  ops::sample(logits, rows, out);
-  Tensor host = out.to(Device::cpu());
-  synchronize();  // the copy waited for the step already; this reads the deferred-check record
-  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
 }  // namespace rlm

@@ -188,7 +188,9 @@ StatusOr<Linear> load_fused_linear(WeightSource& ws, const std::vector<std::stri
   }
   Linear fused;
   fused.weight = concat_rows(weights);
-  if (parts[0].fp8.defined()) RLM_ASSIGN_OR_RETURN(fused.fp8, fuse_fp8_scales(prefixes, parts));
+  if (parts[0].fp8.defined()) {
+    RLM_ASSIGN_OR_RETURN(fused.fp8, fuse_fp8_scales(prefixes, parts));
+  }
   if (with_bias) {
     fused.bias = concat_rows(biases);
   }

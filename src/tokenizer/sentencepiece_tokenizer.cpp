@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rlm {
 

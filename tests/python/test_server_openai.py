@@ -12,7 +12,7 @@ import time
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -224,14 +224,6 @@ def test_shared_prefix_reports_cached_tokens(client, server):
     assert usages[0].prompt_tokens_details.cached_tokens < usages[1].prompt_tokens_details.cached_tokens
     assert usages[2].prompt_tokens_details.cached_tokens > 100
     assert metric(server, "radixlm_cached_tokens_total") > before
-
-
-def metric(server, name):
-    _, text = server.get("/metrics")
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 def test_radix_and_naive_give_identical_outputs(client, server):

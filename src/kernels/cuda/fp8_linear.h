@@ -22,10 +22,11 @@ struct Fp8Weight {
 // one kernel into the context scratch, then
 //  - m <= kFp8GemvMaxRows: a GEMV kernel (one warp per few weight rows, 16-byte e4m3 loads,
 //    products in f32, scales in the epilogue) — memory-bound decode;
-//  - otherwise cuBLASLt FP8 GEMM (sm_89+; e4m3 x e4m3, f32 accumulation) with the per-token and
-//    per-channel scales (or 1x128 / 128x128 block scales) applied by cuBLASLt's scaling modes,
-//    or, where cuBLASLt has none (sm_80, or a refused layout), a tiled FMA kernel with the same
-//    arithmetic.
+//  - otherwise, per-channel weights on sm_89+ with k, n, ldw multiples of 16: cuBLASLt FP8 GEMM
+//    (e4m3 x e4m3, f32 output) and an epilogue kernel applying the per-token x per-channel scales
+//    and the bias;
+//  - else (block scales, sm_80, unaligned shapes) a tiled FMA kernel with the same arithmetic
+//    (block scales applied per block_k column group).
 // Launches on the device's stream only (no allocation beyond the scratch, no synchronization):
 // capturable in a CUDA graph.
 void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Weight& w, const void* bias,
