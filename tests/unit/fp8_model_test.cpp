@@ -49,17 +49,24 @@ struct Accuracy {
   int agree = 0, steps = 0;     // teacher-forced greedy steps
 };
 
-Accuracy measure(const std::string& dir, const Variant& v) {
+// A CPU runner for the model at `path` in variant `v`.
+std::unique_ptr<ModelRunner> runner_for(const std::string& path, const Variant& v, int64_t max_requests,
+                                        int64_t context_len) {
   LoadOptions lo;
   if (v.fp8_weights) lo.quantization = "fp8";
-  auto loaded = load_model(dir, lo);
+  auto loaded = load_model(path, lo);
   RLM_CHECK(loaded.is_ok()) << loaded.status().to_string();
   ModelRunnerConfig rc;
-  rc.max_requests = 1;
-  rc.max_context_len = 192;
+  rc.max_requests = max_requests;
+  rc.max_context_len = context_len;
   rc.kv_dtype = v.fp8_kv ? DType::kF8E4M3 : DType::kF32;
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   RLM_CHECK(runner.is_ok()) << runner.status().to_string();
+  return std::move(runner).value();
+}
+
+Accuracy measure(const std::string& dir, const Variant& v) {
+  auto runner = runner_for(dir, v, 1, 192);
   Accuracy acc;
   const nlohmann::json golden = read_json(dir + "/golden.json");
   for (const auto& c : golden["cases"]) {
@@ -69,7 +76,7 @@ Accuracy measure(const std::string& dir, const Variant& v) {
     const std::vector<float> want = read_f32(dir + "/" + c["logits_file"].get<std::string>(), rows * vocab);
     std::vector<int32_t> ids = prompt;
     ids.insert(ids.end(), greedy.begin(), greedy.end() - 1);
-    auto logits = prompt_logits(**runner, ids);
+    auto logits = prompt_logits(*runner, ids);
     RLM_CHECK(logits.is_ok()) << logits.status().to_string();
     const float* got = logits->data<float>();
     for (int64_t i = 0; i < rows * vocab; ++i) acc.max_logit_diff = std::max(acc.max_logit_diff, std::abs(got[i] - want[i]));
@@ -118,19 +125,6 @@ TEST(Fp8Accuracy, TinyGoldensAgainstTheFp32Reference) {
 TEST(Fp8Accuracy, SmolLM2AgainstItsF32Model) {
   const std::string path = std::string(RADIXLM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
-  auto runner_for = [&](const Variant& v) {
-    LoadOptions lo;
-    if (v.fp8_weights) lo.quantization = "fp8";
-    auto loaded = load_model(path, lo);
-    RLM_CHECK(loaded.is_ok()) << loaded.status().to_string();
-    ModelRunnerConfig rc;
-    rc.max_requests = 4;
-    rc.max_context_len = 128;
-    rc.kv_dtype = v.fp8_kv ? DType::kF8E4M3 : DType::kF32;
-    auto runner = ModelRunner::create(std::move(loaded->model), rc);
-    RLM_CHECK(runner.is_ok()) << runner.status().to_string();
-    return std::move(runner).value();
-  };
   // Prompts: seeded random token ids (inputs, not expected values).
   std::mt19937 rng(2024);
   std::vector<std::vector<int32_t>> prompts;
@@ -141,11 +135,11 @@ TEST(Fp8Accuracy, SmolLM2AgainstItsF32Model) {
   }
   std::vector<OfflineRequest> reqs;
   for (const auto& p : prompts) reqs.push_back(testing::greedy_request(p, 32));
-  auto engine = testing::engine_over(runner_for({"f32", false, false}));
+  auto engine = testing::engine_over(runner_for(path, {"f32", false, false}, 4, 128));
   const std::vector<std::vector<int32_t>> greedy = testing::generate_ids(*engine, reqs);
   ASSERT_EQ(greedy.size(), prompts.size());
   engine.reset();
-  auto reference = runner_for({"f32", false, false});
+  auto reference = runner_for(path, {"f32", false, false}, 4, 128);
   std::vector<Tensor> ref_logits;
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t> ids = prompts[i];
@@ -156,7 +150,7 @@ TEST(Fp8Accuracy, SmolLM2AgainstItsF32Model) {
   }
   for (const Variant v : {Variant{"fp8 weights", true, false}, Variant{"fp8 kv", false, true},
                           Variant{"fp8 weights + kv", true, true}}) {
-    auto runner = runner_for(v);
+    auto runner = runner_for(path, v, 4, 128);
     Accuracy a;
     for (size_t i = 0; i < prompts.size(); ++i) {
       std::vector<int32_t> ids = prompts[i];

@@ -203,7 +203,8 @@ cublasLtHandle_t lt_handle(int device) {
 
 // out (f32 [m, n], ldo) = q [m, k] (e4m3, contiguous) @ w^T, unscaled: column-major
 // out^T [n, m] = W^T(op T of the k x n column-major weight) x Q (k x m) -- the "TN" layout FP8 needs.
-void cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight& w, float* out, int64_t ldo,
+// Returns false (nothing launched) when cuBLASLt offers no algorithm for the shape.
+bool cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight& w, float* out, int64_t ldo,
                        cudaStream_t stream) {
   cublasLtHandle_t lt = lt_handle(device);
   cublasLtMatmulDesc_t op = nullptr;
@@ -223,15 +224,17 @@ void cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight&
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   RLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, d, d, pref, 1, &heur, &found));
-  RLM_CHECK(found > 0) << "cuBLASLt has no FP8 algorithm for m " << m << " n " << w.n << " k " << w.k;
   const float alpha = 1.0f, beta = 0.0f;
-  RLM_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w.data, a, q, b, &beta, out, d, out, d, &heur.algo, nullptr, 0,
-                                  stream));
+  if (found > 0) {
+    RLM_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w.data, a, q, b, &beta, out, d, out, d, &heur.algo, nullptr, 0,
+                                    stream));
+  }
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatrixLayoutDestroy(d);
   cublasLtMatrixLayoutDestroy(b);
   cublasLtMatrixLayoutDestroy(a);
   cublasLtMatmulDescDestroy(op);
+  return found > 0;
 }
 
 void launch_quantize(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group, const float* static_scale,
@@ -311,8 +314,7 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
       default: return launch_gemv<8>(q, w, sv, bias, bias_dtype, out, ldo, stream);
     }
   }
-  if (cublaslt_ok(device, m, w, ldo)) {
-    cublaslt_fp8_gemm(device, q, m, w, out, ldo, stream);
+  if (cublaslt_ok(device, m, w, ldo) && cublaslt_fp8_gemm(device, q, m, w, out, ldo, stream)) {
     scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, sx, w.scale, bias, bias_dtype);
     RLM_CUDA_CHECK_LAUNCH();
     return;

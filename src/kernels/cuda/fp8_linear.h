@@ -24,7 +24,8 @@ struct Fp8Weight {
 //    products in f32, scales in the epilogue) — memory-bound decode;
 //  - otherwise, per-channel weights on sm_89+ with k, n, ldw multiples of 16: cuBLASLt FP8 GEMM
 //    (e4m3 x e4m3, f32 output) and an epilogue kernel applying the per-token x per-channel scales
-//    and the bias;
+//    and the bias (the FMA kernel below when cuBLASLt offers no algorithm for the shape; the
+//    descriptors and the heuristic query are per call, which CUDA graphs capture once);
 //  - else (block scales, sm_80, unaligned shapes) a tiled FMA kernel with the same arithmetic
 //    (block scales applied per block_k column group).
 // Launches on the device's stream only (no allocation beyond the scratch, no synchronization):
