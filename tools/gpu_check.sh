@@ -12,8 +12,10 @@
 # Build dependencies: when .gpu_deps.tar.xz (tools/gpu_deps_pack.sh, made on a machine set up by
 # scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
-# Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline (any
-# subset, comma-separated) picks benchmark sets.
+# Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline,fp8 (any
+# subset, comma-separated) picks benchmark sets. fp8 (FP8 weights + FP8 KV vs bf16 weights + bf16 KV,
+# Llama-3.1-8B shape, batch 1/32/128/256, each with its floor and same-run GEMM references) takes
+# about 5 minutes: run it on its own, e.g. SKIP_BUILD=1 SKIP_CTEST=1 SKIP_TESTS=1 BENCH_ONLY=fp8.
 # Time limits (seconds): build 330 (BUILD_TIMEOUT), each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
@@ -143,7 +145,8 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
     tail -1 "$SUMMARY"  # as it happens, so a run cut short still shows it
   }
   # BENCH_ONLY: a comma list of the sets to run, attention (kernels, cascade, PyTorch SDPA),
-  # models (bench one-batch, GEMV), offline (bench offline vs transformers.generate); default all.
+  # models (bench one-batch, GEMV), offline (bench offline vs transformers.generate), fp8 (one-batch
+  # with FP8 weights and KV against bf16 at the decode batch sizes); default all.
   want() { [ "${BENCH_ONLY:-all}" = all ] || [[ ",${BENCH_ONLY}," == *",$1,"* ]]; }
   if want attention; then
   timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
@@ -173,6 +176,16 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
       --input-len 512 --output-len 16 > "$log" 2>&1
     bench_row "one-batch qwen3-next-12l bs1" "$log" 'decode step|floor'
   fi
+  fi
+  if want fp8; then
+  for spec in "fp8 1" "fp8 32" "fp8 128" "fp8 256" "bf16 1" "bf16 32" "bf16 128" "bf16 256"; do
+    set -- $spec
+    log="$OUT/one_batch_llama-3.1-8b_$1_bs$2.log"
+    if [ "$1" = fp8 ]; then flags=(--quantization fp8 --kv-cache-dtype fp8_e4m3); else flags=(--kv-cache-dtype bf16); fi
+    timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/llama-3.1-8b" --device cuda --batch-size "$2" \
+      --input-len 512 --output-len 32 "${flags[@]}" > "$log" 2>&1
+    bench_row "one-batch llama-3.1-8b $1 bs$2" "$log" 'decode step \(|floor|gemm reference m [0-9]+ '
+  done
   fi
   if want offline; then
   # Offline throughput vs transformers.generate on the same prompts (Qwen3-0.6B shape, random weights).

@@ -155,7 +155,8 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
                                     const ForwardBatch& batch) {
   const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
-  ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc);
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
+  ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc, params.k_scale, params.v_scale);
   // A grouped plan places a group's queries after the shared prefix, which a sliding window would
   // see wrongly: such layers take the single pass.
   if (cascade_.enabled && !(cascade_.grouped && layer.params.sliding_window > 0)) {
@@ -164,10 +165,10 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32, q.device());
   if (have_plan_) {
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                         batch.kv_pool->page_size(), layer.params, out, plan_);
+                         batch.kv_pool->page_size(), params, out, plan_);
   } else {
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                         batch.kv_pool->page_size(), layer.params, out);
+                         batch.kv_pool->page_size(), params, out);
   }
   return out;
 }
@@ -177,6 +178,7 @@ Tensor PagedAttentionBackend::forward_cascade(const Tensor& q, const Tensor& k_c
   const int64_t n = q.size(0), heads = layer.num_qo_heads, d = layer.head_dim;
   const int64_t chunks = cascade_.num_chunks;
   const int64_t page_size = batch.kv_pool->page_size();
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
   RLM_CHECK(n == cascade_.num_rows) << "cascade plan for " << cascade_.num_rows << " rows, q " << q.describe();
   // Parts 0 .. chunks-1: level 1 (one per key chunk of the shared prefixes); part `chunks`: level 2.
   Tensor parts = Tensor::empty({chunks + 1, n, heads, d}, DType::kF32, q.device());
@@ -187,11 +189,11 @@ Tensor PagedAttentionBackend::forward_cascade(const Tensor& q, const Tensor& k_c
     for (int64_t k = 0; k < chunks; ++k) q1.slice(0, k * n, (k + 1) * n).copy_(q);
   }
   ops::paged_attention_partial(q1, k_cache, v_cache, l1_qo_indptr_, l1_kv_indptr_, kv_indices_, l1_seq_lens_,
-                               l1_kv_begin_, l1_kv_end_, page_size, layer.params,
+                               l1_kv_begin_, l1_kv_end_, page_size, params,
                                parts.slice(0, 0, chunks).view({chunks * n, heads, d}),
                                lse.slice(0, 0, chunks).view({chunks * n, heads}), have_plan_ ? &l1_plan_ : nullptr);
   ops::paged_attention_partial(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                               l2_kv_begin_, l2_kv_end_, page_size, layer.params, parts.select(0, chunks),
+                               l2_kv_begin_, l2_kv_end_, page_size, params, parts.select(0, chunks),
                                lse.select(0, chunks), have_plan_ ? &plan_ : nullptr);
   Tensor out = Tensor::empty({n, heads, d}, DType::kF32, q.device());
   ops::merge_attention_states(parts, lse, out);

@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <random>
 
+#include "bench/cuda_timing.h"
 #include "engine/cuda_graph_runner.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "model/qwen3_next.h"
+#include "ops/ops.h"
 #include "server/engine_builder.h"
 
 namespace rlm::bench {
@@ -20,17 +22,48 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head).
-double weight_bytes(const ModelConfig& c, DType dtype) {
+// Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head);
+// with fp8_projections the q/k/v/o and MLP projections count one byte per weight (their f32
+// per-channel scales are negligible).
+double weight_bytes(const ModelConfig& c, DType dtype, bool fp8_projections = false) {
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
   const double qkv = h * d * static_cast<double>(c.num_attention_heads + 2 * c.num_key_value_heads);
   const double o = d * static_cast<double>(c.num_attention_heads) * h;
   const double mlp = 3.0 * h * static_cast<double>(c.intermediate_size);
-  const double layer = qkv + o + mlp + 2.0 * h;
+  const double es = static_cast<double>(dtype_size(dtype));
+  const double layer = (qkv + o + mlp) * (fp8_projections ? 1.0 : es) + 2.0 * h * es;
   const double embed = static_cast<double>(c.vocab_size) * h;
-  const double total = embed * (c.tie_word_embeddings ? 1.0 : 2.0) + layer * static_cast<double>(c.num_hidden_layers) + h;
-  return total * static_cast<double>(dtype_size(dtype));
+  return (embed * (c.tie_word_embeddings ? 1.0 : 2.0) + h) * es + layer * static_cast<double>(c.num_hidden_layers);
 }
+
+#ifdef RADIXLM_WITH_CUDA
+// Same-run GEMM references for the floor ratios: the gate_up projection's shape ([m, hidden] x
+// [2 * intermediate, hidden]^T) through ops::linear with a bf16 weight (cuBLAS, or the GEMV for
+// m <= 8) and an FP8 weight (kernels/cuda/fp8_linear.cu), at m = the batch and m = 4096 (peak).
+void print_gemm_references(const ModelConfig& c, int64_t batch, Device device) {
+  std::mt19937 rng(7);
+  const int64_t n = 2 * c.intermediate_size, k = c.hidden_size;
+  const Tensor w16 = random_gpu(rng, {n, k}, DType::kBF16);
+  const Tensor w8 = w16.to(Device::cpu()).to(DType::kF32).to(DType::kF8E4M3).to(device);
+  ops::Fp8Scales scales;
+  Tensor ones = Tensor::empty({n}, DType::kF32);
+  ones.fill_(1.0);
+  scales.weight_scale = ones.to(device);
+  const auto stream = static_cast<cudaStream_t>(cuda_stream(device.index));
+  for (const int64_t m : {batch, int64_t{4096}}) {
+    const Tensor x = random_gpu(rng, {m, k}, DType::kF32);
+    const Tensor out = Tensor::empty({m, n}, DType::kF32, device);
+    const double t16 = median_seconds(20, 3, stream, [&] { ops::linear(x, w16, std::nullopt, out); });
+    const double t8 = median_seconds(20, 3, stream, [&] { ops::linear(x, w8, std::nullopt, out, scales); });
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    std::printf("gemm reference m %lld n %lld k %lld: bf16 %.3f ms (%.0f TFLOP/s, weight %.0f GB/s); fp8 %.3f ms "
+                "(%.0f TFLOP/s, weight %.0f GB/s)\n",
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), t16 * 1e3,
+                flops / t16 / 1e12, 2.0 * static_cast<double>(n * k) / t16 / 1e9, t8 * 1e3, flops / t8 / 1e12,
+                static_cast<double>(n * k) / t8 / 1e9);
+  }
+}
+#endif
 
 // Bytes one Qwen3-Next decode step of `batch` tokens reads: every non-expert weight (attention or
 // Gated DeltaNet projections, router, shared expert, lm_head) in `dtype`, the experts the step
@@ -198,7 +231,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   // Dummy weights are made in bf16 (f32 when the config says so); loaded weights in the config's dtype.
   const DType wdt = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
   // Qwen3-Next reads only the routed experts (and its recurrent states) per step.
-  double weights_read = weight_bytes(cfg, wdt);
+  // FP8 projections: --quantization fp8, or a checkpoint that declares its quantization.
+  const bool fp8_weights = e.quantization == "fp8" || cfg.raw.contains("quantization_config");
+  double weights_read = weight_bytes(cfg, wdt, fp8_weights);
   if (cfg.architecture == "Qwen3NextForCausalLM") {
     auto bytes = qwen3_next_step_bytes(cfg, a.batch_size, wdt);
     if (!bytes.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", bytes.status().to_string().c_str()), 1;
@@ -208,8 +243,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   // The copy's rate counts bytes read plus written; a decode step is a read stream, which runs at
   // about that total rate, so the floor is bytes / copy rate.
   const double floor_ms = decode_bytes / bw * 1e3;
-  std::printf("model %s (%s) on %s, batch %lld, input %lld, output %lld, page size %lld\n", cfg.architecture.c_str(),
-              dtype_name(cfg.dtype), device.to_string().c_str(), static_cast<long long>(a.batch_size),
+  std::printf("model %s (%s%s, kv %s) on %s, batch %lld, input %lld, output %lld, page size %lld\n",
+              cfg.architecture.c_str(), dtype_name(cfg.dtype), fp8_weights ? ", fp8 projections" : "",
+              dtype_name(r.kv_pool().config().dtype), device.to_string().c_str(), static_cast<long long>(a.batch_size),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
               static_cast<long long>(page_size));
   std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
@@ -232,6 +268,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   std::printf("decode floor: %.2f GB read (weights + KV%s) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
               decode_bytes / 1e9, cfg.architecture == "Qwen3NextForCausalLM" ? " + routed experts + states" : "",
               bw / 1e9, floor_ms, step_ms / floor_ms);
+#ifdef RADIXLM_WITH_CUDA
+  if (device.is_cuda() && cfg.architecture != "Qwen3NextForCausalLM") print_gemm_references(cfg, a.batch_size, device);
+#endif
   return 0;
 }
 

@@ -17,6 +17,10 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
                   a.load_format == "dummy" ? "dummy (default) | auto | safetensors | gguf"
                                            : "auto | safetensors | gguf | dummy");
   app->add_option("--seed", a.seed, o.seed_help);
+  app->add_option("--quantization", a.quantization,
+                  "fp8: quantize the float projections to FP8 E4M3 at load (per-channel weight scales, dynamic "
+                  "per-token activation scales; Llama/Qwen2/Qwen3). FP8 checkpoints load as they are without it")
+      ->check(CLI::IsMember({"fp8"}));
 
   // Device and model runner.
   app->add_option("--device", a.device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
@@ -31,6 +35,10 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
                   "(default auto)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   add_page_size_flag(app, a.page_size);
+  app->add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                  "KV cache dtype: auto (f32), f32, bf16, f16 or fp8_e4m3 (per-layer scales from the checkpoint, "
+                  "else 1; twice the tokens of bf16 in the same memory)")
+      ->check(CLI::IsMember({"auto", "f32", "float32", "bf16", "bfloat16", "f16", "float16", "fp8_e4m3", "fp8"}));
   app->add_option(o.context_flag, a.context_length, o.context_help)->check(CLI::NonNegativeNumber);
   app->add_option("--max-total-tokens", a.max_total_tokens, "KV cache capacity in tokens (" + a.kv_default_text() + ")")
       ->check(CLI::NonNegativeNumber);

@@ -9,8 +9,33 @@ std::string EngineArgs::model_path() const { return model.empty() ? default_mode
 
 std::string EngineArgs::tokenizer_path() const { return tokenizer.empty() ? model_path() : tokenizer; }
 
+namespace {
+
+// The KV pool dtype of --kv-cache-dtype; auto keeps the runner's default (f32).
+StatusOr<DType> kv_cache_dtype_of(const std::string& name) {
+  if (name == "auto" || name == "f32" || name == "float32") return DType::kF32;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "f16" || name == "float16") return DType::kF16;
+  if (name == "fp8_e4m3" || name == "fp8") return DType::kF8E4M3;
+  return invalid_argument(str("--kv-cache-dtype must be auto, f32, bf16, f16 or fp8_e4m3, got '", name, "'"));
+}
+
+}  // namespace
+
+LoadOptions EngineArgs::load_options() const {
+  LoadOptions lo;
+  lo.load_format = load_format;
+  lo.dummy_seed = seed;
+  lo.quantization = quantization;
+  return lo;
+}
+
 Status EngineArgs::validate() const {
   RLM_RETURN_IF_ERROR(resolve_device(device).status());
+  RLM_RETURN_IF_ERROR(kv_cache_dtype_of(kv_cache_dtype).status());
+  if (!quantization.empty() && quantization != "fp8") {
+    return invalid_argument(str("--quantization must be fp8, got '", quantization, "'"));
+  }
   if (!parse_cascade_mode(cascade_attention).is_ok()) {
     return invalid_argument(str("--cascade-attention must be auto, on or off, got '", cascade_attention, "'"));
   }
@@ -51,6 +76,9 @@ ModelRunnerConfig EngineArgs::runner_config(const ModelConfig& m, Device dev) co
   rc.prefill_attention_backend = prefill_attention_backend;
   rc.decode_attention_backend = decode_attention_backend;
   rc.page_size = page_size;
+  StatusOr<DType> kv_dtype = kv_cache_dtype_of(kv_cache_dtype);
+  RLM_CHECK(kv_dtype.is_ok()) << kv_dtype.status().to_string() << " (EngineArgs::validate() was not called)";
+  rc.kv_dtype = *kv_dtype;
   rc.max_requests = max_running_requests;
   rc.max_context_len = context_len(m);
   rc.mamba_slots = max_mamba_cache_size;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/model_loader.h"
 #include "engine/model_runner.h"
 
 namespace rlm {
@@ -23,6 +24,7 @@ struct EngineArgs {
   std::string chat_template;  // a Jinja file overriding the model's template; "": the model's
   std::string load_format = "auto";  // auto | safetensors | gguf | dummy
   uint64_t seed = 0;                 // dummy weights
+  std::string quantization;          // "" | "fp8": quantize float projections to FP8 at load
 
   // --- device and model runner ---
   std::string device = "auto";              // auto | cpu | cuda | cuda:N
@@ -31,6 +33,7 @@ struct EngineArgs {
   std::string decode_attention_backend;     // "": attention_backend
   std::string cascade_attention = "auto";   // auto | on | off
   int64_t page_size = 1;                    // KV page size in tokens
+  std::string kv_cache_dtype = "auto";      // auto (f32) | f32 | bf16 | f16 | fp8_e4m3
   int64_t context_length = 0;               // prompt + output limit; 0: the model's
   int64_t max_total_tokens = 0;             // KV capacity in tokens; 0: automatic (below)
   int64_t max_mamba_cache_size = 0;         // hybrid models: state slots; 0: 3 x max running requests
@@ -61,6 +64,8 @@ struct EngineArgs {
   // Checks values and combinations that the flag parser cannot (device names, backend and policy
   // names, page size vs capacity, ...): kInvalidArgument naming the flag.
   Status validate() const;
+  // How load_model loads the weights under these args (--load-format, --seed, --quantization).
+  LoadOptions load_options() const;
   // The model's context length under these args.
   int64_t context_len(const ModelConfig& model) const;
   // The runner's config for `model` on `device` (a resolve_device() result).

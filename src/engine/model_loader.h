@@ -14,6 +14,10 @@ namespace rlm {
 struct LoadOptions {
   std::string load_format = "auto";  // "auto" | "safetensors" | "gguf" | "dummy"
   uint64_t dummy_seed = 0;
+  // "" or "fp8": quantize float projections to FP8 at load (per output channel; Llama family;
+  // GGUF projections are quantized from their dequantized f32 values).
+  // Checkpoints that declare an FP8 quantization_config load as they are either way.
+  std::string quantization;
 };
 
 struct LoadedModel {

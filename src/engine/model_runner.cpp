@@ -110,6 +110,11 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   pc.dtype = config.kv_dtype;
   pc.device = config.device;
   r->kv_pool_ = std::make_unique<KVPool>(pc);
+  // An FP8 pool dequantizes with the checkpoint's per-layer scales (1 when it has none).
+  if (config.kv_dtype == DType::kF8E4M3) {
+    const std::vector<KvScales> scales = model->kv_scales();
+    if (!scales.empty()) r->kv_pool_->set_scales(scales);
+  }
   r->req_to_token_ =
       std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len, config.device);
   r->req_to_token_->set_slot_limit(r->kv_pool_->num_slots());

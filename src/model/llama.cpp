@@ -53,6 +53,8 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
                                            {c.intermediate_size, c.intermediate_size}, hidden, variant_.mlp_bias));
     RLM_ASSIGN_OR_RETURN(layer.down_proj,
                          load_linear(ws, p + ".mlp.down_proj", hidden, c.intermediate_size, variant_.mlp_bias));
+    RLM_ASSIGN_OR_RETURN(const KvScales kvs, load_kv_scales(ws, p + ".self_attn"));
+    kv_scales_.push_back(kvs);
     layer.attn.layer_id = l;
     layer.attn.num_qo_heads = hq;
     layer.attn.num_kv_heads = hk;
@@ -101,20 +103,17 @@ void LlamaForCausalLM::to(Device device) {
   auto move = [&](Tensor& t) {
     if (t.defined()) t = t.contiguous().to(device);
   };
-  auto move_linear = [&](Linear& l) {
-    move(l.weight);
-    if (l.bias) move(*l.bias);
-  };
+  auto move_l = [&](Linear& l) { move_linear(l, device); };
   move(embed_tokens_);
   for (DecoderLayer& layer : layers_) {
     move(layer.input_layernorm);
     move(layer.post_attention_layernorm);
-    move_linear(layer.qkv_proj);
-    move_linear(layer.o_proj);
+    move_l(layer.qkv_proj);
+    move_l(layer.o_proj);
     move(layer.q_norm);
     move(layer.k_norm);
-    move_linear(layer.gate_up_proj);
-    move_linear(layer.down_proj);
+    move_l(layer.gate_up_proj);
+    move_l(layer.down_proj);
   }
   move(norm_);
   if (tied) {
@@ -151,7 +150,7 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
       ops::fused_add_rms_norm(hidden_states, residual, layer.input_layernorm, eps);
     }
     // Self-attention.
-    ops::linear(hidden_states, layer.qkv_proj.weight, layer.qkv_proj.bias, qkv);
+    apply_linear(layer.qkv_proj, hidden_states, qkv);
     Tensor heads = qkv.view({n, hq + 2 * hk, d});
     Tensor q = heads.slice(1, 0, hq);             // [num_tokens, num_qo_heads, head_dim]
     Tensor k = heads.slice(1, hq, hq + hk);       // [num_tokens, num_kv_heads, head_dim]
@@ -162,12 +161,12 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     }
     ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
     Tensor attn = batch.attn_backend->forward(q, k, v, layer.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
-    ops::linear(attn.view({n, hq * d}), layer.o_proj.weight, layer.o_proj.bias, hidden_states);
+    apply_linear(layer.o_proj, attn.view({n, hq * d}), hidden_states);
     // MLP.
     ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
-    ops::linear(hidden_states, layer.gate_up_proj.weight, layer.gate_up_proj.bias, gate_up);
+    apply_linear(layer.gate_up_proj, hidden_states, gate_up);
     ops::silu_and_mul(gate_up, act);
-    ops::linear(act, layer.down_proj.weight, layer.down_proj.bias, hidden_states);
+    apply_linear(layer.down_proj, act, hidden_states);
   }
   ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
 

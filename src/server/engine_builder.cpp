@@ -9,10 +9,7 @@ namespace rlm {
 StatusOr<EngineFiles> load_engine_files(const EngineArgs& args, TokenizerUse use) {
   EngineFiles files;
   files.model_path = args.model_path();
-  LoadOptions lo;
-  lo.load_format = args.load_format;
-  lo.dummy_seed = args.seed;
-  RLM_ASSIGN_OR_RETURN(files.model, load_model(files.model_path, lo));
+  RLM_ASSIGN_OR_RETURN(files.model, load_model(files.model_path, args.load_options()));
   if (use == TokenizerUse::kNone) return files;
   // Without an explicit --tokenizer, a model without one (the tiny test models) is fine when optional.
   StatusOr<std::unique_ptr<Tokenizer>> tok = load_tokenizer(args.tokenizer_path());

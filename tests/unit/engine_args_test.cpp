@@ -56,6 +56,31 @@ TEST(EngineArgs, RunnerAndSchedulerConfigs) {
   EXPECT_EQ(a.scheduler_config(m).max_context_len, 300);
 }
 
+TEST(EngineArgs, KvCacheDtypeAndQuantization) {
+  const ModelConfig m = model_with_context(512);
+  EngineArgs a;
+  EXPECT_EQ(a.runner_config(m, Device::cpu()).kv_dtype, DType::kF32);  // auto
+  for (const auto& [name, dtype] : std::vector<std::pair<std::string, DType>>{
+           {"bf16", DType::kBF16}, {"f16", DType::kF16}, {"f32", DType::kF32}, {"fp8_e4m3", DType::kF8E4M3}}) {
+    a.kv_cache_dtype = name;
+    ASSERT_TRUE(a.validate().is_ok()) << name;
+    EXPECT_EQ(a.runner_config(m, Device::cpu()).kv_dtype, dtype) << name;
+  }
+  a.kv_cache_dtype = "fp8_e5m2";
+  EXPECT_NE(a.validate().message().find("--kv-cache-dtype"), std::string::npos);
+  a.kv_cache_dtype = "auto";
+  a.quantization = "fp8";
+  a.load_format = "dummy";
+  a.seed = 3;
+  ASSERT_TRUE(a.validate().is_ok());
+  const LoadOptions lo = a.load_options();
+  EXPECT_EQ(lo.quantization, "fp8");
+  EXPECT_EQ(lo.load_format, "dummy");
+  EXPECT_EQ(lo.dummy_seed, 3u);
+  a.quantization = "int8";
+  EXPECT_NE(a.validate().message().find("--quantization"), std::string::npos);
+}
+
 TEST(EngineArgs, KvCapacityPerCommand) {
   const ModelConfig m = model_with_context(512);
   EngineArgs a;
