@@ -1,6 +1,8 @@
 #include "server/generation_handler.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -46,6 +48,7 @@ struct Job : std::enable_shared_from_this<Job> {
   std::string public_id;  // what responses show: `id`, or the client's rid (/generate)
   int64_t created = 0;
   std::string model;
+  std::string fingerprint;  // system_fingerprint of chat and completion responses
   bool stream = false;
   bool include_usage = false;
   bool chat_logprobs = false;
@@ -152,7 +155,7 @@ ojson completion_logprobs(const ServingEngine& engine, const std::vector<TokenLo
     token_lps.push_back(lp.logprob);
     ojson top = ojson::object();
     for (const auto& [id, v] : lp.top) top[engine.token_text(id)] = v;
-    tops.push_back(lp.top.empty() ? ojson(nullptr) : top);
+    tops.push_back(top);  // logprobs: 0 gives {} per token, as vLLM does
     offsets.push_back(off);
     off += t.size();
   }
@@ -226,6 +229,7 @@ ojson final_response(const Job& job) {
   j["object"] = job.kind == ApiKind::kChat ? "chat.completion" : "text_completion";
   j["created"] = job.created;
   j["model"] = job.model;
+  j["system_fingerprint"] = job.fingerprint;
   j["choices"] = choices;
   j["usage"] = usage_json(job);
   return j;
@@ -264,6 +268,7 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
     j["object"] = job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
     j["created"] = job.created;
     j["model"] = job.model;
+    j["system_fingerprint"] = job.fingerprint;
     j["choices"] = ojson::array({ch});
     out += sse(j);
   }
@@ -280,6 +285,7 @@ std::string stream_tail(const Job& job) {
     j["object"] = job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
     j["created"] = job.created;
     j["model"] = job.model;
+    j["system_fingerprint"] = job.fingerprint;
     j["choices"] = ojson::array();
     j["usage"] = usage_json(job);
     out += sse(j);
@@ -333,7 +339,7 @@ void schedule_pump(const std::shared_ptr<Job>& job) {
 std::optional<ApiError> submit_all(ServingEngine& engine, Job& job, ParsedRequest& r) {
   std::vector<std::vector<int32_t>> prompt_ids;
   if (r.kind == ApiKind::kChat) {
-    auto text = engine.render_chat(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
+    auto text = render_chat_prompt(engine, r);
     if (!text.is_ok()) return ApiError::from_status(text.status());
     prompt_ids.push_back(engine.encode(*text, /*add_special_tokens=*/false));
     job.prompt_texts.push_back(*text);
@@ -388,8 +394,35 @@ std::optional<ApiError> submit_all(ServingEngine& engine, Job& job, ParsedReques
 
 }  // namespace
 
-GenerationHandler::GenerationHandler(ServingEngine& engine, RidAliases& aliases)
-    : engine_(engine), aliases_(aliases) {}
+StatusOr<std::string> render_chat_prompt(const ServingEngine& engine, const ParsedRequest& r) {
+  StatusOr<std::string> text = engine.render_chat(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
+  if (!text.is_ok() || !r.continue_final_message) return text;
+  // As vLLM: the rendered text up to the end of the last message's content.
+  const ojson& last = r.messages.back();
+  const std::string content = last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
+  if (content.empty()) return invalid_argument("continue_final_message needs a final message with text content");
+  const size_t at = text->rfind(content);
+  if (at == std::string::npos) {
+    return invalid_argument("continue_final_message: the chat template does not render the final message's content");
+  }
+  return text->substr(0, at + content.size());
+}
+
+std::string system_fingerprint(const ServingEngine& engine) {
+  // FNV-1a over what shapes the outputs: the model, its vocabulary and context.
+  const std::string key = str("radixlm|", engine.model_name(), "|", engine.vocab_size(), "|", engine.max_context_len());
+  uint64_t h = 1469598103934665603ull;
+  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "fp_%012llx", static_cast<unsigned long long>(h & 0xffffffffffffull));
+  return buf;
+}
+
+GenerationHandler::GenerationHandler(ServingEngine& engine, RidAliases& aliases, std::vector<std::string> model_names)
+    : engine_(engine),
+      aliases_(aliases),
+      model_names_(std::move(model_names)),
+      fingerprint_(system_fingerprint(engine)) {}
 
 void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind kind, const ojson& body) {
   ApiError err;
@@ -397,10 +430,12 @@ void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind 
                                         : kind == ApiKind::kGenerate ? parse_generate_request(body, &err)
                                                                      : parse_completion_request(body, &err);
   if (!parsed) return ex->respond(error_response(err));
+  log_ignored_fields(parsed->ignored_fields);
   if (engine_.draining()) {
     return ex->respond(error_response({503, "the server is shutting down", "service_unavailable", ""}));
   }
-  if (!parsed->model.empty() && parsed->model != engine_.model_name()) {
+  if (!parsed->model.empty() &&
+      std::find(model_names_.begin(), model_names_.end(), parsed->model) == model_names_.end()) {
     return ex->respond(
         error_response({404, str("The model `", parsed->model, "` does not exist."), "not_found_error", "model"}));
   }
@@ -411,6 +446,7 @@ void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind 
   job->public_id = job->id;
   job->created = unix_now();
   job->model = engine_.model_name();
+  job->fingerprint = fingerprint_;
   job->stream = parsed->stream;
   job->include_usage = parsed->include_usage;
   job->chat_logprobs = parsed->chat_logprobs;

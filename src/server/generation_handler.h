@@ -7,6 +7,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "server/http_exchange.h"
 #include "server/openai_protocol.h"
@@ -17,7 +19,8 @@ namespace rlm {
 
 class GenerationHandler {
  public:
-  GenerationHandler(ServingEngine& engine, RidAliases& aliases);
+  // model_names: the names requests may give in 'model' (the first is the one responses report).
+  GenerationHandler(ServingEngine& engine, RidAliases& aliases, std::vector<std::string> model_names);
 
   // Answers one request whose body has been parsed into `body`.
   void handle(const std::shared_ptr<HttpExchange>& exchange, ApiKind kind, const ojson& body);
@@ -25,6 +28,15 @@ class GenerationHandler {
  private:
   ServingEngine& engine_;
   RidAliases& aliases_;
+  std::vector<std::string> model_names_;
+  std::string fingerprint_;
 };
+
+// The prompt text of a chat request: the conversation rendered by the chat template; with
+// continue_final_message, cut right after the last message's content (the model continues it).
+StatusOr<std::string> render_chat_prompt(const ServingEngine& engine, const ParsedRequest& r);
+
+// OpenAI's system_fingerprint: "fp_" and a hash of the served model's name, vocabulary and context.
+std::string system_fingerprint(const ServingEngine& engine);
 
 }  // namespace rlm
