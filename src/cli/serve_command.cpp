@@ -21,6 +21,8 @@ struct ServeArgs {
   EngineArgs engine;
   std::vector<std::string> served_model_names;
   std::vector<std::string> allowed_origins;
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "none";
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -59,6 +61,8 @@ int run_serve(const ServeArgs& a) {
   hc.api_key = a.api_key;
   if (a.served_model_names.size() > 1) hc.model_aliases.assign(a.served_model_names.begin() + 1, a.served_model_names.end());
   hc.allowed_origins = a.allowed_origins;
+  hc.tool_call_parser = a.tool_call_parser;
+  hc.reasoning_parser = a.reasoning_parser;
   HttpServer server(engine, hc);
   const int port = server.bind();
   if (port < 0) {
@@ -100,6 +104,14 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--allowed-origins", a->allowed_origins,
                 "CORS: origins allowed to call the API from a browser ('*': any); answers preflight OPTIONS requests")
       ->expected(1, 64);
+  s->add_option("--tool-call-parser", a->tool_call_parser,
+                "How chat tool calls are read from the output (auto: from the chat template's format)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none", "hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic"}));
+  s->add_option("--reasoning-parser", a->reasoning_parser,
+                "Separate <think> reasoning into reasoning_content")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "qwen3", "deepseek-r1", "deepseek_r1"}));
   s->add_option("--host", a->host, "Address to bind");
   s->add_option("--port", a->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   s->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY'");

@@ -1,5 +1,6 @@
 // POST /v1/completions, /v1/chat/completions and /generate: tokenizes, submits one sequence per
-// prompt and choice, then answers from the request streams — as one JSON body once every choice
+// prompt and choice, then answers from the request streams (chat outputs read for tool calls and
+// reasoning by server/output_parser when the request and the server's parsers ask for it) — as one JSON body once every choice
 // has finished, or as Server-Sent Events while tokens arrive. Nothing here waits: each
 // RequestStream's listener posts a pump of the request onto its HTTP exchange's executor, which
 // takes the waiting events and writes them. A client that goes away (or cannot keep up with its
@@ -12,6 +13,7 @@
 
 #include "server/http_exchange.h"
 #include "server/openai_protocol.h"
+#include "server/output_parser.h"
 #include "server/request_ids.h"
 #include "server/serving_engine.h"
 
@@ -20,7 +22,9 @@ namespace rlm {
 class GenerationHandler {
  public:
   // model_names: the names requests may give in 'model' (the first is the one responses report).
-  GenerationHandler(ServingEngine& engine, RidAliases& aliases, std::vector<std::string> model_names);
+  // tool_format / reasoning_format: how chat outputs are read (--tool-call-parser, --reasoning-parser).
+  GenerationHandler(ServingEngine& engine, RidAliases& aliases, std::vector<std::string> model_names,
+                    ToolFormat tool_format = ToolFormat::kNone, ReasoningFormat reasoning_format = ReasoningFormat::kNone);
 
   // Answers one request whose body has been parsed into `body`.
   void handle(const std::shared_ptr<HttpExchange>& exchange, ApiKind kind, const ojson& body);
@@ -30,6 +34,8 @@ class GenerationHandler {
   RidAliases& aliases_;
   std::vector<std::string> model_names_;
   std::string fingerprint_;
+  ToolFormat tool_format_;
+  ReasoningFormat reasoning_format_;
 };
 
 // The prompt text of a chat request: the conversation rendered by the chat template; with

@@ -15,6 +15,8 @@ struct HttpServerConfig {
   int port = 8000;                    // 0: any free port
   std::string api_key;                // empty: no authentication
   std::vector<std::string> model_aliases;    // more names the served model answers to (--served-model-name)
+  std::string tool_call_parser = "auto";     // chat tool calls: auto|none|hermes|llama3_json|mistral|qwen3_coder|pythonic
+  std::string reasoning_parser = "none";    // <think> reasoning: none|qwen3|deepseek-r1
   std::vector<std::string> allowed_origins;  // CORS: origins allowed to call the API ("*": any); empty: no CORS
   int io_threads = 4;                 // threads running the event loop (not one per connection)
   int backlog = SOMAXCONN;            // listen queue for connection bursts (the kernel caps it at somaxconn)

@@ -394,11 +394,20 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
   }
   if (f.has("tool_choice")) {
     const ojson& tc = body["tool_choice"];
-    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) {
-      f.fail("tool_choice", "only 'none' and 'auto' are supported for 'tool_choice'");
+    const bool named = tc.is_object() && type_of(tc) == "function" && tc.contains("function") &&
+                       tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string();
+    if (tc == "required" || named) {
+      f.fail("tool_choice", "'tool_choice' \"required\" or a named function needs constrained decoding, which this "
+                            "server does not have yet; use \"auto\" or \"none\"");
       return std::nullopt;
     }
-    if (tc == "none") r.tools = nullptr;
+    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) {
+      f.fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                            "\"function\": {\"name\": ...}}");
+      return std::nullopt;
+    }
+    r.tool_choice = tc.get<std::string>();
+    if (tc == "none") r.tools = nullptr;  // hidden from the template, as vLLM does
   }
   if (f.has("response_format")) {
     const ojson& rf = body["response_format"];

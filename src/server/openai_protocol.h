@@ -28,6 +28,7 @@ struct ParsedRequest {
   std::vector<PromptInput> prompts;  // completions/generate; chat fills it after rendering
   ojson messages;                  // chat
   ojson tools;                     // chat: null or array
+  std::string tool_choice = "auto";  // chat: "auto" or "none" (tools hidden, no tool-call parsing)
   ojson chat_template_kwargs;      // chat: null or object (e.g. enable_thinking)
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // chat: the last (assistant) message stays open for the model to continue

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 
+#include "core/check.h"
 #include "core/json.h"
 #include "server/api_key.h"
 #include "server/chat_page.h"
@@ -74,13 +75,27 @@ std::vector<std::string> model_names(const ServingEngine& engine, const HttpServ
   return names;
 }
 
+// The tool-call and reasoning formats the flags name (the serve command checked the names).
+ToolFormat tool_format(const ServingEngine& engine, const std::string& name) {
+  StatusOr<ToolFormat> f = tool_format_from_name(name, engine.has_chat_template() ? engine.chat_template_source() : "");
+  RLM_CHECK(f.is_ok()) << f.status().message();
+  return *f;
+}
+
+ReasoningFormat reasoning_format(const std::string& name) {
+  StatusOr<ReasoningFormat> f = reasoning_format_from_name(name);
+  RLM_CHECK(f.is_ok()) << f.status().message();
+  return *f;
+}
+
 ApiRoutes::ApiRoutes(ServingEngine& engine, const HttpServerConfig& config)
     : engine_(engine),
       api_key_(config.api_key),
       model_names_(model_names(engine, config)),
       allowed_origins_(config.allowed_origins),
       started_(unix_now()),
-      generation_(engine, aliases_, model_names_) {}
+      generation_(engine, aliases_, model_names_, tool_format(engine, config.tool_call_parser),
+                  reasoning_format(config.reasoning_parser)) {}
 
 void ApiRoutes::install(HttpRouter& router) {
   if (!allowed_origins_.empty()) router.set_cors(allowed_origins_);
