@@ -190,29 +190,31 @@ void add_between(std::string& content, std::string_view between, bool known) {
   if (known && !all_ws(between)) content += between;
 }
 
+constexpr std::string_view kToolOpen = "<tool_call>";
+
+// The text before the next <tool_call> at or after pos into content: the position of that block,
+// or npos (the rest was taken, held back as needed).
+size_t text_before_block(std::string_view text, size_t pos, bool after_call, bool final, std::string& content) {
+  const size_t open = text.find(kToolOpen, pos);
+  const std::string_view before = text.substr(pos, open == npos ? npos : open - pos);
+  if (after_call) {
+    add_between(content, before, open != npos || final);
+  } else {
+    content += open == npos ? settled(before, kToolOpen, final) : before;
+  }
+  return open;
+}
+
 // <tool_call>{json}</tool_call> blocks (Hermes, Qwen2.5/Qwen3); text outside them is content.
 OutputView read_hermes(std::string_view text, bool final) {
-  static constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+  static constexpr std::string_view kClose = "</tool_call>";
   OutputView v;
   size_t pos = 0;
   bool after_call = false;
   while (true) {
-    const size_t open = text.find(kOpen, pos);
-    if (open == npos) {
-      const std::string_view tail = text.substr(pos);
-      if (after_call) {
-        add_between(v.content, tail, final);
-      } else {
-        v.content += settled(tail, kOpen, final);
-      }
-      return v;
-    }
-    if (after_call) {
-      add_between(v.content, text.substr(pos, open - pos), true);
-    } else {
-      v.content += text.substr(pos, open - pos);
-    }
-    const size_t body = open + kOpen.size();
+    const size_t open = text_before_block(text, pos, after_call, final, v.content);
+    if (open == npos) return v;
+    const size_t body = open + kToolOpen.size();
     const size_t close = text.find(kClose, body);
     const bool closed = close != npos;
     const std::string_view inner =
@@ -476,21 +478,14 @@ std::string coder_value(const ojson& tools, const std::string& fn, const std::st
 // Qwen3-Coder: <tool_call><function=NAME><parameter=P>value</parameter>...</function></tool_call>;
 // arguments grow by one complete parameter at a time: `{"P": v`, `, "Q": w`, then `}`.
 OutputView read_qwen3_coder(std::string_view text, bool final, const ojson& tools) {
-  static constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>", kFn = "<function=",
-                                    kParam = "<parameter=", kParamEnd = "</parameter>", kFnEnd = "</function>";
+  static constexpr std::string_view kClose = "</tool_call>", kFn = "<function=", kParam = "<parameter=",
+                                    kParamEnd = "</parameter>", kFnEnd = "</function>";
   OutputView v;
   size_t pos = 0;
   bool after_call = false;
   while (true) {
-    const size_t open = text.find(kOpen, pos);
-    if (open == npos) {
-      const std::string_view tail = text.substr(pos);
-      if (after_call) add_between(v.content, tail, final);
-      else v.content += settled(tail, kOpen, final);
-      return v;
-    }
-    if (after_call) add_between(v.content, text.substr(pos, open - pos), true);
-    else v.content += text.substr(pos, open - pos);
+    const size_t open = text_before_block(text, pos, after_call, final, v.content);
+    if (open == npos) return v;
     const size_t close = text.find(kClose, open);
     const std::string_view block = text.substr(open, close == npos ? npos : close - open);
     const size_t fn = block.find(kFn);
