@@ -36,6 +36,7 @@ SampleRow sample_row(const StepItem& it) {
     row.output_ids = &req.output_ids;
   }
   row.logprobs = p.logprobs;
+  if (!p.logit_bias.empty()) row.logit_bias = &p.logit_bias;
   return row;
 }
 

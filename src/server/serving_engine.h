@@ -29,6 +29,7 @@ class ServingEngine {
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }  // requires has_tokenizer()
   bool has_chat_template() const { return chat_template_.has_value(); }
+  const std::string& chat_template_source() const { return chat_template_->source(); }  // requires has_chat_template()
   int64_t vocab_size() const { return runner_->model_config().vocab_size; }
 
   // Renders a conversation with the model's chat template (kInvalidArgument on template errors).
