@@ -99,8 +99,8 @@ int run_serve(const ServeArgs& a) {
   sc.chunked_prefill_size = a.chunked_prefill_size;
   sc.max_prefill_tokens = a.max_prefill_tokens;
   sc.overlap_schedule = !a.disable_overlap_schedule;
-  sc.policy = a.schedule_policy;
-  sc.cache = a.cache;
+  sc.policy = parse_schedule_policy(a.schedule_policy).value();  // CLI11 checked the names
+  sc.cache = parse_cache_kind(a.cache).value();
   sc.max_context_len = context;
   sc.max_queued_requests = a.max_queued_requests;
   std::string name = a.served_model_name;
