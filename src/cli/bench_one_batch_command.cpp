@@ -13,6 +13,7 @@
 #include "engine/cuda_graph_runner.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/serving_limits.h"
 #include "model/qwen3_next.h"
 
 namespace rlm::cli {
@@ -29,6 +30,7 @@ struct OneBatchArgs {
   int64_t input_len = 512;
   int64_t output_len = 32;
   int64_t page_size = 16;
+  int64_t max_prefill_tokens = 0;  // tokens per prefill step; 0: by GPU memory (engine/serving_limits.h)
   uint64_t seed = 0;
   RunnerFlags runner;
 };
@@ -115,11 +117,15 @@ int run_one_batch(const OneBatchArgs& a) {
   auto loaded = load_model(a.model.empty() ? default_model_path() : a.model, lo);
   if (!loaded.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", loaded.status().to_string().c_str()), 1;
   const ModelConfig cfg = loaded->config;
+  ServingLimits given;
+  given.max_prefill_tokens = a.max_prefill_tokens;
+  const int64_t step_tokens = default_serving_limits(hardware_info(*device), given).max_prefill_tokens;
   ModelRunnerConfig rc;
   rc.device = *device;
   rc.attention_backend = default_attention_backend(*device);
   rc.page_size = a.page_size;
   rc.max_requests = a.batch_size;
+  rc.max_num_tokens = std::max(step_tokens, a.batch_size);  // the memory plan covers the largest step
   rc.max_context_len = a.input_len + a.output_len;
   a.runner.apply(rc, /*size_from_memory=*/true);  // CUDA: the pool is sized like serve's
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
@@ -144,23 +150,45 @@ int run_one_batch(const OneBatchArgs& a) {
   if (MambaPool* pool = r.mamba_pool()) {
     for (auto& m : mamba_slots) m = pool->alloc();
   }
-  std::vector<BatchEntry> prefill;
-  for (int64_t b = 0; b < a.batch_size; ++b) {
-    BatchEntry e;
-    e.req_slot = req_slots[b];
-    e.mamba_slot = mamba_slots[b];
-    for (int64_t i = 0; i < a.input_len; ++i) {
-      e.new_ids.push_back(tok(rng));
-      e.new_slots.push_back(slot(b, i));
-    }
-    prefill.push_back(std::move(e));
+  std::vector<std::vector<int32_t>> prompts(a.batch_size);
+  for (auto& p : prompts) {
+    for (int64_t i = 0; i < a.input_len; ++i) p.push_back(tok(rng));
   }
   int64_t eager_mismatches = 0;
   std::vector<ops::SamplingRow> greedy(a.batch_size);
   for (auto& g : greedy) g.temperature = 0.0f;
+  // Prefill in steps of at most step_tokens tokens, requests split across steps like the server's
+  // chunked prefill; a request samples its first token in the step that completes its prompt.
+  std::vector<int32_t> next(a.batch_size, 0);
+  int64_t prefill_steps = 0;
   auto t0 = Clock::now();
-  ForwardBatch pb = r.build_batch(ForwardMode::kExtend, prefill);
-  std::vector<int32_t> next = r.sample(r.forward(pb), greedy);
+  for (int64_t b = 0, done = 0; b < a.batch_size;) {
+    std::vector<BatchEntry> step;
+    std::vector<int64_t> sampled;
+    for (int64_t room = step_tokens; room > 0 && b < a.batch_size;) {
+      const int64_t take = std::min(room, a.input_len - done);
+      BatchEntry e;
+      e.req_slot = req_slots[b];
+      e.mamba_slot = mamba_slots[b];
+      e.prefix_len = static_cast<int32_t>(done);
+      e.new_ids.assign(prompts[b].begin() + done, prompts[b].begin() + done + take);
+      for (int64_t i = done; i < done + take; ++i) e.new_slots.push_back(slot(b, i));
+      done += take;
+      room -= take;
+      e.skip_logits = done < a.input_len;
+      if (!e.skip_logits) sampled.push_back(b);
+      step.push_back(std::move(e));
+      if (done == a.input_len) {
+        ++b;
+        done = 0;
+      }
+    }
+    ForwardBatch pb = r.build_batch(ForwardMode::kExtend, step);
+    const Tensor logits = r.forward(pb);
+    std::vector<int32_t> out = r.sample(logits, std::vector<ops::SamplingRow>(sampled.size(), greedy[0]));
+    for (size_t i = 0; i < sampled.size(); ++i) next[sampled[i]] = out[i];
+    ++prefill_steps;
+  }
   const double prefill_ms = ms_since(t0);
   // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
   // the second so both passes do identical work on identical data).
@@ -225,8 +253,9 @@ int run_one_batch(const OneBatchArgs& a) {
               dtype_name(cfg.dtype), device->to_string().c_str(), static_cast<long long>(a.batch_size),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
               static_cast<long long>(a.page_size));
-  std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
-              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
+  std::printf("prefill: %.2f ms (%.0f tok/s) in %lld steps of <= %lld tokens\n", prefill_ms,
+              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3),
+              static_cast<long long>(prefill_steps), static_cast<long long>(step_tokens));
   const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
   std::string graphs = "eager";
   if (!graph_sizes.empty()) {
@@ -260,6 +289,10 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--input-len", a->input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
   s->add_option("--output-len", a->output_len, "Tokens generated per request")->check(CLI::PositiveNumber);
   s->add_option("--page-size", a->page_size, "KV page size")->check(CLI::PositiveNumber);
+  s->add_option("--max-prefill-tokens", a->max_prefill_tokens,
+                "Tokens per prefill step; longer batches prefill in chunks like the server's (default: by GPU memory, "
+                "8192 on an 80 GB GPU and on the CPU)")
+      ->check(CLI::NonNegativeNumber);
   s->add_option("--seed", a->seed, "Seed for dummy weights and prompts");
   a->runner.add_to(s);
   out.emplace_back(s, [a] { return run_one_batch(*a); });

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/runner_flags.h"
 #include "engine/model_loader.h"
+#include "engine/serving_limits.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template_loader.h"
 
@@ -36,10 +37,12 @@ struct ServeArgs {
   std::string device = "auto";
   int64_t page_size = 1;
   int64_t max_total_tokens = 0;  // 0: from --mem-fraction-static on CUDA, 32768 on the CPU
-  int64_t max_running_requests = 64;
+  // 0: chosen for the hardware (engine/serving_limits.h) and, for the running limit, the KV pool.
+  int64_t max_running_requests = 0;
   int64_t context_length = 0;
-  int64_t chunked_prefill_size = 2048;
-  int64_t max_prefill_tokens = 8192;
+  int64_t chunked_prefill_size = 0;
+  int64_t max_prefill_tokens = 0;
+  bool enable_mixed_chunk = true;
   std::string schedule_policy = "fcfs";
   std::string cache = "radix";
   int64_t max_queued_requests = 4096;
@@ -75,29 +78,40 @@ int run_serve(const ServeArgs& a) {
     std::fprintf(stderr, "radixlm serve: %s\n", device.status().message().c_str());
     return 2;
   }
+  ServingLimits given;
+  given.max_running_requests = a.max_running_requests;
+  given.chunked_prefill_size = a.chunked_prefill_size;
+  given.max_prefill_tokens = a.max_prefill_tokens;
+  given.cuda_graph_max_bs = a.runner.cuda_graph_max_bs;
+  const ServingLimits limits = default_serving_limits(hardware_info(*device), given);
   ModelRunnerConfig rc;
   rc.device = *device;
   rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
   rc.prefill_attention_backend = a.prefill_attention_backend;
   rc.decode_attention_backend = a.decode_attention_backend;
   rc.page_size = a.page_size;
-  rc.max_requests = a.max_running_requests;
+  rc.max_requests = limits.max_running_requests;  // the cap until the KV pool is sized
+  rc.max_num_tokens = limits.max_prefill_tokens;  // the largest step the profile plans for
   rc.max_context_len = context;
   rc.mamba_slots = a.max_mamba_cache_size;
   const int64_t total_tokens = a.max_total_tokens > 0 ? a.max_total_tokens : (device->is_cuda() ? 0 : 32768);
   rc.num_pages = total_tokens > 0 ? std::max<int64_t>(1, total_tokens / a.page_size) : 0;
   a.runner.apply(rc, /*size_from_memory=*/total_tokens == 0);
+  rc.cuda_graph_max_bs = limits.cuda_graph_max_bs;
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   if (!runner.is_ok()) {
     std::fprintf(stderr, "radixlm serve: %s\n", runner.status().to_string().c_str());
     return 1;
   }
   const int64_t kv_tokens = (*runner)->kv_pool().num_slots();
-  const size_t graphs = (*runner)->cuda_graph_batch_sizes().size();
+  const std::vector<int64_t> graph_sizes = (*runner)->cuda_graph_batch_sizes();
   SchedulerConfig sc;
-  sc.max_running_requests = a.max_running_requests;
-  sc.chunked_prefill_size = a.chunked_prefill_size;
-  sc.max_prefill_tokens = a.max_prefill_tokens;
+  sc.max_running_requests = a.max_running_requests > 0
+                                ? a.max_running_requests
+                                : running_requests_for_kv(kv_tokens, limits.max_running_requests);
+  sc.chunked_prefill_size = limits.chunked_prefill_size;
+  sc.max_prefill_tokens = limits.max_prefill_tokens;
+  sc.enable_mixed_chunk = a.enable_mixed_chunk;
   sc.overlap_schedule = !a.disable_overlap_schedule;
   sc.policy = parse_schedule_policy(a.schedule_policy).value();  // CLI11 checked the names
   sc.cache = parse_cache_kind(a.cache).value();
@@ -122,11 +136,13 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::thread http([&] { server.listen_after_bind(); });
+  if (const auto& plan = engine.runner().memory_plan()) std::printf("radixlm: memory: %s\n", plan->describe().c_str());
+  std::printf("radixlm: limits: %s\n", engine.describe_limits().c_str());
   std::printf(
       "radixlm: serving '%s' on http://%s:%d (%s, %s, %s cache, page size %lld, %lld KV tokens, %zu CUDA graphs)\n",
       name.c_str(), a.host.c_str(), port, device->to_string().c_str(),
       engine.has_chat_template() ? "chat template" : "no chat template", a.cache.c_str(),
-      static_cast<long long>(a.page_size), static_cast<long long>(kv_tokens), graphs);
+      static_cast<long long>(a.page_size), static_cast<long long>(kv_tokens), graph_sizes.size());
   std::fflush(stdout);
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::printf("radixlm: signal %d: draining in-flight requests (up to %llds)\n", g_signal.load(),
@@ -170,13 +186,22 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--max-total-tokens", a->max_total_tokens,
                  "KV cache capacity in tokens (default: from --mem-fraction-static on CUDA, 32768 on the CPU)")
       ->check(CLI::PositiveNumber);
-  s->add_option("--max-running-requests", a->max_running_requests, "Most requests decoding at once")
-      ->check(CLI::PositiveNumber);
+  s->add_option("--max-running-requests", a->max_running_requests,
+                "Most requests decoding at once (default: by GPU memory, 512 on an 80 GB GPU, 64 on the CPU; "
+                "lowered to KV tokens / 256)")
+      ->check(CLI::NonNegativeNumber);
   s->add_option("--context-length", a->context_length, "Context length (default: the model's)");
-  s->add_option("--chunked-prefill-size", a->chunked_prefill_size, "Most prompt tokens of one request per step")
-      ->check(CLI::PositiveNumber);
-  s->add_option("--max-prefill-tokens", a->max_prefill_tokens, "Most prompt tokens per prefill step")
-      ->check(CLI::PositiveNumber);
+  s->add_option("--chunked-prefill-size", a->chunked_prefill_size,
+                "Most prompt tokens of one request per step (default: by GPU memory, 8192 on an 80 GB GPU, "
+                "2048 on the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  s->add_option("--max-prefill-tokens", a->max_prefill_tokens,
+                "Most new tokens in a step with prompt chunks, decode tokens of a mixed step included (default: "
+                "by GPU memory, 8192 on an 80 GB GPU and on the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  s->add_flag("--enable-mixed-chunk,!--disable-mixed-chunk", a->enable_mixed_chunk,
+              "Mixed steps: decode tokens of the running requests and prompt chunks in one step (default on; "
+              "--disable-mixed-chunk runs prompt chunks in steps of their own)");
   s->add_option("--schedule-policy", a->schedule_policy, "fcfs | lpm")->check(CLI::IsMember({"fcfs", "lpm"}));
   s->add_option("--cache", a->cache, "radix | naive")->check(CLI::IsMember({"radix", "naive"}));
   s->add_option("--max-queued-requests", a->max_queued_requests, "Queue limit (503 beyond)")

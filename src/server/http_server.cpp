@@ -558,6 +558,10 @@ void HttpServer::install_routes() {
   s.Post("/tokenize", [routes](const httplib::Request& q, httplib::Response& r) { routes->handle_tokenize(q, r); });
   s.Post("/detokenize", [routes](const httplib::Request& q, httplib::Response& r) { routes->handle_detokenize(q, r); });
   ServingEngine* engine = &engine_;
+  // The limits chosen at start-up (serving_engine.h).
+  s.Get("/server_info", [engine](const httplib::Request&, httplib::Response& r) {
+    send_json(r, 200, engine->server_info());
+  });
   s.Get("/health", [engine](const httplib::Request&, httplib::Response& r) {
     if (engine->draining()) return send_json(r, 503, {{"status", "shutting down"}});
     send_json(r, 200, {{"status", "ok"}});

@@ -40,6 +40,11 @@ class ServingEngine {
   void abort(const std::string& rid) { scheduler_->abort(rid); }
 
   ServingMetrics& metrics() { return *metrics_; }
+  const ModelRunner& runner() const { return *runner_; }
+  // The limits the scheduler and runner run with (chosen for the hardware unless given), as one
+  // log line and as the /server_info document.
+  std::string describe_limits() const;
+  nlohmann::ordered_json server_info() const;
   void start() { scheduler_->start(); }
   // Stops taking requests (503) — in-flight ones continue until shutdown().
   void begin_drain() { draining_ = true; }
