@@ -18,9 +18,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 debs=(build-essential cmake ninja-build pkg-config git python3 python3-venv
-      libopenblas-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libcli11-dev
+      libopenblas-dev nlohmann-json3-dev libboost-dev libpcre2-dev libcli11-dev
       libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
-      clang-format)
+      clang-format chromium chromium-driver)
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")

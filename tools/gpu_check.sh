@@ -14,7 +14,7 @@
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
 # Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline (any
 # subset, comma-separated) picks benchmark sets.
-# Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
+# Time limits (seconds): build 330 (BUILD_TIMEOUT), each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,7 +69,7 @@ fi
 
 echo "== build -j$JOBS ($(elapsed))"
 # -k 0: keep building the other targets after a failure, so one broken test does not hide the rest.
-timeout 330 cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
+timeout "${BUILD_TIMEOUT:-330}" cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
 BUILD_RC=$?
 grep -E 'error:|error :|FAILED:|Error' "$OUT/build.log" | head -40
 if [ $BUILD_RC -eq 0 ]; then

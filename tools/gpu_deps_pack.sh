@@ -6,8 +6,8 @@
 # except GoogleTest's. Usage: bash tools/gpu_deps_pack.sh  (then carry .gpu_deps.tar.xz)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-pkgs=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread nlohmann-json3-dev libcpp-httplib-dev
-      libcpp-httplib0.11 libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcli11-dev
+pkgs=(libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread nlohmann-json3-dev
+      libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 libcli11-dev
       libsentencepiece-dev libsentencepiece0 libprotobuf32 libgtest-dev libgmock-dev pkgconf pkgconf-bin
       libpkgconf3 libbrotli-dev libbrotli1 libgfortran5 libssl-dev libssl3 zlib1g-dev zlib1g)
 LIST=$(mktemp)
@@ -26,6 +26,12 @@ done | while read -r f; do
   esac
   echo "${f#/}"
 done | sort -u > "$LIST"
+# Boost is header-only and large (160 MB): only the headers our sources include (the compiler's
+# dependency closure of the files that use Beast/Asio) and Boost's CMake package files.
+for f in src/server/http_transport.cpp src/bench/http_client.cpp; do
+  g++ -std=c++20 -M -MT x -I "$ROOT/src" "$ROOT/$f"
+done | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sed 's|^/||' | sort -u >> "$LIST"
+dpkg -L libboost1.74-dev | grep '/cmake/' | while read -r f; do [ -f "$f" ] && echo "${f#/}"; done >> "$LIST"
 tar -C / -cJf "$ROOT/.gpu_deps.tar.xz" -T "$LIST"
 rm -f "$LIST"
 ls -l "$ROOT/.gpu_deps.tar.xz"

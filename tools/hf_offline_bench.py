@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Offline throughput of Hugging Face `transformers.generate` on the same work as
-`radixlm bench offline` (the reference for issue 5's offline-throughput ratio).
+`radixlm bench offline` (the reference for its offline-throughput ratio, docs/perf/).
 
 Reads the dataset JSON written by `radixlm bench offline --dataset-out FILE` (token-id prompts and
 per-request output lengths), builds the model from a directory (weights when present, otherwise

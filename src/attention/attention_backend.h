@@ -1,4 +1,4 @@
-// The attention-backend contract (seed 000 §2, seed 003 §5.1). A backend prepares index metadata
+// The attention-backend contract (SGLang's AttentionBackend, Mini-SGLang's backend interface). A backend prepares index metadata
 // once per step and runs the attention kernels; it owns neither KV memory nor scheduling nor
 // sampling. Backends register by name; `--attention-backend NAME` picks one.
 #pragma once

@@ -1,4 +1,4 @@
-// Cascade attention for extend batches (seed 000's two-pass extend, FlashInfer's cascade): the
+// Cascade attention for extend batches (SGLang's two-pass ragged + paged extend, FlashInfer's cascade): the
 // attention of each query is split over two disjoint key sets — level 1, a cached prefix, and
 // level 2, the rest of its sequence (the tail of the prefix and the new tokens, causal) — and the
 // two partial results are merged by their log-sum-exps (ops::merge_attention_states).

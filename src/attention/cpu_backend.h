@@ -1,7 +1,7 @@
 // The `cpu` attention backend: our CPU paged-attention kernels. With a KV pool in host memory it is
 // the CPU engine's backend. With a KV pool on a GPU it is the reference for comparing GPU backends
-// (issue 5: `--attention-backend cpu` on `--device cuda` must give the same greedy tokens as
-// `native`): K/V are stored into the GPU pool with the GPU kernel, then q and the layer's whole K/V
+// (`--attention-backend cpu` on `--device cuda` gives the same greedy tokens as `native`;
+// tests/cuda/backend_compare_test.cpp): K/V are stored into the GPU pool with the GPU kernel, then q and the layer's whole K/V
 // pool are copied to the host, attended there and the result copied back — exact, and slow by
 // design (every layer copies its pool), so it is meant for small models and checks, not serving.
 #pragma once

@@ -1,5 +1,5 @@
-// The linear-attention backend for Gated DeltaNet layers (seed 002 §1-2; SGLang's
-// GDNAttnBackend): once per step it turns the batch's hybrid fields (mamba slots, prefix lengths,
+// The linear-attention backend for Gated DeltaNet layers (docs/design/qwen3_next.md;
+// SGLang's GDNAttnBackend): once per step it turns the batch's hybrid fields (mamba slots, prefix lengths,
 // snapshot requests) into ops::StateSegments on the state pool's device; per layer it runs the
 // causal conv over the projected q/k/v, the gates and the gated delta rule — recurrent when
 // every request adds one token (decode), chunked otherwise; a mixed step's leading one-token

@@ -165,6 +165,7 @@ StatusOr<RunResult> run_benchmark(const std::vector<Conversation>& dataset,
             skipped.turn = static_cast<int64_t>(k);
             skipped.max_tokens = conv.turns[k].output_len;
             skipped.error = str("not sent: turn ", t, " of this conversation failed");
+            skipped.error_kind = "not sent";
           }
           break;
         }

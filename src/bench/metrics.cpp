@@ -46,6 +46,7 @@ BenchMetrics compute_metrics(const std::vector<RequestOutcome>& outcomes, double
     if (!o.success) {
       ++m.failed;
       if (m.first_error.empty()) m.first_error = o.error;
+      ++m.failures_by_kind[o.error_kind.empty() ? std::string("other") : o.error_kind];
       continue;
     }
     ++m.completed;

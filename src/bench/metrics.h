@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ namespace rlm::bench {
 struct RequestOutcome {
   bool success = false;
   std::string error;            // why it failed (empty on success)
+  std::string error_kind;       // its class: "connect refused", "connect timeout", "connect error",
+                                // "write error", "read error", "timeout", "HTTP status N",
+                                // "stream error" (error event, malformed or unfinished stream), "not sent"
   int64_t conversation = -1;    // index in the dataset
   int64_t turn = 0;             // turn within the conversation
   int64_t planned_input_len = 0;
@@ -50,6 +54,7 @@ struct BenchMetrics {
   int64_t completed = 0;
   int64_t failed = 0;
   std::string first_error;
+  std::map<std::string, int64_t> failures_by_kind;  // error_kind -> count
   double duration_s = 0;
   int64_t total_input_tokens = 0;
   int64_t total_output_tokens = 0;

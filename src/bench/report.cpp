@@ -70,7 +70,13 @@ void print_report(std::FILE* out, const ReportHeader& h, const BenchMetrics& m) 
   section(out, "Inter-Token Latency");
   latency_rows(out, "ITL", m.itl);
   std::fprintf(out, "%s\n", std::string(50, '=').c_str());
-  if (m.failed > 0) std::fprintf(out, "First error: %s\n", m.first_error.c_str());
+  if (m.failed > 0) {
+    std::fprintf(out, "Failures by kind:\n");
+    for (const auto& [kind, count] : m.failures_by_kind) {
+      std::fprintf(out, "  %-38s %lld\n", (kind + ":").c_str(), static_cast<long long>(count));
+    }
+    std::fprintf(out, "First error: %s\n", m.first_error.c_str());
+  }
 }
 
 nlohmann::json metrics_to_json(const BenchMetrics& m) {
@@ -78,6 +84,7 @@ nlohmann::json metrics_to_json(const BenchMetrics& m) {
   j["completed"] = m.completed;
   j["failed"] = m.failed;
   j["first_error"] = m.first_error;
+  j["failures_by_kind"] = m.failures_by_kind;
   j["duration"] = m.duration_s;
   j["total_input_tokens"] = m.total_input_tokens;
   j["total_output_tokens"] = m.total_output_tokens;
@@ -100,6 +107,7 @@ nlohmann::json outcomes_to_json(const std::vector<RequestOutcome>& outcomes) {
                    {"turn", o.turn},
                    {"success", o.success},
                    {"error", o.error},
+                   {"error_kind", o.error_kind},
                    {"planned_input_len", o.planned_input_len},
                    {"input_len", o.input_len},
                    {"output_len", o.output_len},

@@ -18,7 +18,8 @@ struct ReportHeader {
   int64_t max_concurrency = 0;  // 0: not set
 };
 
-// Prints the result table (times in ms, throughputs per second).
+// Prints the result table (times in ms, throughputs per second); with failures, their count per
+// kind and the first error.
 void print_report(std::FILE* out, const ReportHeader& header, const BenchMetrics& m);
 
 // Flat metric keys as SGLang's bench_serving writes them: completed, duration,

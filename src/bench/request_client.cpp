@@ -1,11 +1,11 @@
 #include "bench/request_client.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <cstdlib>
 
+#include "bench/http_client.h"
 #include "bench/sse_parser.h"
+#include "core/json.h"
 
 namespace rlm::bench {
 
@@ -38,20 +38,23 @@ int64_t int_or(const nlohmann::json& j, const char* key, int64_t fallback) {
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
 }
 
-httplib::Headers request_headers(const Endpoint& e, bool stream) {
-  httplib::Headers h;
-  if (stream) h.emplace("Accept", "text/event-stream");
-  if (!e.api_key.empty()) h.emplace("Authorization", "Bearer " + e.api_key);
+std::vector<std::pair<std::string, std::string>> request_headers(const Endpoint& e, bool stream) {
+  std::vector<std::pair<std::string, std::string>> h;
+  if (stream) h.emplace_back("Accept", "text/event-stream");
+  if (!e.api_key.empty()) h.emplace_back("Authorization", "Bearer " + e.api_key);
   return h;
 }
 
-void configure(httplib::Client& cli, const Endpoint& e) {
-  const auto timeout = std::chrono::duration<double>(e.timeout_s);
-  cli.set_connection_timeout(std::min(timeout, std::chrono::duration<double>(kMaxConnectSeconds)));
-  cli.set_read_timeout(timeout);
-  cli.set_write_timeout(timeout);
-  cli.set_keep_alive(false);
-  cli.set_tcp_nodelay(true);  // no Nagle delay between the request's header and body writes
+HttpCall make_call(const Endpoint& e, std::string method, std::string target, bool stream) {
+  HttpCall call;
+  call.host = e.host;
+  call.port = e.port;
+  call.method = std::move(method);
+  call.target = std::move(target);
+  call.headers = request_headers(e, stream);
+  call.timeout_s = e.timeout_s;
+  call.connect_timeout_s = std::min(e.timeout_s, kMaxConnectSeconds);
+  return call;
 }
 
 }  // namespace
@@ -174,11 +177,12 @@ void StreamAccumulator::on_event(std::string_view data, double t_s) {
     done_ = true;
     return;
   }
-  nlohmann::json j = nlohmann::json::parse(data, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  StatusOr<nlohmann::json> parsed = parse_json(data, kRequestJsonLimits);
+  if (!parsed.is_ok() || !parsed->is_object()) {
     error_ = str("malformed event in the stream: ", truncated(data));
     return;
   }
+  const nlohmann::json& j = *parsed;
   if (auto it = j.find("error"); it != j.end() && !it->is_null()) {
     std::string msg;
     error_ = nonempty_string(*it, "message", msg) ? "server error: " + msg
@@ -240,6 +244,7 @@ void StreamAccumulator::finish(double end_s, RequestOutcome& out) const {
     out.error = "the stream ended without [DONE] or a finish_reason";
   }
   out.success = out.error.empty();
+  if (!out.success) out.error_kind = "stream error";
 }
 
 RequestOutcome send_request(const Endpoint& endpoint, const RequestOptions& options,
@@ -254,66 +259,57 @@ RequestOutcome send_request(const Endpoint& endpoint, const RequestOptions& opti
   int status = 0;
   std::string error_body;
 
-  httplib::Client cli(endpoint.host, endpoint.port);
-  configure(cli, endpoint);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = endpoint.path_prefix + backend_path(options.backend);
-  req.headers = request_headers(endpoint, /*stream=*/true);
-  req.body = build_request_body(spec, options).dump();
-  req.set_header("Content-Type", "application/json");
-  req.response_handler = [&](const httplib::Response& r) {
-    status = r.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+  HttpCall call = make_call(endpoint, "POST", endpoint.path_prefix + backend_path(options.backend), /*stream=*/true);
+  call.headers.emplace_back("Content-Type", "application/json");
+  call.body = build_request_body(spec, options).dump();
+  auto on_status = [&](int s) { status = s; };
+  auto on_data = [&](std::string_view data) {
     chunk_s = seconds_between(start, Clock::now());
     if (status == 200) {
-      parser.feed(std::string_view(data, n));
+      parser.feed(data);
     } else if (error_body.size() < kMaxErrorBody) {
-      error_body.append(data, std::min(n, kMaxErrorBody - error_body.size()));
+      error_body.append(data.substr(0, kMaxErrorBody - error_body.size()));
     }
-    return true;
   };
-  httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
   start = Clock::now();
   out.start_s = seconds_between(bench_start, start);
-  const bool sent = cli.send(req, res, err);
+  const HttpCallResult res = http_call(call, on_status, on_data);
   const double end_s = seconds_between(start, Clock::now());
   chunk_s = end_s;
   parser.finish();
   acc.finish(end_s, out);
-  if (!sent) {
+  if (status != 0 && status != 200) {
     out.success = false;
-    out.error = str("HTTP request to ", endpoint.host, ":", endpoint.port, req.path,
-                    " failed: ", httplib::to_string(err));
-  } else if (status != 200) {
+    out.error_kind = str("HTTP status ", status);
+    out.error = str("HTTP ", status, " from ", call.target, ": ", truncated(error_body, kMaxErrorBody));
+  } else if (!res.complete) {
     out.success = false;
-    out.error = str("HTTP ", status, " from ", req.path, ": ", truncated(error_body, kMaxErrorBody));
+    out.error_kind = res.error_kind;
+    out.error = res.error;
   }
   return out;
 }
 
 StatusOr<std::string> fetch_first_model_id(const Endpoint& endpoint) {
-  httplib::Client cli(endpoint.host, endpoint.port);
-  configure(cli, endpoint);
-  cli.set_read_timeout(std::chrono::seconds(30));
-  const std::string path = endpoint.path_prefix + "/v1/models";
-  httplib::Result res = cli.Get(path, request_headers(endpoint, /*stream=*/false));
-  if (!res) {
-    return Status(StatusCode::kUnavailable, str("GET ", endpoint.host, ":", endpoint.port, path,
-                                                " failed: ", httplib::to_string(res.error())));
+  HttpCall call = make_call(endpoint, "GET", endpoint.path_prefix + "/v1/models", /*stream=*/false);
+  call.timeout_s = std::min(call.timeout_s, 30.0);
+  int status = 0;
+  std::string body;
+  const HttpCallResult res =
+      http_call(call, [&](int s) { status = s; }, [&](std::string_view data) { body.append(data); });
+  const std::string& path = call.target;
+  if (status == 0 || (!res.complete && status == 200)) {
+    return Status(StatusCode::kUnavailable, res.error);
   }
-  if (res->status != 200) {
-    return Status(StatusCode::kUnavailable,
-                  str("GET ", path, " returned HTTP ", res->status, ": ", truncated(res->body)));
+  if (status != 200) {
+    return Status(StatusCode::kUnavailable, str("GET ", path, " returned HTTP ", status, ": ", truncated(body)));
   }
-  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("data") || !j["data"].is_array() ||
+  StatusOr<nlohmann::json> parsed = parse_json(body, kRequestJsonLimits);
+  nlohmann::json j = parsed.is_ok() ? std::move(parsed).value() : nlohmann::json();
+  if (!j.is_object() || !j.contains("data") || !j["data"].is_array() ||
       j["data"].empty() || !j["data"][0].is_object() || !j["data"][0].contains("id") ||
       !j["data"][0]["id"].is_string()) {
-    return invalid_argument(str("GET ", path, " returned no model id: ", truncated(res->body)));
+    return invalid_argument(str("GET ", path, " returned no model id: ", truncated(body)));
   }
   return j["data"][0]["id"].get<std::string>();
 }

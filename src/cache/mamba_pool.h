@@ -1,4 +1,4 @@
-// MambaPool: per-request recurrent state of a hybrid linear-attention model (seed 002 §2): for
+// MambaPool: per-request recurrent state of a hybrid linear-attention model (docs/design/hybrid_radix_cache.md): for
 // every Gated DeltaNet layer, a causal-conv state (the last conv_width inputs of the conv) and an
 // SSM state (one [head_k_dim, head_v_dim] matrix per value head), both f32. A slot holds one
 // request's state at one position; slots are also used for the prefix cache's snapshots.

@@ -13,6 +13,7 @@
 #include "bench/report.h"
 #include "bench/schedule.h"
 #include "cli/commands.h"
+#include "core/json.h"
 
 namespace rlm::cli {
 
@@ -121,8 +122,9 @@ int run_bench_serve(BenchServeArgs a) {
   run.request.ignore_eos = !a.disable_ignore_eos;
   run.request.temperature = a.temperature;
   if (!a.extra_request_body.empty()) {
-    run.request.extra_body = nlohmann::json::parse(a.extra_request_body, nullptr, false);
-    if (run.request.extra_body.is_discarded() || !run.request.extra_body.is_object()) {
+    StatusOr<nlohmann::json> extra = parse_json(a.extra_request_body, kRequestJsonLimits);
+    if (extra.is_ok()) run.request.extra_body = std::move(extra).value();
+    if (!extra.is_ok() || !run.request.extra_body.is_object()) {
       return fail_with(invalid_argument(
           str("--extra-request-body must be a JSON object, got '", a.extra_request_body, "'")));
     }
@@ -176,7 +178,7 @@ int run_bench_serve(BenchServeArgs a) {
     if (!out) return fail_with(not_found(str("cannot write --output-file '", a.output_file, "'")));
     out << bench::result_json(metrics, args_json(a, run, data), result->outcomes).dump(2) << "\n";
   }
-  return metrics.completed > 0 ? 0 : 1;
+  return metrics.completed > 0 && metrics.failed == 0 ? 0 : 1;  // a run with failed requests is not a result
 }
 
 }  // namespace

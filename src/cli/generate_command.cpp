@@ -1,6 +1,7 @@
 // `radixlm generate`: offline generation for a batch of prompts — text (--prompt, optionally
-// wrapped in the model's chat template with --chat) or token ids (--prompt-ids, or a JSONL file).
-// Prints one JSON line per prompt with the output ids and, when the model has a tokenizer, text.
+// wrapped in the model's chat template with --chat) or token ids (--prompt-ids, or a JSONL file) —
+// through the same scheduler and engine as `serve` (server/offline_engine.h). Prints one JSON line
+// per prompt with the output ids and, when the model has a tokenizer, text.
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -8,18 +9,17 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "cli/runner_flags.h"
-#include "engine/generator.h"
-#include "engine/model_loader.h"
-#include "tokenizer/chat_template_loader.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/engine_flags.h"
+#include "core/json.h"
+#include "server/engine_builder.h"
+#include "server/offline_engine.h"
 
 namespace rlm::cli {
 
 namespace {
 
 struct GenerateArgs {
-  std::string model;
+  EngineArgs engine;
   std::vector<std::string> prompts;
   std::vector<std::string> prompt_ids;
   std::string prompts_file;
@@ -30,17 +30,12 @@ struct GenerateArgs {
   float top_p = 1.0f;
   int32_t top_k = -1;
   float min_p = 0.0f;
-  uint64_t seed = 0;
   bool ignore_eos = false;
-  std::string load_format = "auto";
-  std::string attention_backend;  // "" = default for the device
-  std::string prefill_attention_backend;  // "": as attention_backend
-  std::string decode_attention_backend;
-  std::string device = "auto";
-  int64_t page_size = 16;
-  int64_t max_batch_size = 0;
-  int64_t max_context_len = 0;
-  RunnerFlags runner;
+
+  GenerateArgs() {
+    engine.page_size = 16;
+    engine.max_running_requests = 0;  // --max-batch-size 0: every prompt at once (up to 64)
+  }
 };
 
 StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
@@ -61,15 +56,15 @@ StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
   return ids;
 }
 
-GenerateRequest base_request(const GenerateArgs& a) {
-  GenerateRequest r;
-  r.max_tokens = a.max_tokens;
-  r.sampling.temperature = a.temperature;
-  r.sampling.top_p = a.top_p;
-  r.sampling.top_k = a.top_k;
-  r.sampling.min_p = a.min_p;
-  r.sampling.seed = a.seed;
-  r.ignore_eos = a.ignore_eos;
+OfflineRequest base_request(const GenerateArgs& a) {
+  OfflineRequest r;
+  r.params.max_new_tokens = a.max_tokens;
+  r.params.temperature = a.temperature;
+  r.params.top_p = a.top_p;
+  r.params.top_k = a.top_k;
+  r.params.min_p = a.min_p;
+  r.params.seed = a.engine.seed;  // every prompt samples with --seed (default 0): reproducible runs
+  r.params.ignore_eos = a.ignore_eos;
   return r;
 }
 
@@ -86,16 +81,16 @@ StatusOr<std::vector<int32_t>> encode_prompt(const GenerateArgs& a, const std::s
   return tok->encode(rendered, /*add_special_tokens=*/false);
 }
 
-StatusOr<std::vector<GenerateRequest>> collect_requests(const GenerateArgs& a, const Tokenizer* tok,
-                                                        const std::optional<ChatTemplate>& tmpl) {
-  std::vector<GenerateRequest> reqs;
+StatusOr<std::vector<OfflineRequest>> collect_requests(const GenerateArgs& a, const Tokenizer* tok,
+                                                       const std::optional<ChatTemplate>& tmpl) {
+  std::vector<OfflineRequest> reqs;
   for (const std::string& text : a.prompts) {
-    GenerateRequest r = base_request(a);
+    OfflineRequest r = base_request(a);
     RLM_ASSIGN_OR_RETURN(r.prompt_ids, encode_prompt(a, text, tok, tmpl));
     reqs.push_back(std::move(r));
   }
   for (const std::string& text : a.prompt_ids) {
-    GenerateRequest r = base_request(a);
+    OfflineRequest r = base_request(a);
     RLM_ASSIGN_OR_RETURN(r.prompt_ids, parse_ids(text));
     reqs.push_back(std::move(r));
   }
@@ -107,10 +102,12 @@ StatusOr<std::vector<GenerateRequest>> collect_requests(const GenerateArgs& a, c
     while (std::getline(in, line)) {
       ++line_no;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto j = nlohmann::json::parse(line, nullptr, false);
+      StatusOr<nlohmann::json> parsed = parse_json(line, kFileJsonLimits);
       const std::string where = str(a.prompts_file, ":", line_no, ": ");
-      if (j.is_discarded() || !j.is_object()) return invalid_argument(where + "not a JSON object");
-      GenerateRequest r = base_request(a);
+      if (!parsed.is_ok()) return invalid_argument(where + parsed.status().message());
+      nlohmann::json& j = *parsed;
+      if (!j.is_object()) return invalid_argument(where + "not a JSON object");
+      OfflineRequest r = base_request(a);
       if (j.contains("prompt") && j["prompt"].is_string()) {
         RLM_ASSIGN_OR_RETURN(r.prompt_ids, encode_prompt(a, j["prompt"].get<std::string>(), tok, tmpl));
       } else if (j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
@@ -123,7 +120,7 @@ StatusOr<std::vector<GenerateRequest>> collect_requests(const GenerateArgs& a, c
       }
       if (j.contains("max_tokens")) {
         if (!j["max_tokens"].is_number_integer()) return invalid_argument(where + "max_tokens must be an integer");
-        r.max_tokens = j["max_tokens"].get<int64_t>();
+        r.params.max_new_tokens = j["max_tokens"].get<int64_t>();
       }
       reqs.push_back(std::move(r));
     }
@@ -137,53 +134,38 @@ int fail(const char* what, const Status& st, int code = 1) {
   return code;
 }
 
-int run_generate(const GenerateArgs& a) {
-  const std::string path = a.model.empty() ? default_model_path() : a.model;
-  LoadOptions lo;
-  lo.load_format = a.load_format;
-  lo.dummy_seed = a.seed;
-  auto loaded = load_model(path, lo);
-  if (!loaded.is_ok()) return fail("", loaded.status());
+int run_generate(GenerateArgs a) {
+  EngineArgs check = a.engine;  // --max-batch-size 0 is resolved below, once the prompts are known
+  check.max_running_requests = std::max<int64_t>(1, check.max_running_requests);
+  if (Status st = check.validate(); !st.is_ok()) return fail("", st, 2);
   // A tokenizer is optional (the tiny test models have none); text needs one.
-  std::unique_ptr<Tokenizer> tok;
-  std::optional<ChatTemplate> tmpl;
-  if (auto t = load_tokenizer(path); t.is_ok()) {
-    tok = std::move(t).value();
-    auto ct = load_chat_template(path, *tok);
-    if (!ct.is_ok()) return fail("", ct.status());
-    tmpl = std::move(ct).value();
-  } else if (!a.prompts.empty()) {
-    return fail("tokenizer: ", t.status());
-  }
-  auto reqs = collect_requests(a, tok.get(), tmpl);
+  auto files = load_engine_files(a.engine, a.prompts.empty() ? TokenizerUse::kOptional : TokenizerUse::kRequired);
+  if (!files.is_ok()) return fail("", files.status());
+  auto reqs = collect_requests(a, files->tokenizer.get(), files->chat_template);
   if (!reqs.is_ok()) return fail("", reqs.status(), 2);
-  auto device = resolve_device(a.device);
-  if (!device.is_ok()) return fail("", device.status(), 2);
-  ModelRunnerConfig rc;
-  rc.device = *device;
-  rc.attention_backend = a.attention_backend.empty() ? default_attention_backend(*device) : a.attention_backend;
-  rc.prefill_attention_backend = a.prefill_attention_backend;
-  rc.decode_attention_backend = a.decode_attention_backend;
-  rc.page_size = a.page_size;
-  rc.max_requests = std::max<int64_t>(1, std::min<int64_t>(64, static_cast<int64_t>(reqs->size())));
-  int64_t longest = 0;
-  for (const auto& r : *reqs) {
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.max_tokens);
+  const int64_t n = static_cast<int64_t>(reqs->size());
+  // --max-batch-size is the scheduler's running-request limit (0: all prompts, up to 64 at once).
+  if (a.engine.max_running_requests == 0) a.engine.max_running_requests = std::min<int64_t>(64, n);
+  a.engine.max_running_requests = std::min(a.engine.max_running_requests, n);
+  if (a.engine.context_length == 0) {
+    int64_t longest = 0;
+    for (const auto& r : *reqs) {
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt_ids.size()) + r.params.max_new_tokens);
+    }
+    a.engine.context_length = std::min<int64_t>(files->model.config.max_position_embeddings, longest);
   }
-  rc.max_context_len = a.max_context_len > 0 ? a.max_context_len
-                                             : std::min<int64_t>(loaded->config.max_position_embeddings, longest);
-  a.runner.apply(rc, /*size_from_memory=*/true);
-  auto runner = ModelRunner::create(std::move(loaded->model), rc);
-  if (!runner.is_ok()) return fail("", runner.status());
-  Generator gen(**runner);
-  auto outs = gen.generate(*reqs, a.max_batch_size);
+  auto engine = build_engine(a.engine, std::move(files).value());
+  if (!engine.is_ok()) return fail("", engine.status());
+  OfflineEngine offline(**engine);
+  auto outs = offline.generate(*reqs);
   if (!outs.is_ok()) return fail("", outs.status());
   for (size_t i = 0; i < outs->size(); ++i) {
+    const OfflineOutput& o = (*outs)[i];
     nlohmann::json j;
     j["index"] = i;
-    if (tok) j["text"] = tok->decode((*outs)[i].output_ids, /*skip_special_tokens=*/true);
-    j["output_ids"] = (*outs)[i].output_ids;
-    j["finish_reason"] = (*outs)[i].finish_reason;
+    if ((*engine)->has_tokenizer()) j["text"] = o.text;
+    j["output_ids"] = o.output_ids;
+    j["finish_reason"] = o.finish.reason;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   return 0;
@@ -194,8 +176,6 @@ int run_generate(const GenerateArgs& a) {
 void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* sub = app.add_subcommand("generate", "Generate continuations for a batch of prompts");
-  sub->add_option("--model", args->model,
-                  "Model directory (config.json + safetensors) or .gguf file (default: the embedded SmolLM2)");
   sub->add_option("--prompt", args->prompts, "A text prompt (repeatable)");
   sub->add_flag("--chat", args->chat, "Wrap each --prompt as a user message in the model's chat template");
   sub->add_option("--system", args->system, "System message for --chat");
@@ -207,19 +187,15 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   sub->add_option("--top-p", args->top_p, "Nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
   sub->add_option("--top-k", args->top_k, "Top-k sampling (-1: off)");
   sub->add_option("--min-p", args->min_p, "Min-p sampling")->check(CLI::Range(0.0f, 1.0f));
-  sub->add_option("--seed", args->seed, "Random seed (sampling; dummy weights)");
   sub->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
-  sub->add_option("--load-format", args->load_format, "auto | safetensors | gguf | dummy");
-  sub->add_option("--device", args->device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
-  sub->add_option("--attention-backend", args->attention_backend, "Attention backend (default: native on CUDA, cpu)");
-  sub->add_option("--prefill-attention-backend", args->prefill_attention_backend,
-                 "Backend for prefill/extend steps (default: --attention-backend)");
-  sub->add_option("--decode-attention-backend", args->decode_attention_backend,
-                 "Backend for decode steps (default: --attention-backend); two different names make 'hybrid'");
-  sub->add_option("--page-size", args->page_size, "KV page size in tokens")->check(CLI::PositiveNumber);
-  sub->add_option("--max-batch-size", args->max_batch_size, "Prompts per batch (0: all)");
-  sub->add_option("--max-context-len", args->max_context_len, "Context length (0: from the prompts)");
-  args->runner.add_to(sub);
+  EngineFlagOptions flags;
+  flags.model_help = "Model directory (config.json + safetensors) or .gguf file (default: the embedded SmolLM2)";
+  flags.seed_help = "Random seed (sampling; dummy weights)";
+  flags.context_flag = "--max-context-len";
+  flags.context_help = "Context length (0: from the prompts)";
+  flags.running_flag = "--max-batch-size";
+  flags.running_help = "Prompts decoding at once (0: all, up to 64)";
+  add_engine_flags(sub, args->engine, flags);
   out.emplace_back(sub, [args] { return run_generate(*args); });
 }
 

@@ -1,5 +1,5 @@
-// CudaGraphRunner: decode steps as CUDA-graph replays (seed 003 §4.3, seed 000 §6; Mini-SGLang's
-// graph runner). At start-up it captures one graph per batch size in cuda_graph_batch_sizes(max_bs)
+// CudaGraphRunner: decode steps as CUDA-graph replays (docs/design/cuda_graphs.md; SGLang's and
+// Mini-SGLang's graph runners). At start-up it captures one graph per batch size in cuda_graph_batch_sizes(max_bs)
 // — largest first, each after one eager warm-up run — over fixed-address input buffers; a decode
 // batch of bs requests then replays the graph of the next captured size B >= bs:
 //

@@ -7,6 +7,7 @@
 
 #include "core/caching_allocator.h"
 #include "engine/cuda_graph_runner.h"
+#include "engine/sampler.h"
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/index_check.h"
 #endif
@@ -94,26 +95,15 @@ void ModelRunner::run_profile_step(const ProfileStep& step) {
   if (step.cascade) backend_->set_cascade_mode(CascadeMode::kOn);
   Tensor logits = forward(batch);
   backend_->set_cascade_mode(cascade);
-  // The sampler's buffers: log-softmax of a copy for logprobs, the tokens, the top-k logprobs.
-  const int64_t n = logits.size(0);
-  std::vector<ops::SamplingRow> rows(static_cast<size_t>(n));
-  for (auto& row : rows) {
-    row.top_k = 50;
-    row.top_p = 0.9f;
+  // The sampler's buffers: with logprobs, log-softmax of a copy and the top-k logprobs.
+  constexpr int32_t kTopLogprobs = 20;  // the OpenAI API's largest top_logprobs
+  std::vector<SampleRow> rows(static_cast<size_t>(logits.size(0)));
+  for (SampleRow& row : rows) {
+    row.sampling.top_k = 50;
+    row.sampling.top_p = 0.9f;
+    row.logprobs = step.sample_all ? kTopLogprobs : -1;
   }
-  Tensor tokens = Tensor::empty({n}, DType::kI32, config_.device);
-  if (step.sample_all) {
-    constexpr int64_t kTopLogprobs = 20;  // the OpenAI API's largest top_logprobs
-    Tensor logprobs = logits.clone();
-    ops::log_softmax(logprobs);
-    ops::sample(logits, rows, tokens);
-    Tensor chosen = Tensor::empty({n}, DType::kF32, config_.device);
-    Tensor top_ids = Tensor::empty({n, kTopLogprobs}, DType::kI32, config_.device);
-    Tensor top_values = Tensor::empty({n, kTopLogprobs}, DType::kF32, config_.device);
-    ops::top_logprobs(logprobs, tokens, chosen, top_ids, top_values);
-  } else {
-    ops::sample(logits, rows, tokens);
-  }
+  (void)Sampler(future_tokens_).launch(logits, rows);
   synchronize();
   for (const BatchEntry& e : entries) req_to_token_->free(e.req_slot);
   for (const int32_t m : mamba_slots) mamba_pool_->free(m);
@@ -376,8 +366,8 @@ Tensor ModelRunner::forward(ForwardBatch& batch) {
   }
 #ifdef RADIXLM_WITH_CUDA
   const int device = config_.device.index;
-  // Callers that copy logits to the host themselves (the scheduler) see an error recorded by the
-  // previous step here, without a sync of their own; sample() reports it at once.
+  // An error recorded by the previous step is seen here without a sync of our own: the caller read
+  // that step's results (a copy to the host) after its readback was queued.
   if (auto err = cuda::poll_device_error(device)) fail("device-side check failed in the previous step: " + *err);
   req_to_token_->sync_device();
   Tensor logits;
@@ -415,15 +405,6 @@ void ModelRunner::record_sampled_tokens(const Tensor& tokens, const std::vector<
       << "record_sampled_tokens: " << tokens.describe() << " for " << req_slots.size() << " request slots";
   if (req_slots.empty()) return;
   ops::scatter_tokens(tokens, Tensor::from_vector(req_slots).to(config_.device), future_tokens_);
-}
-
-std::vector<int32_t> ModelRunner::sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows) {
-  RLM_CHECK_EQ(static_cast<int64_t>(rows.size()), logits.size(0)) << " sampling rows vs logits " << logits.describe();
-  Tensor out = Tensor::empty({logits.size(0)}, DType::kI32, logits.device());
-  ops::sample(logits, rows, out);
-  Tensor host = out.to(Device::cpu());
-  synchronize();  // the copy waited for the step already; this reads the deferred-check record
-  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + host.numel());
 }
 
 }  // namespace rlm

@@ -1,5 +1,6 @@
 // ModelRunner: owns the model, its KV pool, the request->token table and the attention backend,
-// and runs one step (metadata, forward, sampling) for a ForwardBatch.
+// and runs one step (metadata, forward) for a ForwardBatch; the Sampler (engine/sampler.h) turns
+// its logits into tokens.
 #pragma once
 
 #include <memory>
@@ -75,13 +76,11 @@ class ModelRunner {
   ForwardBatch build_batch(ForwardMode mode, const std::vector<BatchEntry>& entries);
   // Runs the model; returns f32 logits [num_outputs, vocab] (rows in batch.logits_indices order).
   // On CUDA it never waits for the device: a decode batch that fits a captured size replays a CUDA
-  // graph, anything else runs eagerly; device-side index checks are deferred to sample() /
-  // synchronize().
+  // graph, anything else runs eagerly; device-side index checks are deferred: the next forward()
+  // (once the caller has read this step's results) or synchronize() reports them.
   Tensor forward(ForwardBatch& batch);
-  // One token per logits row. On CUDA it also reports errors the device recorded during the step.
-  std::vector<int32_t> sample(const Tensor& logits, const std::vector<ops::SamplingRow>& rows);
   // Waits for the device and throws rlm::Error if a deferred index check failed since the last
-  // sample()/synchronize().
+  // forward() or synchronize() looked.
   void synchronize();
 
   ~ModelRunner();

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/json.h"
+
 namespace rlm {
 
 using nlohmann::json;
@@ -62,25 +64,6 @@ namespace {
 // The deepest nesting a well-formed header needs is 3 ({name: {shape: [...]}}); anything far
 // deeper is rejected before parsing so that hostile input cannot exhaust the stack.
 constexpr int kMaxHeaderDepth = 32;
-
-bool nesting_within(const char* s, uint64_t n, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (uint64_t i = 0; i < n; ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > max_depth) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
-}
 
 // A JSON number that is a non-negative integer.
 bool as_u64(const json& v, uint64_t* out) {
@@ -153,14 +136,9 @@ StatusOr<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::stri
 }
 
 Status SafetensorsFile::parse_header(const char* header, uint64_t header_len, uint64_t data_len) {
-  if (!nesting_within(header, header_len, kMaxHeaderDepth))
-    return data_loss(str(path_, ": header JSON nests deeper than ", kMaxHeaderDepth, " levels"));
-  json j;
-  try {
-    j = json::parse(header, header + header_len);
-  } catch (const json::exception& e) {
-    return data_loss(str(path_, ": header is not valid JSON: ", e.what()));
-  }
+  StatusOr<json> parsed = parse_json(std::string_view(header, header_len), {kMaxHeaderDepth, header_len});
+  if (!parsed.is_ok()) return data_loss(str(path_, ": header ", parsed.status().message()));
+  const json& j = *parsed;
   if (!j.is_object()) return data_loss(str(path_, ": header must be a JSON object, got ", j.type_name()));
 
   std::vector<SafetensorsEntry> entries;

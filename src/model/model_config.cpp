@@ -1,8 +1,8 @@
 #include "model/model_config.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "core/json.h"
 
 namespace rlm {
 namespace {
@@ -81,21 +81,37 @@ Status get_string(const json& j, const char* key, std::optional<std::string>* ou
   return Status::ok();
 }
 
-// A required size: present, an integer and > 0.
+// Upper bounds of the sizes, far above any real model, so that a corrupt config fails here rather
+// than in an allocation sized by it (layer_types has num_hidden_layers entries; token ids are int32).
+int64_t max_size(const char* key) {
+  const std::string k = key;
+  if (k == "vocab_size") return INT32_MAX;
+  if (k == "num_hidden_layers") return 1 << 16;
+  if (k == "max_position_embeddings") return int64_t{1} << 32;
+  return 1 << 24;  // hidden/intermediate sizes, heads, head_dim
+}
+
+Status check_size(const char* key, int64_t v) {
+  if (v <= 0) return invalid_argument(str("field '", key, "' must be positive, got ", v));
+  if (v > max_size(key)) return invalid_argument(str("field '", key, "' is too large: ", v, " > ", max_size(key)));
+  return Status::ok();
+}
+
+// A required size: present, an integer, > 0 and within max_size.
 Status get_size(const json& j, const char* key, int64_t* out) {
   std::optional<int64_t> v;
   RLM_RETURN_IF_ERROR(get_int(j, key, &v));
   if (!v) return invalid_argument(str("missing required field '", key, "'"));
-  if (*v <= 0) return invalid_argument(str("field '", key, "' must be positive, got ", *v));
+  RLM_RETURN_IF_ERROR(check_size(key, *v));
   *out = *v;
   return Status::ok();
 }
 
-// An optional size: absent/null gives `fallback`; present must be > 0.
+// An optional size: absent/null gives `fallback`; present must be > 0 and within max_size.
 Status get_optional_size(const json& j, const char* key, int64_t fallback, int64_t* out) {
   std::optional<int64_t> v;
   RLM_RETURN_IF_ERROR(get_int(j, key, &v));
-  if (v && *v <= 0) return invalid_argument(str("field '", key, "' must be positive, got ", *v));
+  if (v) RLM_RETURN_IF_ERROR(check_size(key, *v));
   *out = v.value_or(fallback);
   return Status::ok();
 }
@@ -333,17 +349,12 @@ StatusOr<ModelConfig> load_model_config(const std::string& path) {
   fs::path file = path;
   if (fs::is_directory(file, ec)) file /= "config.json";
   if (!fs::exists(file, ec)) return not_found(str("model config not found: ", file.string()));
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return invalid_argument(str(file.string(), ": cannot open for reading"));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buf.str());
-  } catch (const json::parse_error& e) {
-    return invalid_argument(str(file.string(), ": not valid JSON: ", e.what()));
+  StatusOr<json> j = read_json_file(file.string());
+  if (!j.is_ok()) {
+    if (j.status().code() == StatusCode::kNotFound) return invalid_argument(str(file.string(), ": cannot open for reading"));
+    return j.status();
   }
-  StatusOr<ModelConfig> c = parse_model_config(j);
+  StatusOr<ModelConfig> c = parse_model_config(*j);
   if (!c.is_ok()) return Status(c.status().code(), str(file.string(), ": ", c.status().message()));
   return c;
 }

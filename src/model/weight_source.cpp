@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <unordered_map>
 
+#include "core/json.h"
 #include "formats/safetensors.h"
 
 namespace rlm {
@@ -73,16 +72,12 @@ Status add_file_tensors(const std::vector<std::shared_ptr<SafetensorsFile>>& fil
 
 StatusOr<std::unique_ptr<WeightSource>> open_index(const fs::path& dir, const fs::path& index_path) {
   const std::string index_name = index_path.string();
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return invalid_argument(str(index_name, ": cannot open for reading"));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buf.str());
-  } catch (const json::exception& e) {
-    return data_loss(str(index_name, ": not valid JSON: ", e.what()));
+  StatusOr<json> parsed = read_json_file(index_name);
+  if (!parsed.is_ok()) {
+    if (parsed.status().code() == StatusCode::kNotFound) return invalid_argument(str(index_name, ": cannot open for reading"));
+    return data_loss(parsed.status().message());
   }
+  const json& j = *parsed;
   if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object())
     return data_loss(str(index_name, ": expected an object with a \"weight_map\" object"));
 

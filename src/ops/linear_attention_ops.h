@@ -1,5 +1,5 @@
 // ops:: for the Gated DeltaNet (linear-attention) layers of hybrid models such as Qwen3-Next
-// (seed 002 §1-2): the depthwise causal conv with its rolling state, the gated delta rule
+// (docs/design/qwen3_next.md): the depthwise causal conv with its rolling state, the gated delta rule
 // (chunked for extend, recurrent for decode) over per-request SSM states, the GDN gating
 // (g, beta), the gated RMSNorm and the sigmoid gates. Each op checks shapes, dtypes and devices
 // at the boundary and dispatches on the device (kernels/cpu/ now; a CUDA twin implements the same

@@ -24,7 +24,8 @@ struct Req {
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
   std::shared_ptr<RequestStream> stream;  // events go here
-  std::string group;                 // n > 1 siblings share a group id; "" otherwise
+  std::string group;                 // n > 1 siblings of one prompt share a group id (prefill once); "" otherwise
+  std::string parent_rid;            // the API request this sequence belongs to (all its choices); "" if none
   Clock::time_point arrival = Clock::now();
 
   // Scheduler state (scheduler thread only).

@@ -1,23 +1,23 @@
-// The channel from the scheduler thread to the thread serving one request (HTTP handler or
-// offline caller): text/token deltas as they are produced, then one final event.
+// The channel from the scheduler thread to whoever serves one request: text/token deltas as they
+// are produced, then one final event. Offline callers block in pop(); the HTTP server registers a
+// listener instead, which the pushing thread calls after each event so that the request's
+// connection can collect it with try_pop() without any thread waiting.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace rlm {
+#include "engine/sampler.h"  // TokenLogprob
 
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // the top-k alternatives, best first
-};
+namespace rlm {
 
 struct FinishInfo {
   std::string reason;                 // "stop", "length", "abort"
@@ -38,12 +38,38 @@ struct StreamEvent {
 
 class RequestStream {
  public:
+  using Listener = std::function<void()>;
+
   void push(StreamEvent event) {
+    std::shared_ptr<const Listener> listener;
     {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(std::move(event));
+      listener = listener_;
     }
     cv_.notify_all();
+    if (listener) (*listener)();
+  }
+  // `fn` runs on the pushing thread (the scheduler's) after every push, without the stream's lock
+  // held, and once now if events are already waiting; it must not block. nullptr removes it (a
+  // call already under way may still finish).
+  void set_listener(Listener fn) {
+    std::shared_ptr<const Listener> listener = fn ? std::make_shared<const Listener>(std::move(fn)) : nullptr;
+    bool waiting = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      listener_ = listener;
+      waiting = !events_.empty();
+    }
+    if (listener && waiting) (*listener)();
+  }
+  // The next event if one is waiting.
+  std::optional<StreamEvent> try_pop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (events_.empty()) return std::nullopt;
+    StreamEvent e = std::move(events_.front());
+    events_.pop_front();
+    return e;
   }
   // Waits up to `timeout` for the next event; nullopt on timeout.
   std::optional<StreamEvent> pop(std::chrono::milliseconds timeout) {
@@ -58,6 +84,7 @@ class RequestStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<StreamEvent> events_;
+  std::shared_ptr<const Listener> listener_;
 };
 
 }  // namespace rlm

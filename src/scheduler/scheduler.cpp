@@ -53,27 +53,32 @@ Scheduler::Scheduler(StepExecutor& executor, const SchedulerConfig& config, Toke
 
 Scheduler::~Scheduler() { stop(false); }
 
-Status Scheduler::submit(std::shared_ptr<Req> req) {
-  RLM_CHECK(req != nullptr && req->stream != nullptr) << "submit() needs a request with a stream";
+Status Scheduler::validate(const Req& req) const {
   const int64_t vocab = exec_.vocab_size();
-  if (req->prompt_ids.empty()) return invalid_argument("the prompt is empty");
-  for (int32_t id : req->prompt_ids) {
+  if (req.prompt_ids.empty()) return invalid_argument("the prompt is empty");
+  for (int32_t id : req.prompt_ids) {
     if (id < 0 || id >= vocab) {
       return invalid_argument(str("prompt token id ", id, " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
-  RLM_RETURN_IF_ERROR(req->params.validate(vocab));
-  const int64_t prompt_len = static_cast<int64_t>(req->prompt_ids.size());
-  if (prompt_len + req->params.max_new_tokens > config_.max_context_len) {
-    return invalid_argument(str("this request needs ", prompt_len + req->params.max_new_tokens, " tokens (",
-                                prompt_len, " in the prompt + ", req->params.max_new_tokens,
+  RLM_RETURN_IF_ERROR(req.params.validate(vocab));
+  const int64_t prompt_len = static_cast<int64_t>(req.prompt_ids.size());
+  if (prompt_len + req.params.max_new_tokens > config_.max_context_len) {
+    return invalid_argument(str("this request needs ", prompt_len + req.params.max_new_tokens, " tokens (",
+                                prompt_len, " in the prompt + ", req.params.max_new_tokens,
                                 " to generate) but the context length is ", config_.max_context_len));
   }
   const int64_t capacity = kv_.num_total_pages() * kv_.page_size();
-  if (prompt_len + req->params.max_new_tokens > capacity) {
-    return invalid_argument(str("this request needs ", prompt_len + req->params.max_new_tokens,
+  if (prompt_len + req.params.max_new_tokens > capacity) {
+    return invalid_argument(str("this request needs ", prompt_len + req.params.max_new_tokens,
                                 " tokens of KV cache but the pool holds ", capacity, " tokens"));
   }
+  return Status::ok();
+}
+
+Status Scheduler::submit(std::shared_ptr<Req> req) {
+  RLM_CHECK(req != nullptr && req->stream != nullptr) << "submit() needs a request with a stream";
+  RLM_RETURN_IF_ERROR(validate(*req));
   return inbox_.submit(std::move(req), config_.max_queued_requests);
 }
 
@@ -91,14 +96,13 @@ void Scheduler::drain_inbox() {
                                                     req->params.stop);
     pending_.push_back(std::move(req));
   }
-  // An abort names a request id, or the id of a multi-choice request whose choices are "<id>-<i>".
-  auto matches = [](const std::string& rid, const std::string& target) {
-    return rid == target || (rid.size() > target.size() && rid.compare(0, target.size(), target) == 0 &&
-                             rid[target.size()] == '-');
+  // An abort names a request id, or the parent id shared by the choices of one API request.
+  auto matches = [](const Req& r, const std::string& target) {
+    return r.rid == target || (!r.parent_rid.empty() && r.parent_rid == target);
   };
   for (const std::string& target : d.aborts) {
-    for (auto& r : pending_) if (matches(r->rid, target)) r->abort_requested = true;
-    for (auto& r : running_) if (matches(r->rid, target)) r->abort_requested = true;
+    for (auto& r : pending_) if (matches(*r, target)) r->abort_requested = true;
+    for (auto& r : running_) if (matches(*r, target)) r->abort_requested = true;
   }
   finish_aborted();
 }

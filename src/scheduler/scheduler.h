@@ -47,8 +47,12 @@ class Scheduler {
   // Validates and enqueues; errors (400-style kInvalidArgument, queue full kUnavailable) leave
   // nothing behind. Events arrive on req->stream.
   Status submit(std::shared_ptr<Req> req);
-  // Aborts a queued or running request, or every choice "<rid>-<i>" of a multi-choice request
-  // (no-op for unknown/finished ids); takes effect at the next step.
+  // The checks submit() makes on the request itself (prompt ids, parameters, context and KV room),
+  // without enqueuing it.
+  Status validate(const Req& req) const;
+  // Aborts the queued or running requests whose rid or parent_rid is exactly `rid` (one sequence,
+  // or every choice of an API request); no-op for unknown/finished ids; takes effect at the next
+  // step. Never a prefix match: one client's id cannot reach another's requests.
   void abort(const std::string& rid);
   void start();               // runs the loop on its own thread
   void stop(bool drain);      // drain: finish in-flight requests first; else abort them

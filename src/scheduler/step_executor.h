@@ -4,11 +4,11 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "cache/kv_pool.h"
 #include "engine/model_runner.h"
+#include "engine/sampler.h"
 #include "scheduler/request.h"
 
 namespace rlm {
@@ -21,11 +21,6 @@ struct StepItem {
   // Tokens already sampled for this request by launched steps whose results the scheduler has not
   // read yet (overlap scheduling): the sampler's step index is output_ids.size() + this.
   int32_t pending_outputs = 0;
-};
-
-struct SampleResult {
-  int32_t token = 0;
-  std::optional<TokenLogprob> logprob;  // when req->params.logprobs >= 0
 };
 
 // A step launched on the device whose sampled tokens are read later (overlap scheduling).
@@ -62,14 +57,13 @@ class StepExecutor {
   virtual std::vector<SampleResult> wait(LaunchedStep& step);
 };
 
-// Runs steps on a ModelRunner. Everything a sampled row needs happens on the model's device:
-// logprobs (log-softmax of the raw logits, before penalties and temperature, like vLLM, then the
-// chosen token's value and the top-k), penalties (ops::apply_penalties over the request's prompt
-// and output tokens, plus a token still in flight through the runner's future-token table) and
-// sampling; only the tokens and the small logprob arrays come back to the host.
+// Runs steps on a ModelRunner and samples them with the engine's Sampler (engine/sampler.h):
+// logprobs, penalties (over the request's prompt and output tokens, plus a token still in flight
+// through the runner's future-token table) and sampling happen on the model's device; only the
+// tokens and the small logprob arrays come back to the host.
 class ModelStepExecutor : public StepExecutor {
  public:
-  explicit ModelStepExecutor(ModelRunner& runner) : runner_(runner) {}
+  explicit ModelStepExecutor(ModelRunner& runner) : runner_(runner), sampler_(runner.future_tokens()) {}
   ReqToTokenPool& req_to_token() override { return runner_.req_to_token(); }
   int64_t num_pages() const override { return runner_.kv_pool().config().num_pages; }
   int64_t page_size() const override { return runner_.kv_pool().page_size(); }
@@ -83,6 +77,7 @@ class ModelStepExecutor : public StepExecutor {
 
  private:
   ModelRunner& runner_;
+  Sampler sampler_;
 };
 
 }  // namespace rlm

@@ -50,6 +50,11 @@ class Fields {
     *out = body_[k].get<std::string>();
     return true;
   }
+  bool nonempty_string(const char* k, std::string* out) {
+    if (!string(k, out)) return false;
+    if (has(k) && out->empty()) return fail(k, str("'", k, "' must be non-empty when given"));
+    return true;
+  }
   bool token_ids(const ojson& v, const char* k, std::vector<int32_t>* out) {
     for (const auto& x : v) {
       if (!x.is_number_integer()) return fail(k, str("'", k, "' token ids must be integers"));
@@ -104,6 +109,8 @@ bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
       !f.boolean("skip_special_tokens", &p.skip_special_tokens) || !f.boolean("stream", &r->stream) || !f.stop(&p)) {
     return false;
   }
+  std::string user;
+  if (!f.string("user", &user)) return false;
   if (f.has("top_p") && p.top_p <= 0.0f) return f.fail("top_p", "'top_p' must be in (0, 1]");
   p.top_k = static_cast<int32_t>(top_k == 0 ? -1 : top_k);
   p.min_new_tokens = min_tokens;
@@ -142,7 +149,49 @@ bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
 
 bool parse_model(Fields& f, const ojson& body, ParsedRequest* r) {
   if (!body.contains("model") || body["model"].is_null()) return f.fail("model", "'model' is required");
-  return f.string("model", &r->model);
+  return f.nonempty_string("model", &r->model);
+}
+
+// OpenAI's `metadata`: an object of at most 16 strings.
+bool parse_metadata(Fields& f, const ojson& body) {
+  if (!f.has("metadata")) return true;
+  const ojson& m = body["metadata"];
+  if (!m.is_object()) return f.fail("metadata", "'metadata' must be an object of strings");
+  if (m.size() > 16) return f.fail("metadata", str("'metadata' has ", m.size(), " keys; at most 16 are allowed"));
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (!it.value().is_string()) return f.fail("metadata", str("'metadata' value of '", it.key(), "' must be a string"));
+  }
+  return true;
+}
+
+// Each tool: {"type": "function", "function": {"name": non-empty string, "parameters": object, ...}}.
+bool parse_tools(Fields& f, const ojson& tools) {
+  if (!tools.is_array()) return f.fail("tools", "'tools' must be an array");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ojson& t = tools[i];
+    const std::string where = str("tools[", i, "]");
+    if (!t.is_object()) return f.fail("tools", str("'", where, "' must be an object"));
+    if (!t.contains("type") || !t["type"].is_string() || t["type"].get_ref<const std::string&>() != "function") {
+      return f.fail("tools", str("'", where, ".type' must be \"function\""));
+    }
+    if (!t.contains("function") || !t["function"].is_object()) {
+      return f.fail("tools", str("'", where, ".function' must be an object"));
+    }
+    const ojson& fn = t["function"];
+    if (!fn.contains("name") || !fn["name"].is_string() || fn["name"].get_ref<const std::string&>().empty()) {
+      return f.fail("tools", str("'", where, ".function.name' must be a non-empty string"));
+    }
+    if (fn.contains("parameters") && !fn["parameters"].is_null() && !fn["parameters"].is_object()) {
+      return f.fail("tools", str("'", where, ".function.parameters' must be an object"));
+    }
+  }
+  return true;
+}
+
+// The "type" of a content part or response_format; "" when missing or not a string.
+std::string type_of(const ojson& v) {
+  if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) return "";
+  return v["type"].get<std::string>();
 }
 
 }  // namespace
@@ -239,9 +288,11 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
     return std::nullopt;
   }
   const char* mt = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  bool store = false, parallel_tool_calls = true;
   if (!f.integer(mt, &max_tokens, 1, INT32_MAX) || !f.boolean("logprobs", &r.chat_logprobs) ||
       !f.integer("top_logprobs", &top_logprobs, 0, 20) ||
-      !f.boolean("add_generation_prompt", &r.add_generation_prompt)) {
+      !f.boolean("add_generation_prompt", &r.add_generation_prompt) || !f.boolean("store", &store) ||
+      !f.boolean("parallel_tool_calls", &parallel_tool_calls) || !parse_metadata(f, body)) {
     return std::nullopt;
   }
   r.max_tokens_given = f.has(mt);
@@ -278,8 +329,7 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
     if (m.contains("content") && m["content"].is_array()) {
       std::string text;
       for (const auto& part : m["content"]) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
+        if (type_of(part) != "text" || !part.contains("text") || !part["text"].is_string()) {
           f.fail("messages", "only content parts of type 'text' are supported");
           return std::nullopt;
         }
@@ -290,10 +340,7 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
     r.messages.push_back(std::move(msg));
   }
   if (f.has("tools")) {
-    if (!body["tools"].is_array()) {
-      f.fail("tools", "'tools' must be an array");
-      return std::nullopt;
-    }
+    if (!parse_tools(f, body["tools"])) return std::nullopt;
     r.tools = body["tools"];
   }
   if (f.has("tool_choice")) {
@@ -306,7 +353,7 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
   }
   if (f.has("response_format")) {
     const ojson& rf = body["response_format"];
-    if (!rf.is_object() || rf.value("type", "") != "text") {
+    if (type_of(rf) != "text") {
       f.fail("response_format", "only response_format {\"type\": \"text\"} is supported");
       return std::nullopt;
     }
@@ -333,7 +380,7 @@ std::optional<ParsedRequest> parse_generate_request(const ojson& body, ApiError*
   r.kind = ApiKind::kGenerate;
   r.params.max_new_tokens = 128;  // SGLang's default
   if (!f.unknown(allowed) || !f.boolean("stream", &r.stream) || !f.string("rid", &r.rid) ||
-      !f.string("model", &r.model)) {
+      !f.nonempty_string("model", &r.model)) {
     return std::nullopt;
   }
   const bool has_text = f.has("text"), has_ids = f.has("input_ids");

@@ -20,6 +20,13 @@ class DetokenizerAdapter : public TokenTextDecoder {
   IncrementalDetokenizer detok_;
 };
 
+// Without a tokenizer there is no text.
+class NoText : public TokenTextDecoder {
+ public:
+  std::string push(int32_t) override { return {}; }
+  std::string flush() override { return {}; }
+};
+
 }  // namespace
 
 ServingEngine::ServingEngine(std::string model_name, std::unique_ptr<ModelRunner> runner,
@@ -34,7 +41,8 @@ ServingEngine::ServingEngine(std::string model_name, std::unique_ptr<ModelRunner
   const Tokenizer* tok = tokenizer_.get();
   scheduler_ = std::make_unique<Scheduler>(
       *executor_, config,
-      [tok](bool skip, const std::vector<int32_t>& prompt) {
+      [tok](bool skip, const std::vector<int32_t>& prompt) -> std::unique_ptr<TokenTextDecoder> {
+        if (tok == nullptr) return std::make_unique<NoText>();
         return std::make_unique<DetokenizerAdapter>(*tok, skip, prompt);
       },
       metrics_);
@@ -53,22 +61,26 @@ StatusOr<std::string> ServingEngine::render_chat(const nlohmann::ordered_json& m
 }
 
 std::vector<int32_t> ServingEngine::encode(const std::string& text, bool add_special_tokens) const {
+  RLM_CHECK(tokenizer_ != nullptr) << "encode() on an engine without a tokenizer";
   return tokenizer_->encode(text, add_special_tokens, /*allow_special=*/true);
 }
 
 std::string ServingEngine::token_text(int32_t id) const {
+  RLM_CHECK(tokenizer_ != nullptr) << "token_text() on an engine without a tokenizer";
   const int32_t ids[1] = {id};
   return tokenizer_->decode(std::span<const int32_t>(ids, 1), /*skip_special_tokens=*/false);
 }
 
 StatusOr<std::shared_ptr<Req>> ServingEngine::submit(std::vector<int32_t> prompt_ids, const SamplingParams& params,
-                                                     const std::string& rid, const std::string& group) {
+                                                     const std::string& rid, const std::string& group,
+                                                     const std::string& parent_rid) {
   if (draining_) return Status(StatusCode::kUnavailable, "the server is shutting down");
   auto req = std::make_shared<Req>();
   req->rid = rid;
   req->prompt_ids = std::move(prompt_ids);
   req->params = params;
   req->group = group;
+  req->parent_rid = parent_rid;
   req->stream = std::make_shared<RequestStream>();
   RLM_RETURN_IF_ERROR(scheduler_->submit(req));
   return req;

@@ -2,8 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/utf8.h"
 #include "tokenizer/regex.h"
-#include "tokenizer/utf8.h"
 
 namespace rlm {
 namespace {

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace rlm {
 

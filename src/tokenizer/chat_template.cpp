@@ -53,7 +53,8 @@ StatusOr<ChatTemplate> ChatTemplate::from_tokenizer_config(const nlohmann::json&
   } else if (ct.is_array()) {
     bool found = false;
     for (const auto& entry : ct) {
-      if (entry.is_object() && entry.value("name", "") == wanted && entry.contains("template") && entry["template"].is_string()) {
+      if (entry.is_object() && entry.contains("name") && entry["name"] == wanted && entry.contains("template") &&
+          entry["template"].is_string()) {
         source = entry["template"].get<std::string>();
         found = true;
         break;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json.h"
 #include "formats/gguf.h"
 
 namespace rlm {
@@ -57,10 +58,12 @@ StatusOr<std::optional<ChatTemplate>> load_chat_template(const std::string& mode
     const fs::path cfg_path = path / "tokenizer_config.json";
     nlohmann::json cfg;
     if (auto text = read_file(cfg_path)) {
-      cfg = nlohmann::json::parse(*text, nullptr, false);
-      if (cfg.is_discarded() || !cfg.is_object()) {
-        return invalid_argument(str(cfg_path.string(), " is not a JSON object"));
+      StatusOr<nlohmann::json> parsed = parse_json(*text, kFileJsonLimits);
+      if (!parsed.is_ok() || !parsed->is_object()) {
+        return invalid_argument(str(cfg_path.string(), " is not a JSON object",
+                                    parsed.is_ok() ? "" : ": " + parsed.status().message()));
       }
+      cfg = std::move(parsed).value();
       if (auto b = special_token_string(cfg, "bos_token"); !b.empty()) bos = b;
       if (auto e = special_token_string(cfg, "eos_token"); !e.empty()) eos = e;
     }
@@ -75,7 +78,7 @@ StatusOr<std::optional<ChatTemplate>> load_chat_template(const std::string& mode
           source = ct.get<std::string>();
         } else if (ct.is_array()) {
           for (const auto& e : ct) {
-            if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+            if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
                 e["template"].is_string()) {
               source = e["template"].get<std::string>();
             }

@@ -3,10 +3,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/utf8.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
-#include "tokenizer/utf8.h"
 
 namespace rlm {
 namespace {

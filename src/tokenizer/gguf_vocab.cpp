@@ -4,8 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "core/utf8.h"
 #include "tokenizer/hf_tokenizer.h"
-#include "tokenizer/utf8.h"
 
 namespace rlm {
 namespace {

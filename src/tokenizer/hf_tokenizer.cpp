@@ -1,11 +1,10 @@
 #include "tokenizer/hf_tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "tokenizer/utf8.h"
+#include "core/json.h"
+#include "core/utf8.h"
 
 namespace rlm {
 namespace {
@@ -79,15 +78,11 @@ std::optional<std::string> config_token(const json& config, const char* key) {
 }
 
 StatusOr<json> read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    return invalid_argument("malformed JSON in " + path + ": " + e.what());
+  StatusOr<json> j = read_json_file(path);
+  if (!j.is_ok() && j.status().code() != StatusCode::kNotFound) {
+    return invalid_argument("malformed JSON in " + j.status().message());
   }
+  return j;
 }
 
 }  // namespace
@@ -127,9 +122,15 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::load(const std::string& path
   if (std::filesystem::exists(config_path)) {
     RLM_ASSIGN_OR_RETURN(config, read_json(config_path.string()));
   }
-  auto t = from_json(tj, config);
-  if (!t.is_ok()) return Status(t.status().code(), path + ": " + t.status().message());
-  return t;
+  // from_json checks the fields it needs; a value of an unexpected JSON type elsewhere (e.g. a
+  // number where a flag belongs) surfaces as nlohmann's type_error, reported as a bad file.
+  try {
+    auto t = from_json(tj, config);
+    if (!t.is_ok()) return Status(t.status().code(), path + ": " + t.status().message());
+    return t;
+  } catch (const json::exception& e) {
+    return invalid_argument(path + ": unexpected value: " + e.what());
+  }
 }
 
 void HfTokenizer::encode_piece(const std::string& text, bool first_segment, bool allow_special,

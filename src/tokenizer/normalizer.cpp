@@ -4,9 +4,9 @@
 #include <optional>
 #include <vector>
 
+#include "core/utf8.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode_nfc.h"
-#include "tokenizer/utf8.h"
 
 namespace rlm {
 namespace {
@@ -63,11 +63,11 @@ class StripNormalizer : public Normalizer {
  public:
   StripNormalizer(bool left, bool right) : left_(left), right_(right) {}
   std::string normalize(std::string text) const override {
-    std::vector<char32_t> cps = utf8::decode(text);
+    const std::u32string cps = utf8::decode(text);
     size_t b = 0, e = cps.size();
     if (left_) while (b < e && is_unicode_white_space(cps[b])) ++b;
     if (right_) while (e > b && is_unicode_white_space(cps[e - 1])) --e;
-    return utf8::encode(std::vector<char32_t>(cps.begin() + b, cps.begin() + e));
+    return utf8::encode(std::u32string_view(cps).substr(b, e - b));
   }
 
  private:

@@ -3,11 +3,10 @@
 #include <sentencepiece_processor.h>
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "tokenizer/utf8.h"
+#include "core/json.h"
+#include "core/utf8.h"
 
 namespace rlm {
 
@@ -29,15 +28,16 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::load(c
   if (t->sp_->eos_id() >= 0) t->eos_id_ = t->sp_->eos_id();
   const auto config_path = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config_path)) {
-    std::ifstream in(config_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    nlohmann::json config = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
-    if (config.is_discarded() || !config.is_object()) {
-      return invalid_argument("malformed JSON in " + config_path.string());
+    StatusOr<nlohmann::json> config = read_json_file(config_path.string());
+    if (!config.is_ok() || !config->is_object()) {
+      return invalid_argument("malformed JSON in " + config_path.string() +
+                              (config.is_ok() ? ": not an object" : ": " + config.status().message()));
     }
-    t->add_bos_ = config.value("add_bos_token", true);
-    t->add_eos_ = config.value("add_eos_token", false);
+    for (const auto& [key, flag] : {std::pair{"add_bos_token", &t->add_bos_}, std::pair{"add_eos_token", &t->add_eos_}}) {
+      if (!config->contains(key) || (*config)[key].is_null()) continue;
+      if (!(*config)[key].is_boolean()) return invalid_argument(str(config_path.string(), ": '", key, "' must be a boolean"));
+      *flag = (*config)[key].get<bool>();
+    }
   }
   return t;
 }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/utf8.h"
 #include "tokenizer/unicode_nfc_tables.h"
-#include "tokenizer/utf8.h"
 
 namespace rlm {
 namespace {
@@ -96,7 +96,7 @@ std::string nfc_normalize(std::string_view text) {
     return std::string(text);
   }
   static const MayChange may_change;
-  const std::vector<char32_t> input = utf8::decode(text);
+  const std::u32string input = utf8::decode(text);
   if (std::none_of(input.begin(), input.end(), [](char32_t cp) { return may_change(cp); })) {
     return std::string(text);
   }
@@ -116,7 +116,7 @@ std::string nfc_normalize(std::string_view text) {
     i = j;
   }
   // Canonical composition.
-  std::vector<char32_t> out;
+  std::u32string out;
   out.reserve(cps.size());
   size_t starter = SIZE_MAX;  // index in `out` of the last starter
   uint8_t last_ccc = 0;

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -39,15 +39,8 @@ TEST_P(BackendCompare, SameGreedyTokens) {
   const std::string dir = source_dir() + "/tests/golden/" + GetParam();
   std::ifstream gin(dir + "/golden.json");
   const nlohmann::json g = nlohmann::json::parse(gin);
-  std::vector<GenerateRequest> reqs;
-  for (const auto& c : g["cases"]) {
-    GenerateRequest r;
-    r.prompt_ids = c["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_tokens = 32;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+  std::vector<OfflineRequest> reqs;
+  for (const auto& c : g["cases"]) reqs.push_back(testing::greedy_request(c["prompt_ids"].get<std::vector<int32_t>>(), 32));
   const std::vector<std::pair<std::string, std::string>> combos = {
       {"native", "native"}, {"cpu", "cpu"}, {"cpu", "native"}, {"native", "cpu"}};
   for (const auto& [prefill, decode] : combos) {
@@ -63,11 +56,11 @@ TEST_P(BackendCompare, SameGreedyTokens) {
     rc.max_context_len = 192;
     auto runner = ModelRunner::create(std::move(loaded->model), rc);
     ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
-    Generator gen(**runner);
-    auto out = gen.generate(reqs);
-    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    auto engine = testing::engine_over(std::move(runner).value());
+    const auto out = testing::generate_ids(*engine, reqs);
+    ASSERT_EQ(out.size(), reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i) {
-      EXPECT_EQ((*out)[i].output_ids, g["cases"][i]["greedy_ids"].get<std::vector<int32_t>>())
+      EXPECT_EQ(out[i], g["cases"][i]["greedy_ids"].get<std::vector<int32_t>>())
           << GetParam() << " prefill=" << prefill << " decode=" << decode << " case " << i;
     }
   }

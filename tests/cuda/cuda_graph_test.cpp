@@ -1,6 +1,6 @@
 // Decode through CUDA graphs on the golden tiny models, against the eager GPU path and the CPU:
-//  - greedy tokens with graphs == without graphs == CPU, for batches that need padding (3 -> 4,
-//    5 -> 8) and that shrink as requests of different lengths finish;
+//  - greedy tokens with graphs == without graphs == CPU, through the scheduler, for batches that
+//    need padding (3 -> 4, 5 -> 8) and that shrink as requests of different lengths finish;
 //  - logits of every decode step, graph vs eager on identical state (two runners fed the same
 //    tokens): f32 models within 1e-4 max abs (at a captured size the same kernels run on the same
 //    data; padded sizes may pick other GEMM kernels, which changes f32 rounding only), 16-bit models
@@ -18,8 +18,9 @@
 
 #include "core/caching_allocator.h"
 #include "engine/cuda_graph_runner.h"
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "engine/sampler.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -83,32 +84,17 @@ std::unique_ptr<ModelRunner> make_runner(const std::string& path, const RunnerOp
 
 // `n` requests with prompts cut from the golden prompts to mixed lengths (1 .. 40 tokens), and
 // max_tokens 6 + 5 i, so the batch shrinks as they finish.
-std::vector<GenerateRequest> mixed_requests(const nlohmann::json& g, int n) {
+std::vector<OfflineRequest> mixed_requests(const nlohmann::json& g, int n) {
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& c : g["cases"]) prompts.push_back(c["prompt_ids"].get<std::vector<int32_t>>());
-  std::vector<GenerateRequest> reqs;
+  std::vector<OfflineRequest> reqs;
   for (int i = 0; i < n; ++i) {
     const std::vector<int32_t>& p = prompts[i % prompts.size()];
     const size_t len = std::max<size_t>(1, p.size() - static_cast<size_t>(i / prompts.size()) % p.size());
-    GenerateRequest r;
-    r.prompt_ids.assign(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(len));
-    r.max_tokens = 6 + 5 * i;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    reqs.push_back(std::move(r));
+    reqs.push_back(testing::greedy_request(std::vector<int32_t>(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(len)),
+                                           6 + 5 * i));
   }
   return reqs;
-}
-
-std::vector<std::vector<int32_t>> generate(ModelRunner& runner, const std::vector<GenerateRequest>& reqs) {
-  Generator gen(runner);
-  auto out = gen.generate(reqs);
-  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
-  std::vector<std::vector<int32_t>> ids;
-  if (out.is_ok()) {
-    for (const auto& o : *out) ids.push_back(o.output_ids);
-  }
-  return ids;
 }
 
 class CudaGraphModels : public ::testing::TestWithParam<std::string> {
@@ -122,35 +108,40 @@ TEST_P(CudaGraphModels, GreedyTokensGraphEqualsEagerEqualsCpu) {
   const std::string dir = kGoldenDir + "/" + GetParam();
   const nlohmann::json g = golden(GetParam());
   const bool f32_weights = g["disk_dtype"] == "float32";
-  auto with_graphs = make_runner(dir, {});
+  auto graph_runner = make_runner(dir, {});
   RunnerOptions eager_opts;
   eager_opts.graphs = false;
-  auto eager = make_runner(dir, eager_opts);
-  ASSERT_NE(with_graphs, nullptr);
-  ASSERT_NE(eager, nullptr);
-  ASSERT_EQ(with_graphs->cuda_graph_batch_sizes(), (std::vector<int64_t>{1, 2, 4, 8})) << "capture failed (see stderr)";
-  EXPECT_TRUE(eager->cuda_graph_batch_sizes().empty());
-  std::unique_ptr<ModelRunner> cpu;
+  auto eager_runner = make_runner(dir, eager_opts);
+  ASSERT_NE(graph_runner, nullptr);
+  ASSERT_NE(eager_runner, nullptr);
+  ASSERT_EQ(graph_runner->cuda_graph_batch_sizes(), (std::vector<int64_t>{1, 2, 4, 8})) << "capture failed (see stderr)";
+  EXPECT_TRUE(eager_runner->cuda_graph_batch_sizes().empty());
+  auto with_graphs = testing::engine_over(std::move(graph_runner));
+  auto eager = testing::engine_over(std::move(eager_runner));
+  std::unique_ptr<ServingEngine> cpu;
   if (f32_weights) {
     RunnerOptions cpu_opts;
     cpu_opts.device = Device::cpu();
     cpu_opts.graphs = false;
-    cpu = make_runner(dir, cpu_opts);
-    ASSERT_NE(cpu, nullptr);
+    auto cpu_runner = make_runner(dir, cpu_opts);
+    ASSERT_NE(cpu_runner, nullptr);
+    cpu = testing::engine_over(std::move(cpu_runner));
   }
   for (int bs : {3, 5}) {
     SCOPED_TRACE(str(GetParam(), " batch ", bs));
-    const std::vector<GenerateRequest> reqs = mixed_requests(g, bs);
-    const int64_t replays_before = with_graphs->cuda_graph_runner()->num_replays();
-    const auto got = generate(*with_graphs, reqs);
-    // Every decode step of the group replays a graph: sum over requests of (max_tokens - 1) steps
-    // is an upper bound, the longest request's max_tokens - 1 a lower one.
-    const int64_t replays = with_graphs->cuda_graph_runner()->num_replays() - replays_before;
-    EXPECT_EQ(replays, reqs.back().max_tokens - 1);
-    const auto want = generate(*eager, reqs);
+    const std::vector<OfflineRequest> reqs = mixed_requests(g, bs);
+    const CudaGraphRunner& graphs = *with_graphs->runner().cuda_graph_runner();
+    const int64_t replays_before = graphs.num_replays();
+    const auto got = testing::generate_ids(*with_graphs, reqs);
+    // Every decode step replays a graph: all requests prefill in one step, then the longest one
+    // decodes max_tokens - 1 more tokens (overlap scheduling never launches a step for a request
+    // that ends by length).
+    const int64_t replays = graphs.num_replays() - replays_before;
+    EXPECT_EQ(replays, reqs.back().params.max_new_tokens - 1);
+    const auto want = testing::generate_ids(*eager, reqs);
     EXPECT_EQ(got, want) << "graph vs eager";
     if (cpu) {
-      EXPECT_EQ(got, generate(*cpu, reqs)) << "graph vs CPU";
+      EXPECT_EQ(got, testing::generate_ids(*cpu, reqs)) << "graph vs CPU";
     }
   }
 }
@@ -188,10 +179,10 @@ TEST_P(CudaGraphModels, DecodeLogitsGraphMatchEager) {
     }
     ForwardBatch pg = graph->build_batch(ForwardMode::kExtend, prefill);
     ForwardBatch pe = eager->build_batch(ForwardMode::kExtend, prefill);
-    std::vector<ops::SamplingRow> greedy(bs);
-    for (auto& s : greedy) s.temperature = 0.0f;
-    std::vector<int32_t> next = graph->sample(graph->forward(pg), greedy);
-    (void)eager->sample(eager->forward(pe), greedy);
+    const std::vector<SampleRow> greedy(static_cast<size_t>(bs), SampleRow::greedy());
+    const Sampler graph_sampler(graph->future_tokens()), eager_sampler(eager->future_tokens());
+    std::vector<int32_t> next = sampled_tokens(graph_sampler.sample(graph->forward(pg), greedy));
+    (void)eager_sampler.sample(eager->forward(pe), greedy);
     double worst = 0.0;
     for (int step = 0; step < 12; ++step) {
       std::vector<BatchEntry> dec;
@@ -225,8 +216,9 @@ TEST_P(CudaGraphModels, DecodeLogitsGraphMatchEager) {
       } else {
         EXPECT_LE(std::sqrt(err2 / ref2), 2e-3) << "step " << step;
       }
-      next = graph->sample(graph->forward(dg), greedy);  // a second replay of the same step: same KV slots
-      (void)eager->sample(eager->forward(de), greedy);
+      // A second replay of the same step: same KV slots.
+      next = sampled_tokens(graph_sampler.sample(graph->forward(dg), greedy));
+      (void)eager_sampler.sample(eager->forward(de), greedy);
     }
     std::printf("%s bs %d: max |graph - eager| over 12 steps = %.3g\n", GetParam().c_str(), bs, worst);
     for (const BatchEntry& e : prefill) {
@@ -264,8 +256,10 @@ TEST(CudaGraphHybrid, NoGraphsAndSameTokensAsCpu) {
     ASSERT_NE(gpu, nullptr);
     ASSERT_NE(cpu, nullptr);
     EXPECT_TRUE(gpu->cuda_graph_batch_sizes().empty());
-    const std::vector<GenerateRequest> reqs = mixed_requests(g, 3);
-    EXPECT_EQ(generate(*gpu, reqs), generate(*cpu, reqs));
+    const std::vector<OfflineRequest> reqs = mixed_requests(g, 3);
+    auto gpu_engine = testing::engine_over(std::move(gpu));
+    auto cpu_engine = testing::engine_over(std::move(cpu));
+    EXPECT_EQ(testing::generate_ids(*gpu_engine, reqs), testing::generate_ids(*cpu_engine, reqs));
   }
 }
 
@@ -292,10 +286,10 @@ TEST(CudaGraphRunner, DecodeMakesNoRawAllocationsAndLeaksNothing) {
       }
       prefill.push_back(std::move(e));
     }
-    std::vector<ops::SamplingRow> greedy(bs);
-    for (auto& s : greedy) s.temperature = 0.0f;
+    const std::vector<SampleRow> greedy(static_cast<size_t>(bs), SampleRow::greedy());
+    const Sampler sampler(runner->future_tokens());
     ForwardBatch pb = runner->build_batch(ForwardMode::kExtend, prefill);
-    std::vector<int32_t> next = runner->sample(runner->forward(pb), greedy);
+    std::vector<int32_t> next = sampled_tokens(sampler.sample(runner->forward(pb), greedy));
     CachingAllocator& alloc = cuda_allocator(0);
     int64_t raw_allocs = -1, live_blocks = -1;
     size_t allocated = 0;
@@ -311,7 +305,7 @@ TEST(CudaGraphRunner, DecodeMakesNoRawAllocationsAndLeaksNothing) {
       }
       {
         ForwardBatch db = runner->build_batch(ForwardMode::kDecode, dec);
-        next = runner->sample(runner->forward(db), greedy);
+        next = sampled_tokens(sampler.sample(runner->forward(db), greedy));
       }
       const AllocatorStats s = alloc.stats();
       if (step == 4) {

@@ -7,8 +7,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "engine/prompt_logits.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -65,15 +66,14 @@ TEST_P(ModelCuda, LogitsAndGreedyMatchTransformers) {
   const bool f32_weights = g["disk_dtype"] == "float32";
   auto runner = make_runner(dir, Device::cuda(0), 16);
   ASSERT_NE(runner, nullptr);
-  Generator gen(*runner);
-  std::vector<GenerateRequest> reqs;
+  std::vector<OfflineRequest> reqs;
   for (const auto& c : g["cases"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
     const int64_t rows = c["logits_shape"][0], vocab = c["logits_shape"][1];
     std::ifstream lin(dir + "/" + c["logits_file"].get<std::string>(), std::ios::binary);
     std::vector<float> ref(rows * vocab);
     lin.read(reinterpret_cast<char*>(ref.data()), static_cast<std::streamsize>(ref.size() * 4));
-    auto logits = gen.prompt_logits(prompt);
+    auto logits = prompt_logits(*runner, prompt);
     ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
     Tensor host = logits->to(Device::cpu());
     float max_diff = 0.0f;
@@ -91,18 +91,14 @@ TEST_P(ModelCuda, LogitsAndGreedyMatchTransformers) {
       EXPECT_LE(std::sqrt(err2 / ref2), kRelL2_16) << GetParam() << " prompt of " << prompt.size()
                                                    << " (max abs diff " << max_diff << ")";
     }
-    GenerateRequest r;
-    r.prompt_ids = prompt;
-    r.max_tokens = 32;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    reqs.push_back(r);
+    reqs.push_back(testing::greedy_request(prompt, 32));
   }
-  auto out = gen.generate(reqs);
-  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  auto engine = testing::engine_over(std::move(runner));
+  const auto out = testing::generate_ids(*engine, reqs);
+  ASSERT_EQ(out.size(), reqs.size());
   if (f32_weights) {
     for (size_t i = 0; i < reqs.size(); ++i) {
-      EXPECT_EQ((*out)[i].output_ids, g["cases"][i]["greedy_ids"].get<std::vector<int32_t>>()) << GetParam();
+      EXPECT_EQ(out[i], g["cases"][i]["greedy_ids"].get<std::vector<int32_t>>()) << GetParam();
     }
   }
 }
@@ -120,15 +116,11 @@ TEST(ModelCudaSmolLM2, SameGreedyTokensAsCpu) {
   for (Device d : {Device::cpu(), Device::cuda(0)}) {
     auto runner = make_runner(path, d, 16);
     ASSERT_NE(runner, nullptr);
-    Generator gen(*runner);
-    GenerateRequest r;
-    r.prompt_ids = {1, 504, 3575, 282, 4649, 314};  // ids of a short English prompt
-    r.max_tokens = 24;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    auto o = gen.generate({r});
-    ASSERT_TRUE(o.is_ok()) << o.status().to_string();
-    outs[k++] = (*o)[0].output_ids;
+    auto engine = testing::engine_over(std::move(runner));
+    // ids of a short English prompt
+    const auto o = testing::generate_ids(*engine, {testing::greedy_request({1, 504, 3575, 282, 4649, 314}, 24)});
+    ASSERT_EQ(o.size(), 1u);
+    outs[k++] = o[0];
   }
   EXPECT_EQ(outs[0], outs[1]);
 }

@@ -85,3 +85,12 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def metric(server, name):
+    """The value of one Prometheus sample (name with labels) from the server's /metrics."""
+    _, text = server.get("/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")

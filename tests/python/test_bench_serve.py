@@ -28,6 +28,7 @@ class MockHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     requests_seen = []  # (path, body) of every POST
     auth_seen = []  # Authorization header of every POST
+    flaky_count = 0
     lock = threading.Lock()
 
     def log_message(self, *args):
@@ -78,6 +79,25 @@ class MockHandler(BaseHTTPRequestHandler):
             n = body["sampling_params"]["max_new_tokens"]
         else:
             self._json(404, {"error": {"message": "not found"}})
+            return
+        if body.get("model") == "flaky":  # every second request is turned away
+            with MockHandler.lock:
+                MockHandler.flaky_count += 1
+                turned_away = MockHandler.flaky_count % 2 == 0
+            if turned_away:
+                self._json(503, {"error": {"message": "busy"}})
+                return
+            body["model"] = MODEL
+        if body.get("model") == "cut":  # one chunk of the stream, then the connection drops mid-body
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.chunked = True
+            self._event({"choices": [{"index": 0, "text": " w0", "finish_reason": None}]})
+            self.wfile.write(b"40\r\ndata: partial")
+            self.wfile.flush()
+            self.close_connection = True
             return
         if body.get("model", MODEL) != MODEL and self.path != "/generate":
             self._json(404, {"error": {"message": f"model {body.get('model')} not found"}})
@@ -234,18 +254,44 @@ def test_shared_prefix_sglang(server, tmp_path):
     check_against_numpy(result)
 
 
-def test_failures_are_reported_not_fatal(server, tmp_path):
-    # The mock rejects an unknown model with HTTP 404; warm-up disabled so the run proceeds.
+def run_failing(port, model, num_prompts, tmp_path, *extra):
+    """A benchmark (no warm-up, so the run proceeds) whose requests fail; the process and its result."""
     out = tmp_path / "r.json"
-    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--model", "nope",
-                           "--num-prompts", "3", "--random-input-len", "4", "--random-output-len", "2",
-                           "--warmup-requests", "0", "--output-file", str(out)],
+    proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(port), "--model", model,
+                           "--num-prompts", str(num_prompts), "--random-input-len", "4", "--random-output-len", "2",
+                           "--warmup-requests", "0", "--output-file", str(out), *extra],
                           capture_output=True, text=True, timeout=60)
+    return proc, json.loads(out.read_text())
+
+
+def test_failures_are_reported_not_fatal(server, tmp_path):
+    # The mock rejects an unknown model with HTTP 404.
+    proc, result = run_failing(server, "nope", 3, tmp_path)
     assert proc.returncode == 1  # nothing completed
-    result = json.loads(out.read_text())
     assert result["completed"] == 0 and result["failed"] == 3
     assert "HTTP 404" in result["first_error"] and "nope" in result["first_error"]
     assert "First error" in proc.stdout
+    assert result["failures_by_kind"] == {"HTTP status 404": 3}
+    assert "Failures by kind:" in proc.stdout and "HTTP status 404:" in proc.stdout
+    assert all(r["error_kind"] == "HTTP status 404" for r in result["requests"])
+
+
+def test_failure_kinds_are_counted_and_fail_the_run(server, tmp_path):
+    # A stream cut mid-body is a read error.
+    proc, result = run_failing(server, "cut", 2, tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert result["failures_by_kind"] == {"read error": 2}
+    # Some requests succeed, some fail: still a failed run.
+    proc, result = run_failing(server, "flaky", 4, tmp_path, "--max-concurrency", "1")
+    assert proc.returncode == 1 and result["completed"] == 2 and result["failures_by_kind"] == {"HTTP status 503": 2}
+    # A refused connection is counted as such.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc, result = run_failing(port, MODEL, 3, tmp_path)
+    assert proc.returncode == 1
+    assert result["failures_by_kind"] == {"connect refused": 3}
+    assert "connect refused:" in proc.stdout and "Connection refused" in result["first_error"]
 
 
 def test_unreachable_server_gives_clear_error(tmp_path):

@@ -12,7 +12,7 @@ import time
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -226,14 +226,6 @@ def test_shared_prefix_reports_cached_tokens(client, server):
     assert metric(server, "radixlm_cached_tokens_total") > before
 
 
-def metric(server, name):
-    _, text = server.get("/metrics")
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
 def test_radix_and_naive_give_identical_outputs(client, server):
     naive = Server("--cache", "naive")
     try:
@@ -286,7 +278,11 @@ def test_sigterm_drains_in_flight_requests():
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.5)
+    # SIGTERM only once the request is running (a fixed sleep raced the request on a loaded machine).
+    deadline = time.time() + 60
+    while t.is_alive() and metric(s, "radixlm_num_running_reqs") < 1:
+        assert time.time() < deadline, "the request never started running"
+        time.sleep(0.02)
     assert s.stop(signal.SIGTERM) == 0
     t.join()
     assert result.get("tokens") == 24

@@ -12,9 +12,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "engine/prompt_logits.h"
 #include "model/gguf_weights.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -46,16 +47,12 @@ std::unique_ptr<ModelRunner> load_runner(const std::string& path) {
   return make_runner(std::move(model).value());
 }
 
-std::vector<int32_t> greedy(ModelRunner& runner, const std::vector<int32_t>& prompt, int64_t n) {
-  Generator gen(runner);
-  GenerateRequest r;
-  r.prompt_ids = prompt;
-  r.max_tokens = n;
-  r.sampling.temperature = 0.0f;
-  r.ignore_eos = true;
-  auto out = gen.generate({r});
-  RLM_CHECK(out.is_ok()) << out.status().to_string();
-  return (*out)[0].output_ids;
+// Through the scheduler, like `radixlm generate`; the runner goes to the engine.
+std::vector<int32_t> greedy(std::unique_ptr<ModelRunner> runner, const std::vector<int32_t>& prompt, int64_t n) {
+  auto engine = testing::engine_over(std::move(runner));
+  const auto out = testing::generate_ids(*engine, {testing::greedy_request(prompt, n)});
+  RLM_CHECK(out.size() == 1) << "generation failed";
+  return out[0];
 }
 
 std::unique_ptr<ModelRunner> make_runner(std::unique_ptr<CausalLM> model) {
@@ -80,8 +77,7 @@ TEST_P(GgufTinyModel, LogitsAndGreedyMatchTransformers) {
   auto runner = make_runner(std::move(loaded->model));
   const auto prompt = e["prompt_ids"].get<std::vector<int32_t>>();
   const auto want = e["logits"].get<std::vector<std::vector<double>>>();
-  Generator gen(*runner);
-  auto logits = gen.prompt_logits(prompt);
+  auto logits = prompt_logits(*runner, prompt);
   ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
   ASSERT_EQ(logits->shape(), (Shape{static_cast<int64_t>(want.size()), static_cast<int64_t>(want[0].size())}));
   double max_diff = 0;
@@ -91,7 +87,7 @@ TEST_P(GgufTinyModel, LogitsAndGreedyMatchTransformers) {
     }
   }
   EXPECT_LE(max_diff, 1e-4);
-  EXPECT_EQ(greedy(*runner, prompt, static_cast<int64_t>(e["greedy_ids"].size())),
+  EXPECT_EQ(greedy(std::move(runner), prompt, static_cast<int64_t>(e["greedy_ids"].size())),
             e["greedy_ids"].get<std::vector<int32_t>>());
 }
 
@@ -102,8 +98,7 @@ TEST(GgufModel, SmolLM2LogitsAndGreedyMatchTransformers) {
   auto e = read_json("smollm2_hf_expected.json")["logits"];
   auto runner = load_runner(kSmolLM2);
   const auto prompt = e["prompt_ids"].get<std::vector<int32_t>>();
-  Generator gen(*runner);
-  auto logits = gen.prompt_logits(prompt);
+  auto logits = prompt_logits(*runner, prompt);
   ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
   const int64_t rows = static_cast<int64_t>(prompt.size()), vocab = logits->size(1);
   ASSERT_EQ(logits->size(0), rows);
@@ -124,7 +119,7 @@ TEST(GgufModel, SmolLM2LogitsAndGreedyMatchTransformers) {
   // fp32 on both sides, 30 layers of differently ordered sums (measured: ~1e-4).
   EXPECT_LE(max_diff, 1e-3);
   std::cout << "SmolLM2 GGUF: max |logit diff| vs transformers = " << max_diff << "\n";
-  EXPECT_EQ(greedy(*runner, prompt, static_cast<int64_t>(e["greedy_ids"].size())),
+  EXPECT_EQ(greedy(std::move(runner), prompt, static_cast<int64_t>(e["greedy_ids"].size())),
             e["greedy_ids"].get<std::vector<int32_t>>());
 }
 

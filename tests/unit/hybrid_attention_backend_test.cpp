@@ -7,8 +7,8 @@
 
 #include "attention/cpu_backend.h"
 #include "attention/hybrid_backend.h"
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -59,21 +59,14 @@ std::vector<std::vector<int32_t>> run(const std::string& prefill, const std::str
   rc.max_context_len = 96;
   auto runner = ModelRunner::create(std::move(loaded->model), rc);
   EXPECT_TRUE(runner.is_ok()) << runner.status().to_string();
-  Generator gen(**runner);
-  std::vector<GenerateRequest> reqs;
+  auto engine = testing::engine_over(std::move(runner).value());
+  std::vector<OfflineRequest> reqs;
   for (int32_t len : {3, 17, 40}) {
-    GenerateRequest r;
-    for (int32_t i = 0; i < len; ++i) r.prompt_ids.push_back((i * 37 + len) % 500);
-    r.max_tokens = 12;
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    reqs.push_back(r);
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < len; ++i) prompt.push_back((i * 37 + len) % 500);
+    reqs.push_back(testing::greedy_request(prompt, 12));
   }
-  auto out = gen.generate(reqs);
-  EXPECT_TRUE(out.is_ok()) << out.status().to_string();
-  std::vector<std::vector<int32_t>> ids;
-  for (const auto& o : *out) ids.push_back(o.output_ids);
-  return ids;
+  return testing::generate_ids(*engine, reqs);
 }
 
 TEST(HybridAttentionBackend, RoutesStepsByModeAndKeepsTokens) {

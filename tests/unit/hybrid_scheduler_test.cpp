@@ -376,7 +376,7 @@ struct Rig {
   Scheduler s;
 };
 
-// Seed §9.1 request 3: a 150-token prompt leaves a snapshot at 128 (the last chunk boundary), so
+// docs/design/hybrid_radix_cache.md's example, request 3: a 150-token prompt leaves a snapshot at 128 (the last chunk boundary), so
 // a request sharing those 150 tokens resumes at 128 and recomputes the rest.
 TEST(HybridScheduler, SharedPrefixResumesAtTheLastChunkBoundary) {
   Rig rig(16);
@@ -398,7 +398,7 @@ TEST(HybridScheduler, SharedPrefixResumesAtTheLastChunkBoundary) {
   expect_all_free(rig.s, rig.exec);
 }
 
-// Seed §9.1 requests 1-2: a prompt shorter than one chunk stores no snapshot and nothing is reused.
+// docs/design/hybrid_radix_cache.md's example, requests 1-2: a prompt shorter than one chunk stores no snapshot and nothing is reused.
 TEST(HybridScheduler, PromptShorterThanAChunkCachesNothing) {
   Rig rig(1);
   std::mt19937 rng(12);

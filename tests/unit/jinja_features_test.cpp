@@ -4,7 +4,7 @@
 // tools/make_chat_template_golden.py.
 #include <gtest/gtest.h>
 
-#include "tokenizer/jinja/template.h"
+#include "jinja/template.h"
 #include "unit/jinja_test_util.h"
 
 namespace rlm {

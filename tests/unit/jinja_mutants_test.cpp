@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <map>
 
-#include "tokenizer/jinja/template.h"
-#include "tokenizer/jinja/utf8.h"
+#include "core/utf8.h"
+#include "jinja/template.h"
 #include "unit/jinja_test_util.h"
 
 namespace rlm {
@@ -26,13 +26,13 @@ std::string fnv1a64(const std::string& s) {
 
 // Applies [code point position, delete count, inserted text] edits in order.
 std::string apply_edits(const std::string& source, const nlohmann::ordered_json& edits) {
-  std::u32string cps = jinja::utf8_decode(source);
+  std::u32string cps = utf8::decode(source);
   for (const auto& e : edits) {
     const size_t pos = e[0].get<size_t>();
     const size_t del = e[1].get<size_t>();
-    cps.replace(pos, std::min(del, cps.size() - pos), jinja::utf8_decode(e[2].get<std::string>()));
+    cps.replace(pos, std::min(del, cps.size() - pos), utf8::decode(e[2].get<std::string>()));
   }
-  return jinja::utf8_encode(cps);
+  return utf8::encode(cps);
 }
 
 TEST(JinjaMutants, AgreeWithJinja2) {

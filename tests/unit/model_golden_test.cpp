@@ -6,8 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "engine/prompt_logits.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -89,9 +90,8 @@ class ModelGolden : public ::testing::TestWithParam<std::tuple<std::string, int6
 };
 
 TEST_P(ModelGolden, PromptLogitsMatchTransformers) {
-  Generator gen(*runner_);
   for (const Case& c : cases_) {
-    auto logits = gen.prompt_logits(c.prompt);
+    auto logits = prompt_logits(*runner_, c.prompt);
     ASSERT_TRUE(logits.is_ok()) << logits.status().to_string();
     ASSERT_EQ(logits->shape(), (Shape{c.rows, c.vocab}));
     const float* got = logits->data<float>();
@@ -102,46 +102,38 @@ TEST_P(ModelGolden, PromptLogitsMatchTransformers) {
     }
     EXPECT_LE(max_diff, kLogitsAtol) << dir_ << " prompt of " << c.prompt.size() << " tokens";
   }
-  EXPECT_EQ(gen.free_pages(), runner_->kv_pool().config().num_pages);
-  EXPECT_EQ(gen.free_mamba_slots(), runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
+  EXPECT_EQ(runner_->req_to_token().num_free(), runner_->req_to_token().max_requests());
+  EXPECT_EQ(runner_->mamba_pool() ? runner_->mamba_pool()->num_free() : 0,
+            runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
 }
 
-std::vector<GenerateRequest> greedy_requests(const std::vector<Case>& cases) {
-  std::vector<GenerateRequest> reqs;
-  for (const Case& c : cases) {
-    GenerateRequest r;
-    r.prompt_ids = c.prompt;
-    r.max_tokens = static_cast<int64_t>(c.greedy.size());
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    reqs.push_back(r);
-  }
+std::vector<OfflineRequest> greedy_requests(const std::vector<Case>& cases) {
+  std::vector<OfflineRequest> reqs;
+  for (const Case& c : cases) reqs.push_back(testing::greedy_request(c.prompt, static_cast<int64_t>(c.greedy.size())));
   return reqs;
 }
 
+// Through the scheduler (the path `radixlm generate` and `serve` take), one request per call.
 TEST_P(ModelGolden, GreedyTokensMatchOneAtATime) {
-  Generator gen(*runner_);
-  for (const GenerateRequest& r : greedy_requests(cases_)) {
-    auto out = gen.generate({r});
+  auto engine = testing::engine_over(std::move(runner_));
+  OfflineEngine offline(*engine);
+  for (const Case& c : cases_) {
+    auto out = offline.generate(greedy_requests({c}));
     ASSERT_TRUE(out.is_ok()) << out.status().to_string();
-    const Case* c = nullptr;
-    for (const Case& k : cases_) if (k.prompt == r.prompt_ids) c = &k;
-    EXPECT_EQ((*out)[0].output_ids, c->greedy) << dir_ << " prompt of " << r.prompt_ids.size() << " tokens";
-    EXPECT_EQ((*out)[0].finish_reason, "length");
+    EXPECT_EQ((*out)[0].output_ids, c.greedy) << dir_ << " prompt of " << c.prompt.size() << " tokens";
+    EXPECT_EQ((*out)[0].finish.reason, "length");
   }
-  EXPECT_EQ(gen.free_pages(), runner_->kv_pool().config().num_pages);
-  EXPECT_EQ(gen.free_mamba_slots(), runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
+  testing::expect_all_free(*engine);
 }
 
 TEST_P(ModelGolden, GreedyTokensMatchBatched) {
-  Generator gen(*runner_);
-  auto out = gen.generate(greedy_requests(cases_));
-  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  auto engine = testing::engine_over(std::move(runner_));
+  const auto out = testing::generate_ids(*engine, greedy_requests(cases_));
+  ASSERT_EQ(out.size(), cases_.size());
   for (size_t i = 0; i < cases_.size(); ++i) {
-    EXPECT_EQ((*out)[i].output_ids, cases_[i].greedy) << dir_ << " case " << i << " (batched)";
+    EXPECT_EQ(out[i], cases_[i].greedy) << dir_ << " case " << i << " (batched)";
   }
-  EXPECT_EQ(gen.free_pages(), runner_->kv_pool().config().num_pages);
-  EXPECT_EQ(gen.free_mamba_slots(), runner_->mamba_pool() ? runner_->mamba_pool()->num_slots() : 0);
+  testing::expect_all_free(*engine);
 }
 
 // Max |got - want| over rows [row0, row0 + got.size(0)) of a case's golden logits.

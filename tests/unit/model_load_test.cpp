@@ -1,8 +1,8 @@
 // Model construction errors are Status values with clear messages, never crashes.
 #include <gtest/gtest.h>
 
-#include "engine/generator.h"
 #include "engine/model_loader.h"
+#include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
@@ -86,20 +86,21 @@ TEST(ModelLoad, DummyWeightsRunDeterministically) {
     rc.max_context_len = 32;
     auto runner = ModelRunner::create(std::move(m->model), rc);
     ASSERT_TRUE(runner.is_ok());
-    Generator gen(**runner);
-    GenerateRequest r;
+    auto engine = testing::engine_over(std::move(runner).value());
+    OfflineRequest r;  // temperature 1: sampled, with a fixed seed
     r.prompt_ids = {1, 2, 3};
-    r.max_tokens = 5;
-    r.ignore_eos = true;
-    auto o = gen.generate({r});
-    ASSERT_TRUE(o.is_ok()) << o.status().to_string();
-    outs[run] = (*o)[0].output_ids;
+    r.params.max_new_tokens = 5;
+    r.params.ignore_eos = true;
+    r.params.seed = 0;
+    const auto o = testing::generate_ids(*engine, {r});
+    ASSERT_EQ(o.size(), 1u);
+    outs[run] = o[0];
     EXPECT_EQ(outs[run].size(), 5u);
   }
   EXPECT_EQ(outs[0], outs[1]);
 }
 
-TEST(Generator, RejectsBadRequests) {
+TEST(OfflineEngine, RejectsBadRequests) {
   auto m = load_model(kModel);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   const int64_t vocab = m->config.vocab_size;
@@ -108,19 +109,20 @@ TEST(Generator, RejectsBadRequests) {
   rc.max_context_len = 16;
   auto runner = ModelRunner::create(std::move(m->model), rc);
   ASSERT_TRUE(runner.is_ok());
-  Generator gen(**runner);
-  GenerateRequest empty;
+  auto engine = testing::engine_over(std::move(runner).value());
+  OfflineEngine gen(*engine);
+  OfflineRequest empty;
   EXPECT_EQ(gen.generate({empty}).status().code(), StatusCode::kInvalidArgument);
-  GenerateRequest oov;
+  OfflineRequest oov;
   oov.prompt_ids = {1, static_cast<int32_t>(vocab)};
   auto st = gen.generate({oov}).status();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("outside the vocabulary"), std::string::npos);
-  GenerateRequest too_long;
+  OfflineRequest too_long;
   too_long.prompt_ids = std::vector<int32_t>(10, 1);
-  too_long.max_tokens = 10;
+  too_long.params.max_new_tokens = 10;
   EXPECT_NE(gen.generate({too_long}).status().message().find("context length"), std::string::npos);
-  EXPECT_EQ(gen.free_pages(), (*runner)->kv_pool().config().num_pages);
+  EXPECT_EQ(gen.num_free_pages(), engine->runner().kv_pool().config().num_pages);
 }
 
 }  // namespace

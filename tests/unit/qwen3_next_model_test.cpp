@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
+#include "engine/prompt_logits.h"
 #include "model/qwen3_next.h"
 
 namespace rlm {
@@ -143,8 +143,7 @@ Tensor prompt_logits(std::unique_ptr<CausalLM> model, const std::vector<int32_t>
   auto runner = ModelRunner::create(std::move(model), rc);
   RLM_CHECK(runner.is_ok()) << runner.status().to_string();
   EXPECT_EQ((*runner)->attention_backend().name(), "hybrid_linear(cpu)");
-  Generator gen(**runner);
-  auto logits = gen.prompt_logits(prompt);
+  auto logits = rlm::prompt_logits(**runner, prompt);
   RLM_CHECK(logits.is_ok()) << logits.status().to_string();
   return *logits;
 }

@@ -185,6 +185,50 @@ TEST(Scheduler, AbortAtEveryStage) {
   EXPECT_EQ(exec.req_to_token().num_free(), 4);
 }
 
+// abort(id) matches a rid or a parent id exactly: ids that merely start with it are untouched.
+TEST(Scheduler, AbortMatchesExactIdsOrParentOnly) {
+  FakeExecutor exec(256, 1, 8, 128);
+  Scheduler s(exec, SchedulerConfig{}, letters());
+  std::mt19937 rng(5);
+  auto a = make_req("chatcmpl", random_ids(rng, 4), 30);
+  auto b = make_req("chatcmpl-1f", random_ids(rng, 4), 30);   // starts with "chatcmpl-"
+  auto c0 = make_req("job-0", random_ids(rng, 4), 30);
+  auto c1 = make_req("job-1", random_ids(rng, 4), 30);
+  c0->parent_rid = c1->parent_rid = "job";
+  auto d = make_req("job-10", random_ids(rng, 4), 30);         // another request, no parent
+  for (auto& r : {a, b, c0, c1, d}) ASSERT_TRUE(s.submit(r).is_ok());
+  for (int i = 0; i < 3; ++i) s.step();
+  s.abort("chatcmpl");
+  s.abort("job");
+  s.abort("job-1");  // already aborted through its parent: no effect
+  s.abort("chat");
+  run_to_completion(s);
+  for (auto& r : {a, c0, c1}) EXPECT_EQ(drain(*r->stream).finish->reason, "abort") << r->rid;
+  for (auto& r : {b, d}) {
+    Collected c = drain(*r->stream);
+    EXPECT_EQ(c.finish->reason, "length") << r->rid;
+    EXPECT_EQ(c.tokens.size(), 30u) << r->rid;
+  }
+}
+
+// The HTTP server's way of waiting: a listener told of every push, events taken with try_pop.
+TEST(RequestStream, ListenerSeesEveryPushAndEventsAlreadyWaiting) {
+  RequestStream s;
+  s.push(StreamEvent{"a", {1}, {}, std::nullopt});
+  int calls = 0;
+  s.set_listener([&] { ++calls; });
+  EXPECT_EQ(calls, 1);  // an event was waiting
+  s.push(StreamEvent{"b", {2}, {}, std::nullopt});
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(s.try_pop()->text, "a");
+  EXPECT_EQ(s.try_pop()->text, "b");
+  EXPECT_FALSE(s.try_pop().has_value());
+  s.set_listener(nullptr);
+  s.push(StreamEvent{"c", {3}, {}, std::nullopt});
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(s.pop(std::chrono::milliseconds(0))->text, "c");
+}
+
 TEST(Scheduler, StopStringsAcrossTokensAreNotLeaked) {
   FakeExecutor exec(64, 1, 4, 128);
   Scheduler s(exec, SchedulerConfig{}, letters());

@@ -5,9 +5,9 @@
 
 #include <random>
 
+#include "core/utf8.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/incremental_detokenizer.h"
-#include "tokenizer/utf8.h"
 #include "unit/tokenizer_test_util.h"
 
 namespace rlm {

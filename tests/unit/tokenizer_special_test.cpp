@@ -7,9 +7,9 @@
 #include <fstream>
 #include <thread>
 
+#include "core/utf8.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
 #include "unit/tokenizer_test_util.h"
 
 namespace rlm {

@@ -81,24 +81,27 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 // 8-float vectors (GCC/Clang vector extensions: SSE/AVX/NEON as available, elementwise and in a
 // fixed order, so results do not depend on alignment, the batch or the instruction set; no FMA
-// contraction under ISO C++). The helpers are internal and always inlined, so the ABI note about
-// passing 32-byte vectors without AVX does not apply.
+// contraction under ISO C++). The helpers that take or return vectors are forced inline, at -O0
+// too: run_item has an AVX2 clone, and a real call from it to a helper compiled without AVX
+// would pass the 32-byte vector in a ymm register where the callee expects memory (the ABI
+// difference -Wpsabi warns about) — Debug builds crashed on exactly that.
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float V8 __attribute__((vector_size(32)));
 constexpr int64_t kMaxVecs = 32;  // head_dim <= 256 on the vector path
+#define RLM_VEC_INLINE inline __attribute__((always_inline))
 
-inline V8 load8(const float* p) {
+RLM_VEC_INLINE V8 load8(const float* p) {
   V8 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-inline void store8(float* p, V8 v) { std::memcpy(p, &v, sizeof(v)); }
+RLM_VEC_INLINE void store8(float* p, V8 v) { std::memcpy(p, &v, sizeof(v)); }
 
-inline float hsum(V8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
+RLM_VEC_INLINE float hsum(V8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 
 // head_dim % 8 == 0: two accumulators over alternating vectors.
-inline float dot_v8(const float* a, const float* b, int64_t nv) {
+RLM_VEC_INLINE float dot_v8(const float* a, const float* b, int64_t nv) {
   V8 acc0 = {}, acc1 = {};
   int64_t i = 0;
   for (; i + 2 <= nv; i += 2) {

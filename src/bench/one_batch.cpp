@@ -1,0 +1,267 @@
+#include "bench/one_batch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "engine/cuda_graph_runner.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "model/qwen3_next.h"
+#include "server/engine_builder.h"
+
+namespace rlm::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head).
+double weight_bytes(const ModelConfig& c, DType dtype) {
+  const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
+  const double qkv = h * d * static_cast<double>(c.num_attention_heads + 2 * c.num_key_value_heads);
+  const double o = d * static_cast<double>(c.num_attention_heads) * h;
+  const double mlp = 3.0 * h * static_cast<double>(c.intermediate_size);
+  const double layer = qkv + o + mlp + 2.0 * h;
+  const double embed = static_cast<double>(c.vocab_size) * h;
+  const double total = embed * (c.tie_word_embeddings ? 1.0 : 2.0) + layer * static_cast<double>(c.num_hidden_layers) + h;
+  return total * static_cast<double>(dtype_size(dtype));
+}
+
+// Bytes one Qwen3-Next decode step of `batch` tokens reads: every non-expert weight (attention or
+// Gated DeltaNet projections, router, shared expert, lm_head) in `dtype`, the experts the step
+// routes to (top_k per layer at batch 1; for larger batches the expected number of distinct
+// experts under uniform routing, E * (1 - (1 - k/E)^batch)), the batch's embedding rows, the f32
+// norms / A_log / dt_bias, and each request's f32 conv + SSM states, read and written.
+StatusOr<double> qwen3_next_step_bytes(const ModelConfig& config, int64_t batch, DType dtype) {
+  ModelConfig c = config;
+  RLM_ASSIGN_OR_RETURN(const Qwen3NextSpec s, parse_qwen3_next_spec(c));
+  const double es = static_cast<double>(dtype_size(dtype)), h = static_cast<double>(c.hidden_size);
+  const double d = static_cast<double>(c.head_dim), hq = static_cast<double>(c.num_attention_heads);
+  const double hk = static_cast<double>(c.num_key_value_heads), b = static_cast<double>(batch);
+  const double key_dim = static_cast<double>(s.linear_num_key_heads * s.linear_key_head_dim);
+  const double value_dim = static_cast<double>(s.linear_num_value_heads * s.linear_value_head_dim);
+  const double conv_dim = 2.0 * key_dim + value_dim, hv = static_cast<double>(s.linear_num_value_heads);
+  const double e = static_cast<double>(s.num_experts), k = static_cast<double>(s.num_experts_per_tok);
+  const double experts_read = e > 0 ? e * (1.0 - std::pow(1.0 - k / e, b)) : 0.0;
+  double weights = 0.0, f32 = 0.0, states = 0.0;
+  for (size_t l = 0; l < s.is_linear.size(); ++l) {
+    f32 += 2.0 * h;  // input / post-attention norms
+    if (s.is_linear[l]) {
+      weights += h * (conv_dim + value_dim + 2.0 * hv) + value_dim * h +
+                 conv_dim * static_cast<double>(s.linear_conv_kernel_dim);
+      f32 += 2.0 * hv + static_cast<double>(s.linear_value_head_dim);
+      states += b * (conv_dim * static_cast<double>(s.linear_conv_kernel_dim - 1) +
+                     hv * static_cast<double>(s.linear_key_head_dim * s.linear_value_head_dim));
+    } else {
+      weights += h * d * (2.0 * hq + 2.0 * hk) + hq * d * h;
+      f32 += 2.0 * d;  // q / k norms
+    }
+    if (s.is_moe[l]) {
+      weights += e * h + experts_read * 3.0 * h * static_cast<double>(s.moe_intermediate_size);
+      if (s.shared_expert_intermediate_size > 0) {
+        weights += 3.0 * h * static_cast<double>(s.shared_expert_intermediate_size) + h;
+      }
+    } else {
+      weights += 3.0 * h * static_cast<double>(c.intermediate_size);
+    }
+  }
+  weights += static_cast<double>(c.vocab_size) * h + b * h;  // lm_head + the embedding rows
+  f32 += h;                                                   // final norm
+  return weights * es + f32 * 4.0 + 2.0 * states * 4.0;
+}
+
+// Copy bandwidth (bytes read + written per second) of a 1 GiB (256 MiB on the CPU) buffer.
+double copy_bandwidth(Device device) {
+  const int64_t n = device.is_cuda() ? (int64_t{1} << 30) : (int64_t{1} << 28);
+  Tensor a = Tensor::empty({n}, DType::kU8, device), b = Tensor::empty({n}, DType::kU8, device);
+  device_memset(a.data_ptr(), device, 1, n);
+  std::vector<double> times;
+  for (int i = 0; i < 6; ++i) {
+    auto t = Clock::now();
+    device_memcpy(b.data_ptr(), device, a.data_ptr(), device, n);
+    (void)b.slice(0, 0, 1).to(Device::cpu());  // synchronises with the device
+    times.push_back(ms_since(t));
+  }
+  std::sort(times.begin(), times.end());
+  return 2.0 * static_cast<double>(n) / (times[times.size() / 2] / 1e3);
+}
+
+}  // namespace
+
+int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
+  EngineArgs e = engine;
+  e.max_running_requests = a.batch_size;
+  if (e.context_length == 0) e.context_length = a.input_len + a.output_len;
+  if (Status st = e.validate(); !st.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", st.message().c_str()), 2;
+  if (e.context_length < a.input_len + a.output_len) {
+    std::fprintf(stderr, "radixlm bench one-batch: the context length %lld is below --input-len + --output-len\n",
+                 static_cast<long long>(e.context_length));
+    return 2;
+  }
+  const Device device = resolve_device(e.device).value();
+  e = e.with_limits_for(hardware_info(device));
+  const int64_t step_tokens = e.max_prefill_tokens;  // the memory plan covers a step this large
+  auto files = load_engine_files(e, TokenizerUse::kNone);
+  if (!files.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", files.status().to_string().c_str()), 1;
+  const ModelConfig cfg = files->model.config;
+  const ModelRunnerConfig rc = e.runner_config(cfg, device);  // CUDA: the pool is sized like serve's
+  auto runner = ModelRunner::create(std::move(files->model.model), rc);
+  if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
+  ModelRunner& r = **runner;
+  const int64_t page_size = e.page_size;
+  const int64_t ctx = rc.max_context_len;
+  const int64_t pages_per_req = (ctx + page_size - 1) / page_size;
+  if (r.kv_pool().config().num_pages < pages_per_req * a.batch_size) {
+    std::fprintf(stderr, "radixlm bench one-batch: the KV pool holds %lld pages but the batch needs %lld\n",
+                 static_cast<long long>(r.kv_pool().config().num_pages),
+                 static_cast<long long>(pages_per_req * a.batch_size));
+    return 1;
+  }
+  std::mt19937 rng(static_cast<uint32_t>(e.seed));
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
+  // Request b owns pages [b * pages_per_req, (b + 1) * pages_per_req).
+  auto slot = [&](int64_t b, int64_t pos) { return static_cast<int32_t>(b * pages_per_req * page_size + pos); };
+  std::vector<int32_t> req_slots;
+  for (int64_t b = 0; b < a.batch_size; ++b) req_slots.push_back(r.req_to_token().alloc());
+  // Hybrid models (Qwen3-Next): each request's recurrent state lives in a MambaPool slot.
+  std::vector<int32_t> mamba_slots(a.batch_size, -1);
+  if (MambaPool* pool = r.mamba_pool()) {
+    for (auto& m : mamba_slots) m = pool->alloc();
+  }
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(a.batch_size));
+  for (auto& p : prompts) {
+    for (int64_t i = 0; i < a.input_len; ++i) p.push_back(tok(rng));
+  }
+  int64_t eager_mismatches = 0;
+  const Sampler sampler(r.future_tokens());
+  const std::vector<SampleRow> greedy(static_cast<size_t>(a.batch_size), SampleRow::greedy());
+  // Prefill in steps of at most step_tokens tokens, requests split across steps like the server's
+  // chunked prefill; a request samples its first token in the step that completes its prompt.
+  std::vector<int32_t> next(static_cast<size_t>(a.batch_size), 0);
+  int64_t prefill_steps = 0;
+  auto t0 = Clock::now();
+  for (int64_t b = 0, done = 0; b < a.batch_size;) {
+    std::vector<BatchEntry> step;
+    std::vector<int64_t> sampled;
+    for (int64_t room = step_tokens; room > 0 && b < a.batch_size;) {
+      const int64_t take = std::min(room, a.input_len - done);
+      BatchEntry e;
+      e.req_slot = req_slots[b];
+      e.mamba_slot = mamba_slots[b];
+      e.prefix_len = static_cast<int32_t>(done);
+      e.new_ids.assign(prompts[b].begin() + done, prompts[b].begin() + done + take);
+      for (int64_t i = done; i < done + take; ++i) e.new_slots.push_back(slot(b, i));
+      done += take;
+      room -= take;
+      e.skip_logits = done < a.input_len;
+      if (!e.skip_logits) sampled.push_back(b);
+      step.push_back(std::move(e));
+      if (done == a.input_len) {
+        ++b;
+        done = 0;
+      }
+    }
+    ForwardBatch pb = r.build_batch(ForwardMode::kExtend, step);
+    const Tensor logits = r.forward(pb);
+    if (!sampled.empty()) {
+      const std::vector<int32_t> out =
+          sampled_tokens(sampler.sample(logits, std::vector<SampleRow>(sampled.size(), SampleRow::greedy())));
+      for (size_t i = 0; i < sampled.size(); ++i) next[sampled[i]] = out[i];
+    }
+    ++prefill_steps;
+  }
+  r.synchronize();
+  const double prefill_ms = ms_since(t0);
+  // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
+  // the second so both passes do identical work on identical data).
+  std::vector<std::vector<int32_t>> inputs, outputs;
+  auto decode_pass = [&](bool replay_inputs) {
+    std::vector<double> times;
+    std::vector<int32_t> cur = next;
+    for (int64_t s = 0; s + 1 < a.output_len; ++s) {
+      if (replay_inputs) cur = inputs[s];
+      std::vector<BatchEntry> dec;
+      for (int64_t b = 0; b < a.batch_size; ++b) {
+        BatchEntry e;
+        e.req_slot = req_slots[b];
+        e.mamba_slot = mamba_slots[b];
+        e.prefix_len = static_cast<int32_t>(a.input_len + s);
+        e.new_ids = {cur[b]};
+        e.new_slots = {slot(b, a.input_len + s)};
+        dec.push_back(std::move(e));
+      }
+      auto t = Clock::now();
+      ForwardBatch db = r.build_batch(ForwardMode::kDecode, dec);
+      std::vector<int32_t> out = sampled_tokens(sampler.sample(r.forward(db), greedy));
+      times.push_back(ms_since(t));
+      if (!replay_inputs) {
+        inputs.push_back(cur);
+        outputs.push_back(out);
+      } else if (out != outputs[s]) {
+        ++eager_mismatches;
+      }
+      cur = std::move(out);
+    }
+    std::sort(times.begin(), times.end());
+    return times.empty() ? 0.0 : times[times.size() / 2];
+  };
+  const double step_ms = decode_pass(false);
+  const bool graphs_on = !r.cuda_graph_batch_sizes().empty();
+  // With CUDA graphs, the same steps again eagerly: the reference for the graph speed-up, and a
+  // check that both paths give the same greedy tokens.
+  double eager_ms = 0.0;
+  if (graphs_on && a.output_len > 1) {
+    r.set_use_cuda_graph(false);
+    eager_ms = decode_pass(true);
+    r.set_use_cuda_graph(true);
+  }
+  const double bw = copy_bandwidth(device);
+  const double kv_bytes_per_token = static_cast<double>(r.kv_pool().bytes_per_token());
+  const double mid_len = static_cast<double>(a.input_len) + static_cast<double>(a.output_len) / 2.0;
+  // Dummy weights are made in bf16 (f32 when the config says so); loaded weights in the config's dtype.
+  const DType wdt = cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+  // Qwen3-Next reads only the routed experts (and its recurrent states) per step.
+  double weights_read = weight_bytes(cfg, wdt);
+  if (cfg.architecture == "Qwen3NextForCausalLM") {
+    auto bytes = qwen3_next_step_bytes(cfg, a.batch_size, wdt);
+    if (!bytes.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", bytes.status().to_string().c_str()), 1;
+    weights_read = *bytes;
+  }
+  const double decode_bytes = weights_read + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size);
+  // The copy's rate counts bytes read plus written; a decode step is a read stream, which runs at
+  // about that total rate, so the floor is bytes / copy rate.
+  const double floor_ms = decode_bytes / bw * 1e3;
+  std::printf("model %s (%s) on %s, batch %lld, input %lld, output %lld, page size %lld\n", cfg.architecture.c_str(),
+              dtype_name(cfg.dtype), device.to_string().c_str(), static_cast<long long>(a.batch_size),
+              static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
+              static_cast<long long>(page_size));
+  std::printf("prefill: %.2f ms (%.0f tok/s) in %lld steps of <= %lld tokens\n", prefill_ms,
+              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3),
+              static_cast<long long>(prefill_steps), static_cast<long long>(step_tokens));
+  const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
+  std::string graphs = "eager";
+  if (!graph_sizes.empty()) {
+    const int64_t padded = padded_batch_size(graph_sizes, a.batch_size);
+    graphs = padded > 0 ? str("CUDA graph, padded to ", padded) : str("eager (batch > --cuda-graph-max-bs)");
+  }
+  const size_t num_steps = static_cast<size_t>(std::max<int64_t>(0, a.output_len - 1));
+  std::printf("decode step (median of %zu, %s): %.3f ms (%.0f tok/s)\n", num_steps, graphs.c_str(), step_ms,
+              static_cast<double>(a.batch_size) / (step_ms / 1e3));
+  if (eager_ms > 0.0) {
+    std::printf("decode step eager (same steps again, --disable-cuda-graph): %.3f ms; graph speed-up %.2fx; "
+                "greedy tokens %s\n",
+                eager_ms, eager_ms / step_ms,
+                eager_mismatches == 0 ? "identical" : str(eager_mismatches, " steps differ").c_str());
+  }
+  std::printf("decode floor: %.2f GB read (weights + KV%s) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
+              decode_bytes / 1e9, cfg.architecture == "Qwen3NextForCausalLM" ? " + routed experts + states" : "",
+              bw / 1e9, floor_ms, step_ms / floor_ms);
+  return 0;
+}
+
+}  // namespace rlm::bench

@@ -1,0 +1,196 @@
+#include "server/routes.h"
+
+#include <chrono>
+
+#include "core/json.h"
+#include "server/api_key.h"
+#include "server/chat_page.h"
+
+namespace rlm {
+
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+using JsonHandler = std::function<void(const std::shared_ptr<HttpExchange>&, const ojson&)>;
+
+// A handler that parses the body first (400 on bad JSON).
+HttpHandler with_json_body(JsonHandler handler) {
+  return [handler = std::move(handler)](const std::shared_ptr<HttpExchange>& ex) {
+    ApiError err;
+    std::optional<ojson> body = parse_json_body(ex->request().body, &err);
+    if (!body) return ex->respond(error_response(err));
+    handler(ex, *body);
+  };
+}
+
+// A handler whose response needs nothing but the engine's state.
+HttpHandler answer(std::function<HttpResponse()> make) {
+  return [make = std::move(make)](const std::shared_ptr<HttpExchange>& ex) { ex->respond(make()); };
+}
+
+}  // namespace
+
+std::optional<ojson> parse_json_body(const std::string& body, ApiError* err) {
+  StatusOr<ojson> parsed = parse_ordered_json(body, kRequestJsonLimits);
+  if (!parsed.is_ok()) {
+    *err = ApiError::bad_request(str("request body: ", parsed.status().message()));
+    return std::nullopt;
+  }
+  ojson out = std::move(parsed).value();
+  if (!out.is_object()) {
+    *err = ApiError::bad_request("the request body must be a JSON object");
+    return std::nullopt;
+  }
+  return out;
+}
+
+ApiRoutes::ApiRoutes(ServingEngine& engine, std::string api_key)
+    : engine_(engine), api_key_(std::move(api_key)), started_(unix_now()), generation_(engine, aliases_) {}
+
+void ApiRoutes::install(HttpRouter& router) {
+  if (!api_key_.empty()) {
+    router.set_guard([key = api_key_](const HttpRequest& head, const HttpRoute& route) -> std::optional<HttpResponse> {
+      if (route.open) return std::nullopt;
+      const std::optional<std::string_view> auth = head.headers.find("Authorization");
+      if (bearer_matches(auth, key)) return std::nullopt;
+      HttpResponse r = error_response({401, auth ? "invalid API key" : "missing API key (Authorization: Bearer ...)",
+                                       "authentication_error", ""});
+      r.headers.add("WWW-Authenticate", "Bearer");
+      return r;
+    });
+  }
+  for (auto [path, kind] : {std::pair{"/v1/completions", ApiKind::kCompletion},
+                            std::pair{"/v1/chat/completions", ApiKind::kChat},
+                            std::pair{"/generate", ApiKind::kGenerate}}) {
+    router.add("POST", path, with_json_body([this, kind](const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
+                 generation_.handle(ex, kind, body);
+               }));
+  }
+  router.add("GET", "/v1/models", answer([this] { return models(); }));
+  // The limits chosen at start-up (ServingEngine::server_info).
+  router.add("GET", "/server_info", answer([this] { return json_response(200, engine_.server_info()); }));
+  router.add("POST", "/tokenize", with_json_body([this](const auto& ex, const ojson& b) { handle_tokenize(ex, b); }));
+  router.add("POST", "/detokenize", with_json_body([this](const auto& ex, const ojson& b) { handle_detokenize(ex, b); }));
+  router.add("GET", "/health", answer([this] {
+               return engine_.draining() ? json_response(503, {{"status", "shutting down"}})
+                                         : json_response(200, {{"status", "ok"}});
+             }), /*open=*/true);
+  router.add("GET", "/metrics", answer([this] {
+               HttpResponse r;
+               r.content_type = "text/plain; version=0.0.4";
+               r.body = engine_.metrics().render_prometheus();
+               return r;
+             }), /*open=*/true);
+  router.add("POST", "/abort_request", with_json_body([this](const auto& ex, const ojson& b) { handle_abort(ex, b); }));
+  router.add("GET", "/debug/kv", answer([this] { return debug_kv(); }));
+  router.add("POST", "/flush_cache", [this](const std::shared_ptr<HttpExchange>& ex) { handle_flush(ex); });
+  // The chat page is an open route: the page itself holds no data, its requests carry the key.
+  router.add("GET", "/", answer([] { return HttpResponse{200, "text/html; charset=utf-8", chat_page_html(), {}}; }),
+             /*open=*/true);
+}
+
+void ApiRoutes::handle_tokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
+  if (body.contains("model") && !body["model"].is_null() &&
+      (!body["model"].is_string() || body["model"].get<std::string>() != engine_.model_name())) {
+    return ex->respond(error_response({404, "The model does not exist.", "not_found_error", "model"}));
+  }
+  bool add_special = !body.contains("messages");
+  if (body.contains("add_special_tokens")) {
+    if (!body["add_special_tokens"].is_boolean()) {
+      return ex->respond(
+          error_response(ApiError::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens")));
+    }
+    add_special = body["add_special_tokens"].get<bool>();
+  }
+  std::string text;
+  if (body.contains("prompt") && body["prompt"].is_string()) {
+    text = body["prompt"].get<std::string>();
+  } else if (body.contains("messages")) {
+    ojson chat = body;
+    chat.erase("add_special_tokens");
+    if (!chat.contains("model")) chat["model"] = engine_.model_name();
+    ApiError err;
+    auto parsed = parse_chat_request(chat, &err);
+    if (!parsed) return ex->respond(error_response(err));
+    auto rendered = engine_.render_chat(parsed->messages, parsed->tools, parsed->add_generation_prompt,
+                                        parsed->chat_template_kwargs);
+    if (!rendered.is_ok()) return ex->respond(error_response(ApiError::from_status(rendered.status())));
+    text = *rendered;
+  } else {
+    return ex->respond(error_response(ApiError::bad_request("give 'prompt' (a string) or 'messages'", "prompt")));
+  }
+  std::vector<int32_t> ids = engine_.encode(text, add_special);
+  ex->respond(json_response(200, {{"tokens", ids},
+                                  {"count", static_cast<int64_t>(ids.size())},
+                                  {"max_model_len", engine_.max_context_len()}}));
+}
+
+void ApiRoutes::handle_detokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
+  if (!body.contains("tokens") || !body["tokens"].is_array()) {
+    return ex->respond(error_response(ApiError::bad_request("'tokens' must be an array of token ids", "tokens")));
+  }
+  std::vector<int32_t> ids;
+  for (const auto& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine_.vocab_size()) {
+      return ex->respond(error_response(ApiError::bad_request(str("token ", t.dump(), " is not a valid id"), "tokens")));
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  ex->respond(json_response(200, {{"prompt", engine_.tokenizer().decode(ids, false)}}));
+}
+
+// SGLang's /abort_request {"rid": ...}: the id of one request (a server id, which only its client
+// knows, or the caller's own /generate rid alias), or of one of its choices ("<id>-<i>"). Matched
+// exactly; answered 200 whether or not the request was still running (it may just have finished).
+void ApiRoutes::handle_abort(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
+  if (!body.contains("rid") || !body["rid"].is_string() || body["rid"].get<std::string>().empty()) {
+    return ex->respond(error_response(
+        ApiError::bad_request("'rid' (the request id to abort) must be a non-empty string", "rid")));
+  }
+  const std::string rid = body["rid"].get<std::string>();
+  const std::optional<std::string> aliased = aliases_.resolve(RidAliases::namespace_of(ex->request()), rid);
+  engine_.abort(aliased ? *aliased : rid);
+  ex->respond(json_response(200, {{"status", "abort requested"}}));
+}
+
+// Like SGLang's /flush_cache: answers once the cache is flushed, which happens when no request is
+// running; a server still busy after 10 s answers 202 and flushes when it is next idle. Polls
+// with a timer: no thread waits.
+void ApiRoutes::handle_flush(const std::shared_ptr<HttpExchange>& ex) {
+  const uint64_t ticket = engine_.request_flush();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto poll = std::make_shared<std::function<void()>>();
+  *poll = [this, ex, ticket, deadline, weak = std::weak_ptr<std::function<void()>>(poll)] {
+    if (engine_.flush_done(ticket)) return ex->respond(json_response(200, {{"status", "flushed"}}));
+    if (std::chrono::steady_clock::now() >= deadline || ex->disconnected()) {
+      return ex->respond(json_response(
+          202, {{"status", "flush pending: requests are running; the cache is flushed when the server is idle"}}));
+    }
+    if (auto self = weak.lock()) ex->defer(std::chrono::milliseconds(10), [self] { (*self)(); });
+  };
+  (*poll)();
+}
+
+HttpResponse ApiRoutes::models() const {
+  ojson m = {{"id", engine_.model_name()}, {"object", "model"},         {"created", started_},
+             {"owned_by", "radixlm"},       {"root", engine_.model_name()}, {"max_model_len", engine_.max_context_len()}};
+  return json_response(200, {{"object", "list"}, {"data", ojson::array({m})}});
+}
+
+HttpResponse ApiRoutes::debug_kv() const {
+  const SchedulerGauges g = engine_.metrics().gauges();
+  return json_response(200, {{"kv_pages_total", g.kv_pages_total},
+                             {"kv_pages_free", g.kv_pages_free},
+                             {"page_size", g.page_size},
+                             {"cache_tokens", g.cache_tokens},
+                             {"cache_evictable_tokens", g.cache_evictable},
+                             {"cache_protected_tokens", g.cache_tokens - g.cache_evictable},
+                             {"running", g.running},
+                             {"queued", g.queued}});
+}
+
+}  // namespace rlm

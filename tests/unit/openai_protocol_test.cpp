@@ -1,0 +1,155 @@
+// Request validation (server/openai_protocol): wrong types of content parts, response_format,
+// store, metadata, parallel_tool_calls, user, tools entries and an empty model are 400 errors
+// naming the field; the valid forms still parse.
+#include "server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace rlm {
+namespace {
+
+ojson chat(ojson extra = ojson::object()) {
+  ojson body = {{"model", "m"}, {"messages", ojson::array({{{"role", "user"}, {"content", "hi"}}})}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) body[it.key()] = it.value();
+  return body;
+}
+
+// Every JSON type other than the ones listed.
+std::vector<ojson> values_other_than(const std::vector<ojson::value_t>& allowed) {
+  std::vector<ojson> out;
+  for (const ojson& v : {ojson(nullptr), ojson(true), ojson(3), ojson(-2), ojson(1.5), ojson("s"), ojson::array(),
+                         ojson::array({1, "x"}), ojson::object(), ojson({{"type", "text"}})}) {
+    if (std::find(allowed.begin(), allowed.end(), v.type()) == allowed.end()) out.push_back(v);
+  }
+  return out;
+}
+
+void expect_rejected(const ojson& body, const std::string& param, const std::string& needle) {
+  ApiError err;
+  err.message.clear();
+  auto r = parse_chat_request(body, &err);
+  ASSERT_FALSE(r.has_value()) << body.dump();
+  EXPECT_EQ(err.http_status, 400) << body.dump();
+  EXPECT_EQ(err.type, "invalid_request_error");
+  EXPECT_EQ(err.param, param) << body.dump();
+  EXPECT_NE(err.message.find(needle), std::string::npos) << err.message << " for " << body.dump();
+}
+
+void expect_accepted(const ojson& body) {
+  ApiError err;
+  auto r = parse_chat_request(body, &err);
+  EXPECT_TRUE(r.has_value()) << body.dump() << ": " << err.message;
+}
+
+TEST(OpenAiProtocol, ContentPartTypeOfAnyJsonType) {
+  for (const ojson& type : values_other_than({})) {
+    if (type == "text") continue;
+    const ojson parts = ojson::array({{{"type", type}, {"text", "x"}}});
+    expect_rejected(chat({{"messages", ojson::array({{{"role", "user"}, {"content", parts}}})}}), "messages",
+                    "type 'text'");
+  }
+  for (const ojson& part : {ojson(1), ojson("text"), ojson::array(), ojson({{"text", "no type"}})}) {
+    expect_rejected(chat({{"messages", ojson::array({{{"role", "user"}, {"content", ojson::array({part})}}})}}),
+                    "messages", "type 'text'");
+  }
+  const ojson ok = ojson::array({{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}});
+  ApiError err;
+  auto r = parse_chat_request(chat({{"messages", ojson::array({{{"role", "user"}, {"content", ok}}})}}), &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->messages[0]["content"], "ab");
+}
+
+TEST(OpenAiProtocol, ResponseFormatTypeOfAnyJsonType) {
+  for (const ojson& type : values_other_than({})) {
+    expect_rejected(chat({{"response_format", {{"type", type}}}}), "response_format", "response_format");
+  }
+  for (const ojson& rf : values_other_than({ojson::value_t::null})) {
+    if (rf == ojson({{"type", "text"}})) continue;
+    expect_rejected(chat({{"response_format", rf}}), "response_format", "response_format");
+  }
+  expect_rejected(chat({{"response_format", {{"type", "json_object"}}}}), "response_format", "response_format");
+  expect_accepted(chat({{"response_format", {{"type", "text"}}}}));
+}
+
+TEST(OpenAiProtocol, ScalarFieldTypes) {
+  for (const ojson& v : values_other_than({ojson::value_t::boolean, ojson::value_t::null})) {
+    expect_rejected(chat({{"store", v}}), "store", "'store' must be a boolean");
+    expect_rejected(chat({{"parallel_tool_calls", v}}), "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+  }
+  for (const ojson& v : values_other_than({ojson::value_t::string, ojson::value_t::null})) {
+    expect_rejected(chat({{"user", v}}), "user", "'user' must be a string");
+    ApiError err;
+    ojson completion = {{"model", "m"}, {"prompt", "hi"}, {"user", v}};
+    EXPECT_FALSE(parse_completion_request(completion, &err).has_value()) << v.dump();
+    EXPECT_EQ(err.param, "user");
+  }
+  expect_accepted(chat({{"store", false}, {"parallel_tool_calls", true}, {"user", "u-1"}}));
+}
+
+TEST(OpenAiProtocol, Metadata) {
+  for (const ojson& v : values_other_than({ojson::value_t::object, ojson::value_t::null})) {
+    expect_rejected(chat({{"metadata", v}}), "metadata", "'metadata' must be an object");
+  }
+  expect_rejected(chat({{"metadata", {{"k", 1}}}}), "metadata", "must be a string");
+  expect_rejected(chat({{"metadata", {{"k", nullptr}}}}), "metadata", "must be a string");
+  ojson many = ojson::object();
+  for (int i = 0; i < 17; ++i) many["k" + std::to_string(i)] = "v";
+  expect_rejected(chat({{"metadata", many}}), "metadata", "at most 16");
+  many.erase("k16");
+  expect_accepted(chat({{"metadata", many}}));
+  expect_accepted(chat({{"metadata", ojson::object()}}));
+}
+
+TEST(OpenAiProtocol, Tools) {
+  const ojson good = {{"type", "function"},
+                      {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}};
+  expect_accepted(chat({{"tools", ojson::array({good})}}));
+  expect_accepted(chat({{"tools", ojson::array({{{"type", "function"}, {"function", {{"name", "f"}}}}})}}));
+  for (const ojson& v : values_other_than({ojson::value_t::array, ojson::value_t::null})) {
+    expect_rejected(chat({{"tools", v}}), "tools", "'tools' must be an array");
+  }
+  for (const ojson& v : values_other_than({ojson::value_t::object})) {
+    expect_rejected(chat({{"tools", ojson::array({good, v})}}), "tools", "'tools[1]' must be an object");
+  }
+  auto with = [&](const std::string& path, const ojson& v) {
+    ojson t = good;
+    if (path == "type") t["type"] = v;
+    if (path == "function") t["function"] = v;
+    if (path == "name") t["function"]["name"] = v;
+    if (path == "parameters") t["function"]["parameters"] = v;
+    return chat({{"tools", ojson::array({t})}});
+  };
+  for (const ojson& v : values_other_than({})) {
+    expect_rejected(with("type", v), "tools", "'tools[0].type' must be \"function\"");
+  }
+  expect_rejected(with("type", "retrieval"), "tools", "'tools[0].type' must be \"function\"");
+  for (const ojson& v : values_other_than({ojson::value_t::object})) {
+    expect_rejected(with("function", v), "tools", "'tools[0].function' must be an object");
+  }
+  for (const ojson& v : values_other_than({ojson::value_t::string})) {
+    expect_rejected(with("name", v), "tools", "'tools[0].function.name' must be a non-empty string");
+  }
+  expect_rejected(with("name", ""), "tools", "'tools[0].function.name' must be a non-empty string");
+  for (const ojson& v : values_other_than({ojson::value_t::object, ojson::value_t::null})) {
+    expect_rejected(with("parameters", v), "tools", "'tools[0].function.parameters' must be an object");
+  }
+  ojson missing = good;
+  missing.erase("function");
+  expect_rejected(chat({{"tools", ojson::array({missing})}}), "tools", "'tools[0].function' must be an object");
+}
+
+TEST(OpenAiProtocol, EmptyModel) {
+  expect_rejected(chat({{"model", ""}}), "model", "'model' must be non-empty when given");
+  ApiError err;
+  EXPECT_FALSE(parse_completion_request({{"model", ""}, {"prompt", "hi"}}, &err).has_value());
+  EXPECT_EQ(err.param, "model");
+  err = {};
+  EXPECT_FALSE(parse_generate_request({{"model", ""}, {"text", "hi"}}, &err).has_value());
+  EXPECT_EQ(err.param, "model");
+  EXPECT_NE(err.message.find("non-empty"), std::string::npos);
+  err = {};
+  EXPECT_TRUE(parse_generate_request({{"text", "hi"}}, &err).has_value()) << err.message;  // optional there
+}
+
+}  // namespace
+}  // namespace rlm
