@@ -9,20 +9,34 @@ constexpr int32_t kProfileCachedPrefix = 256;  // a cached prefix long enough fo
 double gib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 }  // namespace
 
-std::vector<ProfileStep> profile_steps(int64_t max_num_tokens, int64_t max_requests, bool cascade) {
-  RLM_CHECK(max_num_tokens > 0 && max_requests > 0) << "profile_steps(" << max_num_tokens << ", " << max_requests
-                                                    << ")";
+namespace {
+
+// `total` tokens as requests of at most `cap` tokens each.
+std::vector<int32_t> split_tokens(int64_t total, int64_t cap) {
+  std::vector<int32_t> lens;
+  for (int64_t left = total; left > 0; left -= cap) lens.push_back(static_cast<int32_t>(std::min(left, cap)));
+  return lens;
+}
+
+}  // namespace
+
+std::vector<ProfileStep> profile_steps(int64_t max_num_tokens, int64_t max_requests, int64_t max_context_len,
+                                       bool cascade) {
+  RLM_CHECK(max_num_tokens > 0 && max_requests > 0 && max_context_len > 0)
+      << "profile_steps(" << max_num_tokens << ", " << max_requests << ", " << max_context_len << ")";
   std::vector<ProfileStep> steps;
+  // Prompt chunks fill the token budget, each request within the context length.
   ProfileStep prefill;
   prefill.what = "prefill";
-  prefill.extend_lens = {static_cast<int32_t>(max_num_tokens)};
+  prefill.extend_lens = split_tokens(std::min(max_num_tokens, max_requests * max_context_len), max_context_len);
   steps.push_back(prefill);
   // A step holds at most max(max_num_tokens, max_requests) tokens: decode tokens count against the
   // token budget, and every running request decodes even when they alone exceed it.
   ProfileStep mixed;
   mixed.what = "mixed";
   mixed.extend_lens.assign(static_cast<size_t>(max_requests - 1), 1);
-  mixed.extend_lens.push_back(static_cast<int32_t>(std::max<int64_t>(1, max_num_tokens - (max_requests - 1))));
+  mixed.extend_lens.push_back(
+      static_cast<int32_t>(std::clamp<int64_t>(max_num_tokens - (max_requests - 1), 1, max_context_len)));
   mixed.sample_all = true;
   steps.push_back(mixed);
   ProfileStep decode;
@@ -31,10 +45,13 @@ std::vector<ProfileStep> profile_steps(int64_t max_num_tokens, int64_t max_reque
   decode.extend_lens.assign(static_cast<size_t>(max_requests), 1);
   decode.sample_all = true;
   steps.push_back(decode);
-  if (cascade) {
-    ProfileStep c = prefill;
+  const int64_t cached = std::min<int64_t>(kProfileCachedPrefix, max_context_len - 1);
+  if (cascade && cached > 0) {
+    ProfileStep c;
     c.what = "cascade prefill";
-    c.cached_prefix = kProfileCachedPrefix;
+    c.cached_prefix = static_cast<int32_t>(cached);
+    c.extend_lens = split_tokens(std::min(max_num_tokens, max_requests * (max_context_len - cached)),
+                                 max_context_len - cached);
     c.cascade = true;
     steps.push_back(c);
   }

@@ -28,10 +28,12 @@ struct ProfileStep {
 };
 
 // The steps whose peak bounds every step the scheduler may run with at most `max_num_tokens` new
-// tokens and `max_requests` requests: a prefill of max_num_tokens tokens; a mixed step of
-// max_requests requests (all but one a decode token, all sampling); a decode step of max_requests
-// requests; with cascade attention, a prefill over a cached prefix run as cascade attention.
-std::vector<ProfileStep> profile_steps(int64_t max_num_tokens, int64_t max_requests, bool cascade);
+// tokens, `max_requests` requests and `max_context_len` tokens per request: a prefill filling the
+// token budget (requests of at most the context length); a mixed step of max_requests requests
+// (all but one a decode token, all sampling); a decode step of max_requests requests; with cascade
+// attention, the prefill again over a cached prefix run as cascade attention.
+std::vector<ProfileStep> profile_steps(int64_t max_num_tokens, int64_t max_requests, int64_t max_context_len,
+                                       bool cascade);
 // KV slots the profile needs (every request's cached prefix and new tokens, page-aligned).
 int64_t profile_kv_pages(const std::vector<ProfileStep>& steps, int64_t page_size);
 

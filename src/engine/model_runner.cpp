@@ -140,9 +140,9 @@ Status ModelRunner::plan_memory(const KVShape& kv) {
   const int64_t min_pages = (config_.max_context_len + config_.page_size - 1) / config_.page_size;
   (void)settled_used_bytes(dev);
   const size_t alloc0 = alloc.stats().allocated_bytes;
-  const std::vector<ProfileStep> steps = profile_steps(std::max<int64_t>(config_.max_num_tokens, 1),
-                                                       config_.max_requests,
-                                                       config_.cascade_attention != CascadeMode::kOff);
+  const std::vector<ProfileStep> steps =
+      profile_steps(std::max<int64_t>(config_.max_num_tokens, 1), config_.max_requests, config_.max_context_len,
+                    config_.cascade_attention != CascadeMode::kOff);
   MemoryProfile profile;
   profile.total_bytes = device_memory_info(dev).total_bytes;
   kv_pool_ = make_kv_pool(kv, profile_kv_pages(steps, config_.page_size));

@@ -17,18 +17,28 @@ int64_t step_tokens(const ProfileStep& s) {
 }
 
 TEST(ProfileSteps, CoverTheLargestPrefillMixedAndDecodeSteps) {
-  for (const auto& [tokens, requests] : {std::pair<int64_t, int64_t>{8192, 512}, {8192, 1}, {16, 64}, {1, 1},
-                                         {2048, 2048}}) {
+  struct Case {
+    int64_t tokens, requests, context;
+  };
+  for (const Case& c : {Case{8192, 512, 131072}, Case{8192, 1, 131072}, Case{16, 64, 4096}, Case{1, 1, 2},
+                        Case{2048, 2048, 4096}, Case{8192, 8, 160}, Case{8192, 512, 256}, Case{100, 2, 30}}) {
+    const auto [tokens, requests, context] = c;
     for (const bool cascade : {false, true}) {
-      SCOPED_TRACE(str(tokens, " tokens, ", requests, " requests, cascade ", cascade));
-      const std::vector<ProfileStep> steps = profile_steps(tokens, requests, cascade);
+      SCOPED_TRACE(str(tokens, " tokens, ", requests, " requests, context ", context, ", cascade ", cascade));
+      const std::vector<ProfileStep> steps = profile_steps(tokens, requests, context, cascade);
+      // The largest step the scheduler can build: the token budget (or every running request's
+      // decode token), but no more than every request at the full context.
+      const int64_t largest = std::min(std::max(tokens, requests), requests * context);
       int64_t most_tokens = 0, most_requests = 0, most_sampled = 0;
       bool decode = false, cascaded = false;
       for (const ProfileStep& s : steps) {
         ASSERT_FALSE(s.extend_lens.empty());
-        for (const int32_t n : s.extend_lens) EXPECT_GE(n, 1);
-        // No step holds more than the scheduler allows: max(token budget, running requests).
-        EXPECT_LE(step_tokens(s), std::max(tokens, requests)) << s.what;
+        for (const int32_t n : s.extend_lens) {
+          EXPECT_GE(n, 1);
+          EXPECT_LE(s.cached_prefix + n, context) << s.what << ": a request within the context length";
+        }
+        // No step holds more than the scheduler allows.
+        EXPECT_LE(step_tokens(s), largest) << s.what;
         EXPECT_LE(static_cast<int64_t>(s.extend_lens.size()), requests) << s.what;
         most_tokens = std::max(most_tokens, step_tokens(s));
         most_requests = std::max<int64_t>(most_requests, static_cast<int64_t>(s.extend_lens.size()));
@@ -39,7 +49,7 @@ TEST(ProfileSteps, CoverTheLargestPrefillMixedAndDecodeSteps) {
         }
         cascaded = cascaded || (s.cascade && s.cached_prefix > 0);
       }
-      EXPECT_EQ(most_tokens, std::max(tokens, requests));
+      EXPECT_EQ(most_tokens, largest);
       EXPECT_EQ(most_requests, requests);
       EXPECT_EQ(most_sampled, requests) << "the sampler's largest batch";
       EXPECT_TRUE(decode);
