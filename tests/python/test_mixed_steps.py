@@ -9,21 +9,13 @@ import time
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
 MODEL = os.path.basename(DEFAULT_MODEL)
 FLAGS = ["--chunked-prefill-size", "64", "--max-prefill-tokens", "96"]
 LONG_PROMPT = " ".join(f"Item {i}: the {['red', 'green', 'blue'][i % 3]} box holds {i * 7 % 13} stones." for i in range(40))
-
-
-def metric(server, name):
-    _, text = server.get("/metrics")
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 def run_workload(server):
