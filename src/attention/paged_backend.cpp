@@ -23,6 +23,7 @@ void PagedAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
 }
 
 void PagedAttentionBackend::init_host_metadata(const ForwardBatch& batch) {
+  num_decode_ = 0;
   const int64_t page_size = batch.kv_pool->page_size();
   const int64_t bs = batch.batch_size;
   std::vector<int32_t> indptr(bs + 1, 0);
@@ -96,6 +97,7 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
   const Tensor& table = r2t.device_table();
   RLM_CHECK(table.device() == device) << "req_to_token has no mirror on " << device.to_string();
   plan_ = ops::PagedAttentionPlan{};
+  num_decode_ = 0;
   int64_t capacity = 0;
   if (graph_mode_) {
     cascade_ = CascadePlan{};
@@ -140,6 +142,7 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
     } else {
       cascade_ = CascadePlan{};
     }
+    if (!plan_.all_decode && !cascade_.enabled) plan_mixed(batch, r2t.max_context_len());
   }
   cuda::DeviceErrorRecord* rec = cuda::device_error_record(device.index);
   cuda::build_kv_indices(table.data<int32_t>(), table.size(0), table.size(1), table.stride(0),
@@ -150,6 +153,28 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
   fail("attention backend '" + name_ + "': radixlm was built without CUDA");
 #endif
 }
+
+#ifdef RADIXLM_WITH_CUDA
+void PagedAttentionBackend::plan_mixed(const ForwardBatch& batch, int64_t max_context_len) {
+  const int64_t bs = batch.batch_size;
+  int64_t nd = 0;
+  while (nd < bs && batch.extend_lens_cpu[nd] == 1) ++nd;
+  if (nd == 0 || nd == bs) return;
+  // A mixed step: the leading one-token (decode) entries take the split-KV decode kernel, as in a
+  // decode step, and the prompt chunks the prefill kernel.
+  num_decode_ = nd;
+  decode_plan_ = ops::PagedAttentionPlan{};
+  decode_plan_.max_qo_len = 1;
+  decode_plan_.all_decode = true;
+  decode_plan_.num_kv_splits = cuda::fixed_decode_num_kv_splits(nd, max_context_len);
+  plan_ = ops::PagedAttentionPlan{};
+  for (int64_t r = 0; r < bs; ++r) {
+    ops::PagedAttentionPlan& p = r < nd ? decode_plan_ : plan_;
+    p.max_qo_len = std::max<int64_t>(p.max_qo_len, batch.extend_lens_cpu[r]);
+    p.max_seq_len = std::max<int64_t>(p.max_seq_len, batch.seq_lens_cpu[r]);
+  }
+}
+#endif
 
 Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                                     const ForwardBatch& batch) {
@@ -163,7 +188,15 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
     return forward_cascade(q, k_cache, v_cache, layer, batch);
   }
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32, q.device());
-  if (have_plan_) {
+  if (num_decode_ > 0) {
+    const int64_t nd = num_decode_, bs = batch.batch_size, ps = batch.kv_pool->page_size();
+    ops::paged_attention(q.slice(0, 0, nd), k_cache, v_cache, batch.qo_indptr.slice(0, 0, nd + 1),
+                         kv_indptr_.slice(0, 0, nd + 1), kv_indices_, batch.seq_lens.slice(0, 0, nd), ps,
+                         layer.params, out.slice(0, 0, nd), decode_plan_);
+    // The chunks' qo_indptr and kv_indptr entries are offsets into the whole q and kv_indices.
+    ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr.slice(0, nd, bs + 1), kv_indptr_.slice(0, nd, bs + 1),
+                         kv_indices_, batch.seq_lens.slice(0, nd, bs), ps, layer.params, out, plan_);
+  } else if (have_plan_) {
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
                          batch.kv_pool->page_size(), params, out, plan_);
   } else {

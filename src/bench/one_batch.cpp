@@ -137,6 +137,8 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
     return 2;
   }
   const Device device = resolve_device(e.device).value();
+  e = e.with_limits_for(hardware_info(device));
+  const int64_t step_tokens = e.max_prefill_tokens;  // the memory plan covers a step this large
   auto files = load_engine_files(e, TokenizerUse::kNone);
   if (!files.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", files.status().to_string().c_str()), 1;
   const ModelConfig cfg = files->model.config;
@@ -164,23 +166,49 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   if (MambaPool* pool = r.mamba_pool()) {
     for (auto& m : mamba_slots) m = pool->alloc();
   }
-  std::vector<BatchEntry> prefill;
-  for (int64_t b = 0; b < a.batch_size; ++b) {
-    BatchEntry e;
-    e.req_slot = req_slots[b];
-    e.mamba_slot = mamba_slots[b];
-    for (int64_t i = 0; i < a.input_len; ++i) {
-      e.new_ids.push_back(tok(rng));
-      e.new_slots.push_back(slot(b, i));
-    }
-    prefill.push_back(std::move(e));
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(a.batch_size));
+  for (auto& p : prompts) {
+    for (int64_t i = 0; i < a.input_len; ++i) p.push_back(tok(rng));
   }
   int64_t eager_mismatches = 0;
   const Sampler sampler(r.future_tokens());
   const std::vector<SampleRow> greedy(static_cast<size_t>(a.batch_size), SampleRow::greedy());
+  // Prefill in steps of at most step_tokens tokens, requests split across steps like the server's
+  // chunked prefill; a request samples its first token in the step that completes its prompt.
+  std::vector<int32_t> next(static_cast<size_t>(a.batch_size), 0);
+  int64_t prefill_steps = 0;
   auto t0 = Clock::now();
-  ForwardBatch pb = r.build_batch(ForwardMode::kExtend, prefill);
-  std::vector<int32_t> next = sampled_tokens(sampler.sample(r.forward(pb), greedy));
+  for (int64_t b = 0, done = 0; b < a.batch_size;) {
+    std::vector<BatchEntry> step;
+    std::vector<int64_t> sampled;
+    for (int64_t room = step_tokens; room > 0 && b < a.batch_size;) {
+      const int64_t take = std::min(room, a.input_len - done);
+      BatchEntry e;
+      e.req_slot = req_slots[b];
+      e.mamba_slot = mamba_slots[b];
+      e.prefix_len = static_cast<int32_t>(done);
+      e.new_ids.assign(prompts[b].begin() + done, prompts[b].begin() + done + take);
+      for (int64_t i = done; i < done + take; ++i) e.new_slots.push_back(slot(b, i));
+      done += take;
+      room -= take;
+      e.skip_logits = done < a.input_len;
+      if (!e.skip_logits) sampled.push_back(b);
+      step.push_back(std::move(e));
+      if (done == a.input_len) {
+        ++b;
+        done = 0;
+      }
+    }
+    ForwardBatch pb = r.build_batch(ForwardMode::kExtend, step);
+    const Tensor logits = r.forward(pb);
+    if (!sampled.empty()) {
+      const std::vector<int32_t> out =
+          sampled_tokens(sampler.sample(logits, std::vector<SampleRow>(sampled.size(), SampleRow::greedy())));
+      for (size_t i = 0; i < sampled.size(); ++i) next[sampled[i]] = out[i];
+    }
+    ++prefill_steps;
+  }
+  r.synchronize();
   const double prefill_ms = ms_since(t0);
   // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
   // the second so both passes do identical work on identical data).
@@ -248,8 +276,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
               dtype_name(r.kv_pool().config().dtype), device.to_string().c_str(), static_cast<long long>(a.batch_size),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
               static_cast<long long>(page_size));
-  std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
-              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
+  std::printf("prefill: %.2f ms (%.0f tok/s) in %lld steps of <= %lld tokens\n", prefill_ms,
+              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3),
+              static_cast<long long>(prefill_steps), static_cast<long long>(step_tokens));
   const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
   std::string graphs = "eager";
   if (!graph_sizes.empty()) {

@@ -52,18 +52,24 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
       ->check(CLI::Range(0.01, 0.99));
   app->add_flag("--disable-cuda-graph", a.disable_cuda_graph, "CUDA: run decode eagerly (no CUDA graphs)");
   app->add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
-                  "CUDA: largest decode batch captured as a CUDA graph (default 160; capped at the running "
-                  "request limit)")
-      ->check(CLI::PositiveNumber);
+                  "CUDA: largest decode batch captured as a CUDA graph (0: by GPU memory, 256 on an 80 GB GPU; "
+                  "capped at the running request limit)")
+      ->check(CLI::NonNegativeNumber);
   if (!o.scheduler) return;
 
   // Scheduler.
-  app->add_option(o.running_flag, a.max_running_requests, o.running_help)
-      ->check(o.running_zero_ok ? CLI::NonNegativeNumber : CLI::PositiveNumber);
-  app->add_option("--chunked-prefill-size", a.chunked_prefill_size, "Most prompt tokens of one request per step")
-      ->check(CLI::PositiveNumber);
-  app->add_option("--max-prefill-tokens", a.max_prefill_tokens, "Most prompt tokens per prefill step")
-      ->check(CLI::PositiveNumber);
+  app->add_option(o.running_flag, a.max_running_requests, o.running_help)->check(CLI::NonNegativeNumber);
+  app->add_option("--chunked-prefill-size", a.chunked_prefill_size,
+                  "Most prompt tokens of one request per step (0: by GPU memory, 8192 on an 80 GB GPU, 2048 on "
+                  "the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--max-prefill-tokens", a.max_prefill_tokens,
+                  "Most new tokens in a step with prompt chunks, a mixed step's decode tokens included (0: by GPU "
+                  "memory, 8192 on an 80 GB GPU and on the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--enable-mixed-chunk,!--disable-mixed-chunk", a.enable_mixed_chunk,
+                "Mixed steps: the decode tokens of the running requests and prompt chunks in one step (default "
+                "on; --disable-mixed-chunk runs prompt chunks in steps of their own)");
   app->add_option("--schedule-policy", a.schedule_policy, "fcfs | lpm")->check(CLI::IsMember({"fcfs", "lpm"}));
   app->add_option("--cache", a.cache, "radix | naive")->check(CLI::IsMember({"radix", "naive"}));
   app->add_option("--max-queued-requests", a.max_queued_requests, "Queue limit (503 beyond)")

@@ -52,6 +52,8 @@ int run_serve(const ServeArgs& a) {
   ServingEngine& engine = **built;
   const int64_t kv_tokens = engine.runner().kv_pool().num_slots();
   const size_t graphs = engine.runner().cuda_graph_batch_sizes().size();
+  if (const auto& plan = engine.runner().memory_plan()) std::printf("radixlm: memory: %s\n", plan->describe().c_str());
+  std::printf("radixlm: limits: %s\n", engine.describe_limits().c_str());
   const std::string device = engine.runner().config().device.to_string();
   engine.start();
 

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/serving_limits.h"
 
 namespace rlm {
 
@@ -39,12 +40,15 @@ struct EngineArgs {
   int64_t max_mamba_cache_size = 0;         // hybrid models: state slots; 0: 3 x max running requests
   double mem_fraction_static = 0.88;        // CUDA: weights + KV pool share of GPU memory
   bool disable_cuda_graph = false;
-  int64_t cuda_graph_max_bs = 160;
+  int64_t cuda_graph_max_bs = 0;            // 0: by GPU memory (engine/serving_limits.h)
 
   // --- scheduler ---
-  int64_t max_running_requests = 64;
-  int64_t chunked_prefill_size = 2048;
-  int64_t max_prefill_tokens = 8192;
+  // 0: chosen for the hardware by with_limits_for() (engine/serving_limits.h); the running-request
+  // limit is then also lowered to what the KV pool holds (build_engine).
+  int64_t max_running_requests = 0;
+  int64_t chunked_prefill_size = 0;
+  int64_t max_prefill_tokens = 0;
+  bool enable_mixed_chunk = true;        // mixed steps (scheduler_config.h)
   std::string schedule_policy = "fcfs";  // fcfs | lpm
   std::string cache = "radix";           // radix | naive
   int64_t max_queued_requests = 4096;
@@ -66,6 +70,9 @@ struct EngineArgs {
   Status validate() const;
   // How load_model loads the weights under these args (--load-format, --seed, --quantization).
   LoadOptions load_options() const;
+  // These args with every limit left at 0 (running requests, prompt chunk, step token budget,
+  // CUDA-graph batch) chosen for `hw`; the runner and scheduler configs take resolved args.
+  EngineArgs with_limits_for(const HardwareInfo& hw) const;
   // The model's context length under these args.
   int64_t context_len(const ModelConfig& model) const;
   // The runner's config for `model` on `device` (a resolve_device() result).

@@ -28,11 +28,16 @@ StatusOr<std::unique_ptr<ServingEngine>> build_engine(const EngineArgs& args, En
   RLM_RETURN_IF_ERROR(args.validate());
   RLM_ASSIGN_OR_RETURN(const Device device, resolve_device(args.device));
   const ModelConfig config = files.model.config;
+  const EngineArgs resolved = args.with_limits_for(hardware_info(device));
   RLM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
-                       ModelRunner::create(std::move(files.model.model), args.runner_config(config, device)));
+                       ModelRunner::create(std::move(files.model.model), resolved.runner_config(config, device)));
+  SchedulerConfig sc = resolved.scheduler_config(config);
+  if (args.max_running_requests == 0) {  // not given: the hardware's cap, lowered to what the KV pool holds
+    sc.max_running_requests = running_requests_for_kv(runner->kv_pool().num_slots(), sc.max_running_requests);
+  }
   if (model_name.empty()) model_name = std::filesystem::path(files.model_path).filename().string();
   return std::make_unique<ServingEngine>(std::move(model_name), std::move(runner), std::move(files.tokenizer),
-                                         std::move(files.chat_template), args.scheduler_config(config));
+                                         std::move(files.chat_template), sc);
 }
 
 }  // namespace rlm

@@ -121,6 +121,8 @@ void ApiRoutes::install(HttpRouter& router) {
   router.add_prefix("GET", "/v1/models/", [this](const std::shared_ptr<HttpExchange>& ex) {
     ex->respond(model_card(percent_decode(ex->request().path.substr(std::string_view("/v1/models/").size()))));
   });
+  // The limits chosen at start-up (ServingEngine::server_info).
+  router.add("GET", "/server_info", answer([this] { return json_response(200, engine_.server_info()); }));
   router.add("POST", "/tokenize", with_json_body([this](const auto& ex, const ojson& b) { handle_tokenize(ex, b); }));
   router.add("POST", "/detokenize", with_json_body([this](const auto& ex, const ojson& b) { handle_detokenize(ex, b); }));
   router.add("GET", "/health", answer([this] {

@@ -1,7 +1,8 @@
 // The HTTP API of `radixlm serve`, as routes on an HttpRouter: OpenAI-compatible /v1/completions,
 // /v1/chat/completions, /v1/models, /v1/models/{id}; SGLang-style /generate; /health and /metrics (open without the
 // API key, as in vLLM/SGLang); /tokenize, /detokenize; operator routes /flush_cache,
-// /abort_request, /debug/kv. With an API key every route but the open ones needs
+// /abort_request, /debug/kv, /server_info (the limits chosen at start-up). With an API key every
+// route but the open ones needs
 // "Authorization: Bearer KEY". With allowed origins, CORS preflight OPTIONS requests are answered
 // (open, like vLLM's CORSMiddleware) and every response carries Access-Control-Allow-Origin.
 #pragma once

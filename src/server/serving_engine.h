@@ -49,9 +49,14 @@ class ServingEngine {
 
   ServingMetrics& metrics() { return *metrics_; }
   ModelRunner& runner() { return *runner_; }
+  const ModelRunner& runner() const { return *runner_; }
   // The scheduler; its scheduler-thread API (step(), flush_cache(), ...) only while start() has not
   // been called.
   Scheduler& scheduler() { return *scheduler_; }
+  // The limits the scheduler and runner run with (chosen for the hardware unless given), as one
+  // log line and as the /server_info document.
+  std::string describe_limits() const;
+  nlohmann::ordered_json server_info() const;
   void start() {
     started_ = true;
     scheduler_->start();

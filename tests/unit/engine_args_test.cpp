@@ -46,8 +46,10 @@ TEST(EngineArgs, RunnerAndSchedulerConfigs) {
   EXPECT_EQ(sc.max_running_requests, 7);
   EXPECT_EQ(sc.chunked_prefill_size, 100);
   EXPECT_EQ(sc.max_prefill_tokens, 300);
-  EXPECT_EQ(sc.policy, "lpm");
-  EXPECT_EQ(sc.cache, "naive");
+  EXPECT_EQ(sc.policy, SchedulePolicy::kLpm);
+  EXPECT_EQ(sc.cache, CacheKind::kNaive);
+  EXPECT_TRUE(sc.enable_mixed_chunk);
+  EXPECT_EQ(rc.max_num_tokens, 300);  // the memory plan's largest step is the step budget
   EXPECT_EQ(sc.max_queued_requests, 5);
   EXPECT_FALSE(sc.overlap_schedule);
   EXPECT_EQ(sc.max_context_len, 2048);
@@ -112,6 +114,36 @@ TEST(EngineArgs, KvCapacityPerCommand) {
   }
 }
 
+// Limits left at 0 are chosen for the hardware (serving_limits.h); given ones are kept.
+TEST(EngineArgs, LimitsForTheHardware) {
+  HardwareInfo h100{true, size_t{80} << 30};
+  const EngineArgs a = EngineArgs().with_limits_for(h100);
+  const ServingLimits want = default_serving_limits(h100, {});
+  EXPECT_EQ(a.max_running_requests, want.max_running_requests);
+  EXPECT_EQ(a.chunked_prefill_size, want.chunked_prefill_size);
+  EXPECT_EQ(a.max_prefill_tokens, want.max_prefill_tokens);
+  EXPECT_EQ(a.cuda_graph_max_bs, want.cuda_graph_max_bs);
+  EXPECT_GE(a.cuda_graph_max_bs, 256);
+  EngineArgs given;
+  given.max_running_requests = 3;
+  given.chunked_prefill_size = 5;
+  given.max_prefill_tokens = 7;
+  given.cuda_graph_max_bs = 11;
+  for (const HardwareInfo& hw : {h100, HardwareInfo{}}) {
+    const EngineArgs g = given.with_limits_for(hw);
+    EXPECT_EQ(g.max_running_requests, 3);
+    EXPECT_EQ(g.chunked_prefill_size, 5);
+    EXPECT_EQ(g.max_prefill_tokens, 7);
+    EXPECT_EQ(g.cuda_graph_max_bs, 11);
+  }
+  // The CPU keeps the limits it had before they followed the hardware.
+  const EngineArgs cpu = EngineArgs().with_limits_for(HardwareInfo{});
+  EXPECT_EQ(cpu.max_running_requests, 64);
+  EXPECT_EQ(cpu.chunked_prefill_size, 2048);
+  EXPECT_EQ(cpu.max_prefill_tokens, 8192);
+  EXPECT_TRUE(cpu.validate().is_ok());
+}
+
 TEST(EngineArgs, ValidateNamesTheFlag) {
   EXPECT_TRUE(EngineArgs().validate().is_ok());
   auto error_of = [](auto change) {
@@ -129,7 +161,9 @@ TEST(EngineArgs, ValidateNamesTheFlag) {
   EXPECT_NE(error_of([](EngineArgs& a) { a.cache = "lru"; }).find("--cache"), std::string::npos);
   EXPECT_NE(error_of([](EngineArgs& a) { a.mem_fraction_static = 1.0; }).find("--mem-fraction-static"),
             std::string::npos);
-  EXPECT_NE(error_of([](EngineArgs& a) { a.max_running_requests = 0; }).find("running-request limit"),
+  EXPECT_NE(error_of([](EngineArgs& a) { a.max_running_requests = -1; }).find("running-request limit"),
+            std::string::npos);
+  EXPECT_NE(error_of([](EngineArgs& a) { a.max_prefill_tokens = -1; }).find("--max-prefill-tokens"),
             std::string::npos);
 }
 
