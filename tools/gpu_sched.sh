@@ -20,7 +20,8 @@ timeout 300 "$RLM" bench one-batch --model "$ROOT/configs/llama-3.1-8b" --batch-
 echo "rc=$?"; tail -6 "$OUT/one_batch_512x1024.log"
 echo "== serve: 1024 concurrent requests of 2048-token prompts (llama-3.1-8b)"
 PORT=18300
-"$RLM" serve "$ROOT/configs/llama-3.1-8b" --load-format dummy --port $PORT > "$OUT/serve_1024x2048.log" 2>&1 &
+"$RLM" serve "$ROOT/configs/llama-3.1-8b" --tokenizer "$ROOT/tests/data/tokenizer/generated/llama3" \
+  --load-format dummy --port $PORT > "$OUT/serve_1024x2048.log" 2>&1 &
 S=$!
 for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null 2>&1 && break; sleep 0.5; done
 curl -s "http://127.0.0.1:$PORT/server_info" > "$OUT/server_info.json"; cat "$OUT/server_info.json"; echo

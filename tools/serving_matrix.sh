@@ -88,6 +88,16 @@ model_args() {  # the model flags of `serve` / `bench one-batch` for a MODELS en
   esac
 }
 
+# The configs carry no tokenizer: serve reads the one scripts/setup.sh generates for the family
+# (carry tests/data/tokenizer/generated/<family> to a GPU machine).
+tokenizer_args() {
+  case "$1" in
+    default|/*) echo "";;
+    qwen*) echo "--tokenizer $ROOT/tests/data/tokenizer/generated/qwen3";;
+    *) echo "--tokenizer $ROOT/tests/data/tokenizer/generated/llama3";;
+  esac
+}
+
 scaled() { python3 -c "import sys; print(max(1, int(round($1 * $SCALE))))"; }
 
 # One-batch decode throughput (tok/s) for batch $2, input $3 of model $1; cached in $OUT.
@@ -101,7 +111,7 @@ one_batch() {
 }
 
 start_server() {  # model config-flags log -> sets SERVER
-  "$RLM" serve $(model_args "$1") --device "$DEVICE" --port "$PORT" $2 > "$3" 2>&1 &
+  "$RLM" serve $(model_args "$1") $(tokenizer_args "$1") --device "$DEVICE" --port "$PORT" $2 > "$3" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$PORT/health" > /dev/null 2>&1 && return 0
