@@ -18,6 +18,10 @@ namespace {
 using testing::TestRng;
 
 constexpr double kTol = 1e-5;
+// cuBLASLt's FP8 GEMM runs on Hopper's FP8 tensor cores, whose accumulator keeps fewer mantissa
+// bits than an f32 FMA chain: measured on an H100, relative L2 1.26e-4 and 1.30e-4 against the CPU
+// twin for the two cuBLASLt cases below (the GEMV and FMA paths stay within kTol).
+constexpr double kTolTensorCore = 5e-4;
 
 Tensor random_fp8(TestRng& rng, Shape shape) {
   Tensor t = Tensor::empty(shape, DType::kF8E4M3);
@@ -85,10 +89,12 @@ TEST_P(Fp8CudaLinear, MatchesCpuTwin) {
   view.k = c.k;
   view.ldw = c.k;
   view.block_n = view.block_k = c.block;
-  SCOPED_TRACE(cuda::fp8_linear_path(0, c.m, view));
+  const std::string path = cuda::fp8_linear_path(0, c.m, view);
+  SCOPED_TRACE(path);
   Tensor out = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
   ops::linear(testing::to_gpu(x), wg, bias ? std::optional<Tensor>(testing::to_gpu(*bias)) : std::nullopt, out, sg);
-  const std::string diff = testing::compare_poisoned(testing::to_cpu(out), want, kTol);
+  const std::string diff =
+      testing::compare_poisoned(testing::to_cpu(out), want, path == "cublaslt" ? kTolTensorCore : kTol);
   EXPECT_EQ(diff, "");
 }
 
