@@ -12,12 +12,7 @@
 #include "ops/sampling_ops.h"
 #include "unit/ops_test_util.h"
 
-// The kernels round after every operation; keep the reference from being fused into FMAs too.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "unit/no_fp_contract.h"  // the references round like the kernels
 
 namespace rlm {
 namespace {
