@@ -223,6 +223,17 @@ ojson chat_logprobs_json(const ServingEngine& engine, const std::vector<TokenLog
   return {{"content", content}};
 }
 
+// The fields every response and chunk of a job starts with (OpenAI's envelope).
+ojson envelope(const Job& job, const char* object) {
+  ojson j;
+  j["id"] = job.public_id;
+  j["object"] = object;
+  j["created"] = job.created;
+  j["model"] = job.model;
+  j["system_fingerprint"] = job.fingerprint;
+  return j;
+}
+
 ojson generate_json(const Job& job, const Choice& c) {
   ojson meta;
   meta["id"] = str(job.public_id, "-", c.index);
@@ -279,12 +290,7 @@ ojson final_response(const Job& job) {
     else ch["stop_reason"] = nullptr;
     choices.push_back(ch);
   }
-  ojson j;
-  j["id"] = job.public_id;
-  j["object"] = job.kind == ApiKind::kChat ? "chat.completion" : "text_completion";
-  j["created"] = job.created;
-  j["model"] = job.model;
-  j["system_fingerprint"] = job.fingerprint;
+  ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion" : "text_completion");
   j["choices"] = choices;
   j["usage"] = usage_json(job);
   return j;
@@ -331,12 +337,7 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
     }
     ch["finish_reason"] = ev.finish ? ojson(finish_reason) : ojson(nullptr);
     if (ev.finish && ev.finish->matched_stop_str) ch["stop_reason"] = *ev.finish->matched_stop_str;
-    ojson j;
-    j["id"] = job.public_id;
-    j["object"] = job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
-    j["created"] = job.created;
-    j["model"] = job.model;
-    j["system_fingerprint"] = job.fingerprint;
+    ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
     j["choices"] = ojson::array({ch});
     out += sse(j);
   }
@@ -348,12 +349,7 @@ std::string stream_tail(const Job& job) {
   std::string out;
   if (auto e = job.engine_error()) out += sse(ApiError{500, *e, "internal_error", ""}.to_json());
   if (job.include_usage && job.kind != ApiKind::kGenerate) {
-    ojson j;
-    j["id"] = job.public_id;
-    j["object"] = job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
-    j["created"] = job.created;
-    j["model"] = job.model;
-    j["system_fingerprint"] = job.fingerprint;
+    ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
     j["choices"] = ojson::array();
     j["usage"] = usage_json(job);
     out += sse(j);
