@@ -8,7 +8,9 @@
 #
 # Usage: scripts/sanitize.sh [extra ctest arguments, e.g. -R json_test]
 #   JOBS=N (default: nproc), BUILD=dir (default: build-asan), BUILD_TYPE (default: Debug, so that
-#   the run also covers -O0 code generation), SKIP_BUILD=1 reruns the tests.
+#   the run also covers -O0 code generation), SKIP_BUILD=1 reruns the tests; CMAKE_ARGS,
+#   EXTRA_CXX_FLAGS and EXTRA_LINK_FLAGS add to the configure line (e.g. the unpacked
+#   .gpu_deps.tar.xz of tools/gpu_check.sh on a machine without our Debian libraries).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -29,9 +31,10 @@ export RADIXLM_FUZZ_INPUTS=${RADIXLM_FUZZ_INPUTS:-2000}
 export RADIXLM_FUZZ_TIMEOUT=${RADIXLM_FUZZ_TIMEOUT:-600}
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  # shellcheck disable=SC2086
   cmake -S . -B "$BUILD" -G Ninja -DRADIXLM_CUDA=OFF -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-        -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_C_FLAGS="$FLAGS" \
-        -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null
+        -DCMAKE_CXX_FLAGS="$FLAGS ${EXTRA_CXX_FLAGS:-}" -DCMAKE_C_FLAGS="$FLAGS" \
+        -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined ${EXTRA_LINK_FLAGS:-}" ${CMAKE_ARGS:-} > /dev/null
   # Test discovery runs the binaries at build time (with the options above; its logs are cleared below).
   mkdir -p "$LOGS"
   cmake --build "$BUILD" -j "$JOBS"

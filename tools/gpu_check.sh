@@ -12,9 +12,12 @@
 # Build dependencies: when .gpu_deps.tar.xz (tools/gpu_deps_pack.sh, made on a machine set up by
 # scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
-# Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline (any
-# subset, comma-separated; also quant: GGUF-quantized Llama-3.1-8B shapes) picks benchmark sets.
-# Time limits (seconds): build 330, each CUDA binary 150, ctest 150 — well under 8 minutes total.
+# Debian libraries. BENCH=0 skips the benchmarks section; BENCH_ONLY=attention,models,offline,quant,fp8
+# (any subset, comma-separated) picks benchmark sets. quant (GGUF-quantized Llama-3.1-8B shapes) and
+# fp8 (FP8 weights + FP8 KV vs bf16 weights + bf16 KV, Llama-3.1-8B shape, batch 1/32/128/256, each
+# with its floor and same-run GEMM references; about 5 minutes) are best run on their own, e.g.
+# SKIP_BUILD=1 SKIP_CTEST=1 SKIP_TESTS=1 BENCH_ONLY=fp8.
+# Time limits (seconds): build 330 (BUILD_TIMEOUT), each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,7 +72,7 @@ fi
 
 echo "== build -j$JOBS ($(elapsed))"
 # -k 0: keep building the other targets after a failure, so one broken test does not hide the rest.
-timeout 330 cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
+timeout "${BUILD_TIMEOUT:-330}" cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
 BUILD_RC=$?
 grep -E 'error:|error :|FAILED:|Error' "$OUT/build.log" | head -40
 if [ $BUILD_RC -eq 0 ]; then
@@ -144,7 +147,8 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
   }
   # BENCH_ONLY: a comma list of the sets to run, attention (kernels, cascade, PyTorch SDPA),
   # models (bench one-batch, GEMV), quant (bench one-batch with random GGUF blocks), offline (bench
-  # offline vs transformers.generate); default all.
+  # offline vs transformers.generate), fp8 (one-batch with FP8 weights and KV against bf16 at the
+  # decode batch sizes); default all.
   want() { [ "${BENCH_ONLY:-all}" = all ] || [[ ",${BENCH_ONLY}," == *",$1,"* ]]; }
   if want attention; then
   timeout 200 "$RLM" bench attention --json "$OUT/attn.json" > "$OUT/bench_attention.log" 2>&1
@@ -184,6 +188,16 @@ if [ "${BENCH:-1}" = 1 ] && [ -x "$BUILD/radixlm" ]; then
     timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/llama-3.1-8b" --device cuda --dummy-weight-type "$1" \
       --batch-size "$2" --input-len 512 --output-len 32 > "$log" 2>&1
     bench_row "one-batch 8b $1 bs$2" "$log" 'prefill|decode step \(|floor'
+  done
+  fi
+  if want fp8; then
+  for spec in "fp8 1" "fp8 32" "fp8 128" "fp8 256" "bf16 1" "bf16 32" "bf16 128" "bf16 256"; do
+    set -- $spec
+    log="$OUT/one_batch_llama-3.1-8b_$1_bs$2.log"
+    if [ "$1" = fp8 ]; then flags=(--quantization fp8 --kv-cache-dtype fp8_e4m3); else flags=(--kv-cache-dtype bf16); fi
+    timeout 240 "$RLM" bench one-batch --model "$ROOT/configs/llama-3.1-8b" --device cuda --batch-size "$2" \
+      --input-len 512 --output-len 32 "${flags[@]}" > "$log" 2>&1
+    bench_row "one-batch llama-3.1-8b $1 bs$2" "$log" 'decode step \(|floor|gemm reference m [0-9]+ '
   done
   fi
   if want offline; then

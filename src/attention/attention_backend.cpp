@@ -7,6 +7,14 @@
 
 namespace rlm {
 
+ops::AttentionParams pool_attention_params(const AttentionLayer& layer, const KVPool& pool) {
+  ops::AttentionParams p = layer.params;
+  const KvScales& s = pool.scales(layer.layer_id);
+  p.k_scale = s.k;
+  p.v_scale = s.v;
+  return p;
+}
+
 Tensor AttentionBackend::forward_linear(const LinearAttentionLayer&, const Tensor&, const Tensor&, const Tensor&,
                                         const ForwardBatch&) {
   fail(str("linear-attention (Gated DeltaNet) layers need the hybrid_linear attention backend, got '", name(), "'"));

@@ -10,6 +10,7 @@
 
 #include "attention/cascade_plan.h"
 #include "attention/forward_batch.h"
+#include "cache/kv_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
@@ -27,6 +28,9 @@ struct AttentionLayer {
   int64_t head_dim = 0;
   ops::AttentionParams params;  // scale, sliding window, logit soft-cap
 };
+
+// The layer's attention parameters with its KV pool's per-layer FP8 scales (see KVPool::scales).
+ops::AttentionParams pool_attention_params(const AttentionLayer& layer, const KVPool& pool);
 
 class AttentionBackend {
  public:

@@ -59,13 +59,14 @@ Tensor CpuAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tens
   if (!pool_on_device_) return host_.forward(q, k, v, layer, batch);
   const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
-  ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc);
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
+  ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc, params.k_scale, params.v_scale);
   const Tensor q_host = to_host_3d(q);  // [num_tokens, num_qo_heads, head_dim]
   const Tensor k_host = k_cache.to(Device::cpu());
   const Tensor v_host = v_cache.to(Device::cpu());
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32);
   ops::paged_attention(q_host, k_host, v_host, qo_indptr_, kv_indptr_, kv_indices_, seq_lens_,
-                       batch.kv_pool->page_size(), layer.params, out);
+                       batch.kv_pool->page_size(), params, out);
   return out.to(q.device());
 }
 

@@ -28,6 +28,7 @@ struct BatchEntry {
   std::vector<int32_t> new_ids;
   std::vector<int32_t> new_slots;
   bool all_logits = false;  // logits for every new token (else only the last one)
+  bool skip_logits = false;  // no logits row at all (a prompt chunk that samples nothing)
   // Hybrid models (see ForwardBatch): the request's working state slot, and an optional snapshot.
   int32_t mamba_slot = -1;
   int32_t mamba_track_slot = -1;
@@ -35,7 +36,8 @@ struct BatchEntry {
 };
 
 // A BatchEntry id standing for the token the previously launched step sampled for the same request
-// slot (overlap scheduling): decode entries only; resolved in device memory.
+// slot (overlap scheduling): one-token entries only, placed before every other entry; resolved in
+// device memory.
 inline constexpr int32_t kFutureToken = -1;
 
 struct ForwardBatch {

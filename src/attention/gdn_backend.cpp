@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 #include "cache/mamba_pool.h"
 
@@ -45,6 +46,28 @@ void GatedDeltaNetBackend::init_forward_metadata(const ForwardBatch& batch) {
     segments_.track_slots = Tensor::from_vector(track_slots).to(device);
     segments_.track_lens = Tensor::from_vector(track_lens).to(device);
   }
+  // A mixed step (one-token decode entries first, then prompt chunks) runs the recurrent rule on the
+  // decode rows, as a decode step would, and the chunked rule on the rest.
+  num_decode_ = 0;
+  while (num_decode_ < bs && batch.extend_lens_cpu[num_decode_] == 1) ++num_decode_;
+  if (recurrent_ || num_decode_ == 0) {
+    num_decode_ = 0;
+    return;
+  }
+  const int64_t nd = num_decode_;
+  auto part = [&](const Tensor& t, int64_t a, int64_t b) { return t.defined() ? t.slice(0, a, b) : Tensor(); };
+  decode_segments_ = ops::StateSegments{};
+  decode_segments_.qo_indptr = segments_.qo_indptr.slice(0, 0, nd + 1);  // 0 .. nd
+  extend_segments_ = ops::StateSegments{};
+  std::vector<int32_t> qo(1, 0);  // the chunks' rows, counted from the first chunk row
+  for (int64_t r = nd; r < bs; ++r) qo.push_back(qo.back() + batch.extend_lens_cpu[r]);
+  extend_segments_.qo_indptr = Tensor::from_vector(qo).to(device);
+  for (auto [dst, lo, hi] : {std::tuple{&decode_segments_, int64_t{0}, nd}, std::tuple{&extend_segments_, nd, bs}}) {
+    dst->state_slots = part(segments_.state_slots, lo, hi);
+    dst->has_initial_state = part(segments_.has_initial_state, lo, hi);
+    dst->track_slots = part(segments_.track_slots, lo, hi);
+    dst->track_lens = part(segments_.track_lens, lo, hi);
+  }
 }
 
 Tensor GatedDeltaNetBackend::forward(const LinearAttentionLayer& layer, const Tensor& mixed_qkv, const Tensor& a,
@@ -71,10 +94,18 @@ Tensor GatedDeltaNetBackend::forward(const LinearAttentionLayer& layer, const Te
   ops::GatedDeltaRuleParams params;
   params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
   params.use_qk_l2norm = true;
+  const Tensor& ssm = pool.ssm_state(layer.layer_id);
   if (recurrent_) {
-    ops::recurrent_gated_delta_rule(q, k, v, g, beta, pool.ssm_state(layer.layer_id), segments_, params, out);
+    ops::recurrent_gated_delta_rule(q, k, v, g, beta, ssm, segments_, params, out);
+  } else if (num_decode_ > 0) {
+    const int64_t nd = static_cast<int64_t>(num_decode_);  // token rows [0, nd) are the decode rows
+    auto rows = [](const Tensor& t, int64_t a, int64_t b) { return t.slice(0, a, b); };
+    ops::recurrent_gated_delta_rule(rows(q, 0, nd), rows(k, 0, nd), rows(v, 0, nd), rows(g, 0, nd),
+                                    rows(beta, 0, nd), ssm, decode_segments_, params, rows(out, 0, nd));
+    ops::chunk_gated_delta_rule(rows(q, nd, n), rows(k, nd, n), rows(v, nd, n), rows(g, nd, n), rows(beta, nd, n),
+                                ssm, extend_segments_, params, rows(out, nd, n));
   } else {
-    ops::chunk_gated_delta_rule(q, k, v, g, beta, pool.ssm_state(layer.layer_id), segments_, params, out);
+    ops::chunk_gated_delta_rule(q, k, v, g, beta, ssm, segments_, params, out);
   }
   return out;
 }

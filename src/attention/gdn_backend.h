@@ -2,8 +2,9 @@
 // SGLang's GDNAttnBackend): once per step it turns the batch's hybrid fields (mamba slots, prefix lengths,
 // snapshot requests) into ops::StateSegments on the state pool's device; per layer it runs the
 // causal conv over the projected q/k/v, the gates and the gated delta rule — recurrent when
-// every request adds one token (decode), chunked otherwise — reading and writing the request's
-// MambaPool slot. It owns no state memory: the MambaPool does.
+// every request adds one token (decode), chunked otherwise; a mixed step's leading one-token
+// (decode) entries take the recurrent rule and the rest the chunked one — reading and writing the
+// request's MambaPool slot. It owns no state memory: the MambaPool does.
 #pragma once
 
 #include <string>
@@ -45,6 +46,11 @@ class GatedDeltaNetBackend {
  private:
   ops::StateSegments segments_;
   bool recurrent_ = false;  // every request adds exactly one token
+  // Mixed steps: entries [0, num_decode_) add one token each and run recurrently (decode_segments_),
+  // the rest chunked (extend_segments_, rows counted from the first chunk row). 0: no split.
+  int64_t num_decode_ = 0;
+  ops::StateSegments decode_segments_;
+  ops::StateSegments extend_segments_;
 };
 
 }  // namespace rlm

@@ -23,6 +23,7 @@ void PagedAttentionBackend::init_forward_metadata(const ForwardBatch& batch) {
 }
 
 void PagedAttentionBackend::init_host_metadata(const ForwardBatch& batch) {
+  num_decode_ = 0;
   const int64_t page_size = batch.kv_pool->page_size();
   const int64_t bs = batch.batch_size;
   std::vector<int32_t> indptr(bs + 1, 0);
@@ -96,6 +97,7 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
   const Tensor& table = r2t.device_table();
   RLM_CHECK(table.device() == device) << "req_to_token has no mirror on " << device.to_string();
   plan_ = ops::PagedAttentionPlan{};
+  num_decode_ = 0;
   int64_t capacity = 0;
   if (graph_mode_) {
     cascade_ = CascadePlan{};
@@ -140,6 +142,7 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
     } else {
       cascade_ = CascadePlan{};
     }
+    if (!plan_.all_decode && !cascade_.enabled) plan_mixed(batch, r2t.max_context_len());
   }
   cuda::DeviceErrorRecord* rec = cuda::device_error_record(device.index);
   cuda::build_kv_indices(table.data<int32_t>(), table.size(0), table.size(1), table.stride(0),
@@ -151,23 +154,54 @@ void PagedAttentionBackend::init_device_metadata(const ForwardBatch& batch) {
 #endif
 }
 
+#ifdef RADIXLM_WITH_CUDA
+void PagedAttentionBackend::plan_mixed(const ForwardBatch& batch, int64_t max_context_len) {
+  const int64_t bs = batch.batch_size;
+  int64_t nd = 0;
+  while (nd < bs && batch.extend_lens_cpu[nd] == 1) ++nd;
+  if (nd == 0 || nd == bs) return;
+  // A mixed step: the leading one-token (decode) entries take the split-KV decode kernel, as in a
+  // decode step, and the prompt chunks the prefill kernel.
+  num_decode_ = nd;
+  decode_plan_ = ops::PagedAttentionPlan{};
+  decode_plan_.max_qo_len = 1;
+  decode_plan_.all_decode = true;
+  decode_plan_.num_kv_splits = cuda::fixed_decode_num_kv_splits(nd, max_context_len);
+  plan_ = ops::PagedAttentionPlan{};
+  for (int64_t r = 0; r < bs; ++r) {
+    ops::PagedAttentionPlan& p = r < nd ? decode_plan_ : plan_;
+    p.max_qo_len = std::max<int64_t>(p.max_qo_len, batch.extend_lens_cpu[r]);
+    p.max_seq_len = std::max<int64_t>(p.max_seq_len, batch.seq_lens_cpu[r]);
+  }
+}
+#endif
+
 Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                                     const ForwardBatch& batch) {
   const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
-  ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc);
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
+  ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc, params.k_scale, params.v_scale);
   // A grouped plan places a group's queries after the shared prefix, which a sliding window would
   // see wrongly: such layers take the single pass.
   if (cascade_.enabled && !(cascade_.grouped && layer.params.sliding_window > 0)) {
     return forward_cascade(q, k_cache, v_cache, layer, batch);
   }
   Tensor out = Tensor::empty({q.size(0), layer.num_qo_heads, layer.head_dim}, DType::kF32, q.device());
-  if (have_plan_) {
+  if (num_decode_ > 0) {
+    const int64_t nd = num_decode_, bs = batch.batch_size, ps = batch.kv_pool->page_size();
+    ops::paged_attention(q.slice(0, 0, nd), k_cache, v_cache, batch.qo_indptr.slice(0, 0, nd + 1),
+                         kv_indptr_.slice(0, 0, nd + 1), kv_indices_, batch.seq_lens.slice(0, 0, nd), ps,
+                         layer.params, out.slice(0, 0, nd), decode_plan_);
+    // The chunks' qo_indptr and kv_indptr entries are offsets into the whole q and kv_indices.
+    ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr.slice(0, nd, bs + 1), kv_indptr_.slice(0, nd, bs + 1),
+                         kv_indices_, batch.seq_lens.slice(0, nd, bs), ps, layer.params, out, plan_);
+  } else if (have_plan_) {
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                         batch.kv_pool->page_size(), layer.params, out, plan_);
+                         batch.kv_pool->page_size(), params, out, plan_);
   } else {
     ops::paged_attention(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                         batch.kv_pool->page_size(), layer.params, out);
+                         batch.kv_pool->page_size(), params, out);
   }
   return out;
 }
@@ -177,6 +211,7 @@ Tensor PagedAttentionBackend::forward_cascade(const Tensor& q, const Tensor& k_c
   const int64_t n = q.size(0), heads = layer.num_qo_heads, d = layer.head_dim;
   const int64_t chunks = cascade_.num_chunks;
   const int64_t page_size = batch.kv_pool->page_size();
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
   RLM_CHECK(n == cascade_.num_rows) << "cascade plan for " << cascade_.num_rows << " rows, q " << q.describe();
   // Parts 0 .. chunks-1: level 1 (one per key chunk of the shared prefixes); part `chunks`: level 2.
   Tensor parts = Tensor::empty({chunks + 1, n, heads, d}, DType::kF32, q.device());
@@ -187,11 +222,11 @@ Tensor PagedAttentionBackend::forward_cascade(const Tensor& q, const Tensor& k_c
     for (int64_t k = 0; k < chunks; ++k) q1.slice(0, k * n, (k + 1) * n).copy_(q);
   }
   ops::paged_attention_partial(q1, k_cache, v_cache, l1_qo_indptr_, l1_kv_indptr_, kv_indices_, l1_seq_lens_,
-                               l1_kv_begin_, l1_kv_end_, page_size, layer.params,
+                               l1_kv_begin_, l1_kv_end_, page_size, params,
                                parts.slice(0, 0, chunks).view({chunks * n, heads, d}),
                                lse.slice(0, 0, chunks).view({chunks * n, heads}), have_plan_ ? &l1_plan_ : nullptr);
   ops::paged_attention_partial(q, k_cache, v_cache, batch.qo_indptr, kv_indptr_, kv_indices_, batch.seq_lens,
-                               l2_kv_begin_, l2_kv_end_, page_size, layer.params, parts.select(0, chunks),
+                               l2_kv_begin_, l2_kv_end_, page_size, params, parts.select(0, chunks),
                                lse.select(0, chunks), have_plan_ ? &plan_ : nullptr);
   Tensor out = Tensor::empty({n, heads, d}, DType::kF32, q.device());
   ops::merge_attention_states(parts, lse, out);

@@ -3,7 +3,9 @@
 // the CPU kernels. `native` (registered only when CUDA is compiled in) builds kv_indptr/kv_indices
 // on the GPU from the device mirror of req_to_token (cuda::build_kv_indices), takes the plan (max
 // lengths, decode or not, split count) from the batch's *_cpu vectors, and so never synchronises
-// with the host; in CUDA-graph mode it uses fixed-capacity buffers and a batch-size-only plan.
+// with the host; in CUDA-graph mode it uses fixed-capacity buffers and a batch-size-only plan. A
+// mixed step (one-token decode entries first, then prompt chunks) runs the split-KV decode kernel
+// on its decode entries and the prefill kernel on the rest.
 // Extend steps may run as cascade attention (attention/cascade_plan.h, `--cascade-attention`):
 // a level-1 pass over shared/cached prefixes and a level-2 pass over the rest, merged by LSE.
 #pragma once
@@ -36,6 +38,9 @@ class PagedAttentionBackend : public AttentionBackend {
   void init_device_metadata(const ForwardBatch& batch);
   // Plans cascade attention for an extend step and puts its index arrays on `device`.
   void plan_cascade(const ForwardBatch& batch, const std::vector<int32_t>& kv_indptr, Device device);
+  // CUDA, an extend step without cascade: when it starts with one-token (decode) entries and has
+  // longer ones after them (a mixed step), plans the two parts separately (num_decode_ > 0).
+  void plan_mixed(const ForwardBatch& batch, int64_t max_context_len);
   Tensor forward_cascade(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionLayer& layer,
                          const ForwardBatch& batch);
 
@@ -45,6 +50,10 @@ class PagedAttentionBackend : public AttentionBackend {
   Tensor kv_indices_;  // i32 [>= total_pages]
   ops::PagedAttentionPlan plan_;
   bool have_plan_ = false;  // CUDA: plan_ applies (the CPU path validates instead)
+  // CUDA mixed steps: entries [0, num_decode_) run the decode kernel with decode_plan_, the rest the
+  // prefill kernel with plan_. 0: one pass.
+  int64_t num_decode_ = 0;
+  ops::PagedAttentionPlan decode_plan_;
 
   CascadeMode cascade_mode_ = CascadeMode::kAuto;
   CascadePlan cascade_;

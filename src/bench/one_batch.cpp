@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <random>
 
+#include "bench/cuda_timing.h"
 #include "engine/cuda_graph_runner.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/qwen3_next.h"
+#include "ops/ops.h"
 #include "server/engine_builder.h"
 
 namespace rlm::bench {
@@ -27,17 +29,48 @@ double bytes_per_element(DType dtype) {
   return static_cast<double>(dtype_block_bytes(dtype)) / static_cast<double>(dtype_block_size(dtype));
 }
 
-// Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head).
-double weight_bytes(const ModelConfig& c, DType dtype) {
+// Bytes of every weight of a Llama-family model in `dtype` (embedding, layers, norm, untied head);
+// with fp8_projections the q/k/v/o and MLP projections count one byte per weight (their f32
+// per-channel scales are negligible).
+double weight_bytes(const ModelConfig& c, DType dtype, bool fp8_projections = false) {
   const double h = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
   const double qkv = h * d * static_cast<double>(c.num_attention_heads + 2 * c.num_key_value_heads);
   const double o = d * static_cast<double>(c.num_attention_heads) * h;
   const double mlp = 3.0 * h * static_cast<double>(c.intermediate_size);
-  const double layer = qkv + o + mlp + 2.0 * h;
+  const double es = bytes_per_element(dtype);
+  const double layer = (qkv + o + mlp) * (fp8_projections ? 1.0 : es) + 2.0 * h * es;
   const double embed = static_cast<double>(c.vocab_size) * h;
-  const double total = embed * (c.tie_word_embeddings ? 1.0 : 2.0) + layer * static_cast<double>(c.num_hidden_layers) + h;
-  return total * bytes_per_element(dtype);
+  return (embed * (c.tie_word_embeddings ? 1.0 : 2.0) + h) * es + layer * static_cast<double>(c.num_hidden_layers);
 }
+
+#ifdef RADIXLM_WITH_CUDA
+// Same-run GEMM references for the floor ratios: the gate_up projection's shape ([m, hidden] x
+// [2 * intermediate, hidden]^T) through ops::linear with a bf16 weight (cuBLAS, or the GEMV for
+// m <= 8) and an FP8 weight (kernels/cuda/fp8_linear.cu), at m = the batch and m = 4096 (peak).
+void print_gemm_references(const ModelConfig& c, int64_t batch, Device device) {
+  std::mt19937 rng(7);
+  const int64_t n = 2 * c.intermediate_size, k = c.hidden_size;
+  const Tensor w16 = random_gpu(rng, {n, k}, DType::kBF16);
+  const Tensor w8 = w16.to(Device::cpu()).to(DType::kF32).to(DType::kF8E4M3).to(device);
+  ops::Fp8Scales scales;
+  Tensor ones = Tensor::empty({n}, DType::kF32);
+  ones.fill_(1.0);
+  scales.weight_scale = ones.to(device);
+  const auto stream = static_cast<cudaStream_t>(cuda_stream(device.index));
+  for (const int64_t m : {batch, int64_t{4096}}) {
+    const Tensor x = random_gpu(rng, {m, k}, DType::kF32);
+    const Tensor out = Tensor::empty({m, n}, DType::kF32, device);
+    const double t16 = median_seconds(20, 3, stream, [&] { ops::linear(x, w16, std::nullopt, out); });
+    const double t8 = median_seconds(20, 3, stream, [&] { ops::linear(x, w8, std::nullopt, out, scales); });
+    const double flops = 2.0 * static_cast<double>(m * n * k);
+    std::printf("gemm reference m %lld n %lld k %lld: bf16 %.3f ms (%.0f TFLOP/s, weight %.0f GB/s); fp8 %.3f ms "
+                "(%.0f TFLOP/s, weight %.0f GB/s)\n",
+                static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), t16 * 1e3,
+                flops / t16 / 1e12, 2.0 * static_cast<double>(n * k) / t16 / 1e9, t8 * 1e3, flops / t8 / 1e12,
+                static_cast<double>(n * k) / t8 / 1e9);
+  }
+}
+#endif
 
 // Bytes one Qwen3-Next decode step of `batch` tokens reads: every non-expert weight (attention or
 // Gated DeltaNet projections, router, shared expert, lm_head) in `dtype`, the experts the step
@@ -111,6 +144,8 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
     return 2;
   }
   const Device device = resolve_device(e.device).value();
+  e = e.with_limits_for(hardware_info(device));
+  const int64_t step_tokens = e.max_prefill_tokens;  // the memory plan covers a step this large
   auto files = load_engine_files(e, TokenizerUse::kNone);
   if (!files.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", files.status().to_string().c_str()), 1;
   const ModelConfig cfg = files->model.config;
@@ -138,23 +173,49 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   if (MambaPool* pool = r.mamba_pool()) {
     for (auto& m : mamba_slots) m = pool->alloc();
   }
-  std::vector<BatchEntry> prefill;
-  for (int64_t b = 0; b < a.batch_size; ++b) {
-    BatchEntry e;
-    e.req_slot = req_slots[b];
-    e.mamba_slot = mamba_slots[b];
-    for (int64_t i = 0; i < a.input_len; ++i) {
-      e.new_ids.push_back(tok(rng));
-      e.new_slots.push_back(slot(b, i));
-    }
-    prefill.push_back(std::move(e));
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(a.batch_size));
+  for (auto& p : prompts) {
+    for (int64_t i = 0; i < a.input_len; ++i) p.push_back(tok(rng));
   }
   int64_t eager_mismatches = 0;
   const Sampler sampler(r.future_tokens());
   const std::vector<SampleRow> greedy(static_cast<size_t>(a.batch_size), SampleRow::greedy());
+  // Prefill in steps of at most step_tokens tokens, requests split across steps like the server's
+  // chunked prefill; a request samples its first token in the step that completes its prompt.
+  std::vector<int32_t> next(static_cast<size_t>(a.batch_size), 0);
+  int64_t prefill_steps = 0;
   auto t0 = Clock::now();
-  ForwardBatch pb = r.build_batch(ForwardMode::kExtend, prefill);
-  std::vector<int32_t> next = sampled_tokens(sampler.sample(r.forward(pb), greedy));
+  for (int64_t b = 0, done = 0; b < a.batch_size;) {
+    std::vector<BatchEntry> step;
+    std::vector<int64_t> sampled;
+    for (int64_t room = step_tokens; room > 0 && b < a.batch_size;) {
+      const int64_t take = std::min(room, a.input_len - done);
+      BatchEntry e;
+      e.req_slot = req_slots[b];
+      e.mamba_slot = mamba_slots[b];
+      e.prefix_len = static_cast<int32_t>(done);
+      e.new_ids.assign(prompts[b].begin() + done, prompts[b].begin() + done + take);
+      for (int64_t i = done; i < done + take; ++i) e.new_slots.push_back(slot(b, i));
+      done += take;
+      room -= take;
+      e.skip_logits = done < a.input_len;
+      if (!e.skip_logits) sampled.push_back(b);
+      step.push_back(std::move(e));
+      if (done == a.input_len) {
+        ++b;
+        done = 0;
+      }
+    }
+    ForwardBatch pb = r.build_batch(ForwardMode::kExtend, step);
+    const Tensor logits = r.forward(pb);
+    if (!sampled.empty()) {
+      const std::vector<int32_t> out =
+          sampled_tokens(sampler.sample(logits, std::vector<SampleRow>(sampled.size(), SampleRow::greedy())));
+      for (size_t i = 0; i < sampled.size(); ++i) next[sampled[i]] = out[i];
+    }
+    ++prefill_steps;
+  }
+  r.synchronize();
   const double prefill_ms = ms_since(t0);
   // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
   // the second so both passes do identical work on identical data).
@@ -208,7 +269,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   const DType wdt = dummy_type ? *dummy_type : cfg.dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
   const GgufFile* gguf = e.load_format != "dummy" ? files->model.gguf.get() : nullptr;
   // Qwen3-Next reads only the routed experts (and its recurrent states) per step.
-  double weights_read = weight_bytes(cfg, wdt);
+  // FP8 projections: --quantization fp8, or a checkpoint that declares its quantization.
+  const bool fp8_weights = e.quantization == "fp8" || cfg.raw.contains("quantization_config");
+  double weights_read = weight_bytes(cfg, wdt, fp8_weights);
   if (gguf != nullptr) {
     // Every tensor is read once per step (a tied embedding as the lm_head), except an untied embedding.
     weights_read = 0.0;
@@ -226,15 +289,17 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   // The copy's rate counts bytes read plus written; a decode step is a read stream, which runs at
   // about that total rate, so the floor is bytes / copy rate.
   const double floor_ms = decode_bytes / bw * 1e3;
-  std::printf("model %s (%s) on %s (%s), batch %lld, input %lld, output %lld, page size %lld\n",
-              cfg.architecture.c_str(), gguf != nullptr ? "gguf" : dtype_name(wdt), device.to_string().c_str(),
+  std::printf("model %s (%s%s, kv %s) on %s (%s), batch %lld, input %lld, output %lld, page size %lld\n",
+              cfg.architecture.c_str(), gguf != nullptr ? "gguf" : dtype_name(wdt), fp8_weights ? ", fp8 projections" : "",
+              dtype_name(r.kv_pool().config().dtype), device.to_string().c_str(),
               device.is_cpu() ? str(cpu::num_threads(), " threads, ", cpu::cpu_isa_name(cpu::best_cpu_isa())).c_str()
                               : "cuda",
               static_cast<long long>(a.batch_size),
               static_cast<long long>(a.input_len), static_cast<long long>(a.output_len),
               static_cast<long long>(page_size));
-  std::printf("prefill: %.2f ms (%.0f tok/s)\n", prefill_ms,
-              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3));
+  std::printf("prefill: %.2f ms (%.0f tok/s) in %lld steps of <= %lld tokens\n", prefill_ms,
+              static_cast<double>(a.batch_size * a.input_len) / (prefill_ms / 1e3),
+              static_cast<long long>(prefill_steps), static_cast<long long>(step_tokens));
   const std::vector<int64_t> graph_sizes = r.cuda_graph_batch_sizes();
   std::string graphs = "eager";
   if (!graph_sizes.empty()) {
@@ -253,6 +318,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   std::printf("decode floor: %.2f GB read (weights + KV%s) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
               decode_bytes / 1e9, cfg.architecture == "Qwen3NextForCausalLM" ? " + routed experts + states" : "",
               bw / 1e9, floor_ms, step_ms / floor_ms);
+#ifdef RADIXLM_WITH_CUDA
+  if (device.is_cuda() && cfg.architecture != "Qwen3NextForCausalLM") print_gemm_references(cfg, a.batch_size, device);
+#endif
   return 0;
 }
 

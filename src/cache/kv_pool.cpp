@@ -1,6 +1,7 @@
 #include "cache/kv_pool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <unordered_set>
@@ -16,6 +17,9 @@ KVPool::KVPool(const KVPoolConfig& config) : config_(config) {
             config.head_dim > 0)
       << "bad KV pool config: layers " << config.num_layers << " pages " << config.num_pages << " page_size "
       << config.page_size << " kv_heads " << config.num_kv_heads << " head_dim " << config.head_dim;
+  RLM_CHECK(is_floating(config.dtype) || config.dtype == DType::kF8E4M3)
+      << "KV pool dtype must be f32, bf16, f16 or f8e4m3, got " << dtype_name(config.dtype);
+  scales_.assign(static_cast<size_t>(config.num_layers), KvScales{});
   const Shape shape{num_slots(), config.num_kv_heads, config.head_dim};
   for (int64_t l = 0; l < config.num_layers; ++l) {
     k_.push_back(Tensor::zeros(shape, config.dtype, config.device));
@@ -31,6 +35,24 @@ const Tensor& KVPool::k_buffer(int64_t layer) const {
 const Tensor& KVPool::v_buffer(int64_t layer) const {
   RLM_CHECK(layer >= 0 && layer < config_.num_layers) << "layer " << layer;
   return v_[layer];
+}
+
+const KvScales& KVPool::scales(int64_t layer) const {
+  RLM_CHECK(layer >= 0 && layer < config_.num_layers) << "layer " << layer;
+  return scales_[layer];
+}
+
+void KVPool::set_scales(const std::vector<KvScales>& scales) {
+  RLM_CHECK_EQ(static_cast<int64_t>(scales.size()), config_.num_layers) << " KV scales, one per layer";
+  for (size_t l = 0; l < scales.size(); ++l) {
+    const KvScales& s = scales[l];
+    RLM_CHECK(std::isfinite(s.k) && s.k > 0.0f && std::isfinite(s.v) && s.v > 0.0f)
+        << "layer " << l << ": KV scales " << s.k << ", " << s.v << " must be positive and finite";
+    RLM_CHECK(config_.dtype == DType::kF8E4M3 || (s.k == 1.0f && s.v == 1.0f))
+        << "layer " << l << ": KV scales " << s.k << ", " << s.v << " need an f8e4m3 pool, this one is "
+        << dtype_name(config_.dtype);
+  }
+  scales_ = scales;
 }
 
 size_t KVPool::bytes_per_token() const {

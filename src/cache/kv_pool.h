@@ -10,13 +10,20 @@
 
 namespace rlm {
 
+// Dequantization scales of one layer's FP8 KV cache: a stored key is e4m3(k / k_scale) and reads
+// back as e4m3 * k_scale (the same for values). 1 for other cache dtypes.
+struct KvScales {
+  float k = 1.0f;
+  float v = 1.0f;
+};
+
 struct KVPoolConfig {
   int64_t num_layers = 0;
   int64_t num_pages = 0;
   int64_t page_size = 1;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
-  DType dtype = DType::kF32;
+  DType dtype = DType::kF32;  // f32, bf16, f16 or f8e4m3
   Device device = Device::cpu();
 };
 
@@ -31,11 +38,16 @@ class KVPool {
   const Tensor& k_buffer(int64_t layer) const;
   const Tensor& v_buffer(int64_t layer) const;
   size_t bytes_per_token() const;  // over all layers, K and V
+  // Per-layer scales (all 1 unless set; only an f8e4m3 pool takes others).
+  const KvScales& scales(int64_t layer) const;
+  // Sets every layer's scales ([num_layers]); fails for a non-fp8 pool unless all are 1.
+  void set_scales(const std::vector<KvScales>& scales);
 
  private:
   KVPoolConfig config_;
   std::vector<Tensor> k_;  // per layer [num_slots, num_kv_heads, head_dim]
   std::vector<Tensor> v_;  // per layer [num_slots, num_kv_heads, head_dim]
+  std::vector<KvScales> scales_;  // [num_layers]
 };
 
 // Maps (request slot, position) -> KV slot. Request slots are handed out and returned here.

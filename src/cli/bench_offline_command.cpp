@@ -15,6 +15,7 @@ void add_bench_offline_command(CLI::App& bench, std::vector<std::pair<CLI::App*,
   a->engine.page_size = 16;
   a->engine.chunked_prefill_size = 8192;
   a->engine.max_prefill_tokens = 16384;
+  a->engine.max_running_requests = 64;           // the pool holds this many full contexts (below)
   a->engine.kv_from_memory = false;              // the pool holds the running requests, on CUDA too
   a->engine.check_integrity_when_idle = false;   // not inside the measured time
   CLI::App* s = bench.add_subcommand("offline", "In-process throughput on random prompts (no HTTP)");

@@ -19,6 +19,10 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
   app->add_option("--seed", a.seed, o.seed_help);
   app->add_option("--dummy-weight-type", a.dummy_weight_type,
                   "With --load-format dummy: matrices as random blocks of this GGUF type (q4_0, q8_0, q4_k, q6_k, ...)");
+  app->add_option("--quantization", a.quantization,
+                  "fp8: quantize the float projections to FP8 E4M3 at load (per-channel weight scales, dynamic "
+                  "per-token activation scales; Llama/Qwen2/Qwen3). FP8 checkpoints load as they are without it")
+      ->check(CLI::IsMember({"fp8"}));
 
   // Device and model runner.
   app->add_option("--device", a.device, "auto | cpu | cuda | cuda:N (auto: CUDA when a GPU is visible)");
@@ -33,6 +37,10 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
                   "(default auto)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   add_page_size_flag(app, a.page_size);
+  app->add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                  "KV cache dtype: auto (CUDA: the model's bf16/f16 dtype; CPU or f32 models: f32), f32, bf16, f16 or fp8_e4m3 (per-layer scales from the checkpoint, "
+                  "else 1; twice the tokens of bf16 in the same memory)")
+      ->check(CLI::IsMember({"auto", "f32", "float32", "bf16", "bfloat16", "f16", "float16", "fp8_e4m3", "fp8"}));
   app->add_option(o.context_flag, a.context_length, o.context_help)->check(CLI::NonNegativeNumber);
   app->add_option("--max-total-tokens", a.max_total_tokens, "KV cache capacity in tokens (" + a.kv_default_text() + ")")
       ->check(CLI::NonNegativeNumber);
@@ -46,20 +54,26 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
       ->check(CLI::Range(0.01, 0.99));
   app->add_flag("--disable-cuda-graph", a.disable_cuda_graph, "CUDA: run decode eagerly (no CUDA graphs)");
   app->add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
-                  "CUDA: largest decode batch captured as a CUDA graph (default 160; capped at the running "
-                  "request limit)")
-      ->check(CLI::PositiveNumber);
+                  "CUDA: largest decode batch captured as a CUDA graph (0: by GPU memory, 256 on an 80 GB GPU; "
+                  "capped at the running request limit)")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--threads", a.threads, "CPU threads for the kernels (default: every core)")
       ->check(CLI::PositiveNumber);
   if (!o.scheduler) return;
 
   // Scheduler.
-  app->add_option(o.running_flag, a.max_running_requests, o.running_help)
-      ->check(o.running_zero_ok ? CLI::NonNegativeNumber : CLI::PositiveNumber);
-  app->add_option("--chunked-prefill-size", a.chunked_prefill_size, "Most prompt tokens of one request per step")
-      ->check(CLI::PositiveNumber);
-  app->add_option("--max-prefill-tokens", a.max_prefill_tokens, "Most prompt tokens per prefill step")
-      ->check(CLI::PositiveNumber);
+  app->add_option(o.running_flag, a.max_running_requests, o.running_help)->check(CLI::NonNegativeNumber);
+  app->add_option("--chunked-prefill-size", a.chunked_prefill_size,
+                  "Most prompt tokens of one request per step (0: by GPU memory, 8192 on an 80 GB GPU, 2048 on "
+                  "the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--max-prefill-tokens", a.max_prefill_tokens,
+                  "Most new tokens in a step with prompt chunks, a mixed step's decode tokens included (0: by GPU "
+                  "memory, 8192 on an 80 GB GPU and on the CPU)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_flag("--enable-mixed-chunk,!--disable-mixed-chunk", a.enable_mixed_chunk,
+                "Mixed steps: the decode tokens of the running requests and prompt chunks in one step (default "
+                "on; --disable-mixed-chunk runs prompt chunks in steps of their own)");
   app->add_option("--schedule-policy", a.schedule_policy, "fcfs | lpm")->check(CLI::IsMember({"fcfs", "lpm"}));
   app->add_option("--cache", a.cache, "radix | naive")->check(CLI::IsMember({"radix", "naive"}));
   app->add_option("--max-queued-requests", a.max_queued_requests, "Queue limit (503 beyond)")

@@ -22,8 +22,9 @@ struct EngineFlagOptions {
   std::string context_help = "Context length (default: the model's)";
   // The running-request limit: `generate` calls it --max-batch-size (0: every prompt at once).
   std::string running_flag = "--max-running-requests";
-  std::string running_help = "Most requests decoding at once";
-  bool running_zero_ok = false;
+  std::string running_help =
+      "Most requests decoding at once (0: by GPU memory, 512 on an 80 GB GPU, 64 on the CPU, lowered to KV "
+      "tokens / 256)";
   // The scheduler's flags (off for bench one-batch, which runs a static batch on the runner).
   bool scheduler = true;
 };

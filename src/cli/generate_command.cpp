@@ -195,7 +195,6 @@ void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner
   flags.context_help = "Context length (0: from the prompts)";
   flags.running_flag = "--max-batch-size";
   flags.running_help = "Prompts decoding at once (0: all, up to 64)";
-  flags.running_zero_ok = true;
   add_engine_flags(sub, args->engine, flags);
   out.emplace_back(sub, [args] { return run_generate(*args); });
 }

@@ -19,7 +19,10 @@ void on_signal(int sig) { g_signal = sig; }
 
 struct ServeArgs {
   EngineArgs engine;
-  std::string served_model_name;
+  std::vector<std::string> served_model_names;
+  std::vector<std::string> allowed_origins;
+  std::string tool_call_parser = "auto";
+  std::string reasoning_parser = "none";
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -40,7 +43,8 @@ int run_serve(const ServeArgs& a) {
     if (a.engine.model.empty()) std::fprintf(stderr, "radixlm serve: the default model is installed by scripts/setup.sh\n");
     return 1;
   }
-  auto built = build_engine(a.engine, std::move(files).value(), a.served_model_name);
+  auto built = build_engine(a.engine, std::move(files).value(),
+                             a.served_model_names.empty() ? std::string() : a.served_model_names[0]);
   if (!built.is_ok()) {
     std::fprintf(stderr, "radixlm serve: %s\n", built.status().to_string().c_str());
     return 1;
@@ -48,6 +52,8 @@ int run_serve(const ServeArgs& a) {
   ServingEngine& engine = **built;
   const int64_t kv_tokens = engine.runner().kv_pool().num_slots();
   const size_t graphs = engine.runner().cuda_graph_batch_sizes().size();
+  if (const auto& plan = engine.runner().memory_plan()) std::printf("radixlm: memory: %s\n", plan->describe().c_str());
+  std::printf("radixlm: limits: %s\n", engine.describe_limits().c_str());
   const std::string device = engine.runner().config().device.to_string();
   engine.start();
 
@@ -55,6 +61,10 @@ int run_serve(const ServeArgs& a) {
   hc.host = a.host;
   hc.port = a.port;
   hc.api_key = a.api_key;
+  if (a.served_model_names.size() > 1) hc.model_aliases.assign(a.served_model_names.begin() + 1, a.served_model_names.end());
+  hc.allowed_origins = a.allowed_origins;
+  hc.tool_call_parser = a.tool_call_parser;
+  hc.reasoning_parser = a.reasoning_parser;
   HttpServer server(engine, hc);
   const int port = server.bind();
   if (port < 0) {
@@ -90,7 +100,20 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   EngineFlagOptions flags;
   flags.model_positional = true;
   add_engine_flags(s, a->engine, flags);
-  s->add_option("--served-model-name", a->served_model_name, "Model id reported by /v1/models");
+  s->add_option("--served-model-name", a->served_model_names,
+                "Names the model answers to; the first is the id responses report (default: the model file's name)")
+      ->expected(1, 64);
+  s->add_option("--allowed-origins", a->allowed_origins,
+                "CORS: origins allowed to call the API from a browser ('*': any); answers preflight OPTIONS requests")
+      ->expected(1, 64);
+  s->add_option("--tool-call-parser", a->tool_call_parser,
+                "How chat tool calls are read from the output (auto: from the chat template's format)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none", "hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic"}));
+  s->add_option("--reasoning-parser", a->reasoning_parser,
+                "Separate <think> reasoning into reasoning_content")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "qwen3", "deepseek-r1", "deepseek_r1"}));
   s->add_option("--host", a->host, "Address to bind");
   s->add_option("--port", a->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   s->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY'");

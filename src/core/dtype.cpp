@@ -20,7 +20,8 @@ struct DTypeInfo {
 // Indexed by DType. Block geometries are ggml's (formats/gguf_dequant.h describes the layouts).
 constexpr DTypeInfo kInfo[] = {
     {"f32", 1, 4, true},      {"f16", 1, 2, true},      {"bf16", 1, 2, true},     {"i32", 1, 4, false},
-    {"i64", 1, 8, false},     {"u8", 1, 1, false},      {"i8", 1, 1, false},      {"q8_0", 32, 34, false},
+    {"i64", 1, 8, false},     {"u8", 1, 1, false},      {"i8", 1, 1, false},      {"f8e4m3", 1, 1, false},
+    {"q8_0", 32, 34, false},
     {"q4_0", 32, 18, false},  {"q4_1", 32, 20, false},  {"q5_0", 32, 22, false},  {"q5_1", 32, 24, false},
     {"iq4_nl", 32, 18, false}, {"q2_k", 256, 84, false}, {"q3_k", 256, 110, false}, {"q4_k", 256, 144, false},
     {"q5_k", 256, 176, false}, {"q6_k", 256, 210, false}, {"iq4_xs", 256, 136, false},
@@ -57,6 +58,7 @@ StatusOr<DType> parse_dtype(std::string_view name) {
   if (name == "i64" || name == "int64" || name == "I64") return DType::kI64;
   if (name == "u8" || name == "uint8" || name == "U8") return DType::kU8;
   if (name == "i8" || name == "int8" || name == "I8") return DType::kI8;
+  if (name == "f8e4m3" || name == "float8_e4m3fn" || name == "F8_E4M3" || name == "fp8_e4m3") return DType::kF8E4M3;
   // Block-quantized: our lower-case names or ggml's ("Q4_K").
   std::string lower(name);
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -129,6 +131,50 @@ f16 f32_to_f16(float f) {
   return f16{static_cast<uint16_t>(sign | h)};
 }
 
+float f8e4m3_to_f32(f8e4m3 v) {
+  const uint32_t sign = static_cast<uint32_t>(v.bits & 0x80u) << 24;
+  const uint32_t exp = (v.bits >> 3) & 0xfu;
+  const uint32_t mant = v.bits & 0x7u;
+  uint32_t u;
+  if (exp == 0xfu && mant == 0x7u) {
+    u = sign | 0x7fc00000u;  // NaN
+  } else if (exp == 0) {
+    // Subnormal (or zero): mant * 2^-9, exact in f32.
+    const float f = static_cast<float>(mant) * 0.001953125f;
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else {
+    u = sign | ((exp + 127 - 7) << 23) | (mant << 20);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+f8e4m3 f32_to_f8e4m3(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return f8e4m3{static_cast<uint8_t>(sign | 0x7fu)};  // NaN
+  // 448 = 0x43e00000; values rounding above it (and infinities) saturate to 448 = 0x7e.
+  if (abs >= 0x43e00000u) return f8e4m3{static_cast<uint8_t>(sign | 0x7eu)};
+  if (abs < 0x3c800000u) {
+    // Below 2^-6, the smallest normal: a multiple of 2^-9. |f| * 2^9 < 8 is exact in f32, and
+    // nearbyint rounds half to even in the default rounding mode.
+    float a;
+    std::memcpy(&a, &abs, 4);
+    const auto m = static_cast<uint32_t>(std::nearbyint(a * 512.0f));  // 0..8 (8 = the smallest normal)
+    return f8e4m3{static_cast<uint8_t>(sign | m)};
+  }
+  // Normal: round the 23-bit mantissa to 3 bits, nearest even, then rebias the exponent (a carry
+  // out of the mantissa bumps the exponent, which stays <= 448 thanks to the check above).
+  const uint32_t rounded = abs + 0x7ffffu + ((abs >> 20) & 1u);
+  const uint32_t e = ((rounded >> 23) & 0xffu) - 127 + 7;
+  const uint32_t m = (rounded >> 20) & 0x7u;
+  return f8e4m3{static_cast<uint8_t>(sign | (e << 3) | m)};
+}
+
 void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n) {
   switch (src_dtype) {
     case DType::kF32: std::memcpy(dst, src, n * 4); return;
@@ -140,6 +186,11 @@ void convert_to_f32(const void* src, DType src_dtype, float* dst, size_t n) {
     case DType::kF16: {
       const auto* s = static_cast<const f16*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      const auto* s = static_cast<const f8e4m3*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f8e4m3_to_f32(s[i]);
       return;
     }
     default: fail(str("convert_to_f32: unsupported source dtype ", dtype_name(src_dtype)));
@@ -157,6 +208,11 @@ void convert_from_f32(const float* src, void* dst, DType dst_dtype, size_t n) {
     case DType::kF16: {
       auto* d = static_cast<f16*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    case DType::kF8E4M3: {
+      auto* d = static_cast<f8e4m3*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = f32_to_f8e4m3(src[i]);
       return;
     }
     default: fail(str("convert_from_f32: unsupported destination dtype ", dtype_name(dst_dtype)));

@@ -253,7 +253,9 @@ void Tensor::copy_(const Tensor& src) const {
     });
     return;
   }
-  RLM_CHECK(is_floating(dtype_) && is_floating(src.dtype_))
+  // Float conversions (f32/f16/bf16, and f8e4m3 with saturation: core/dtype.h).
+  auto convertible = [](DType d) { return is_floating(d) || d == DType::kF8E4M3; };
+  RLM_CHECK(convertible(dtype_) && convertible(src.dtype_))
       << "copy_(): cannot convert " << dtype_name(src.dtype_) << " to " << dtype_name(dtype_);
   for_each_index(shape_, strides_, src.strides_, [&](int64_t a, int64_t b) {
     float v;
@@ -304,6 +306,7 @@ void Tensor::fill_(double value) const {
     case DType::kI64: { int64_t v = static_cast<int64_t>(value); std::memcpy(bytes, &v, 8); break; }
     case DType::kU8: { uint8_t v = static_cast<uint8_t>(value); std::memcpy(bytes, &v, 1); break; }
     case DType::kI8: { int8_t v = static_cast<int8_t>(value); std::memcpy(bytes, &v, 1); break; }
+    case DType::kF8E4M3: { f8e4m3 v = f32_to_f8e4m3(static_cast<float>(value)); std::memcpy(bytes, &v, 1); break; }
     default: break;  // block-quantized: rejected above
   }
   for_each_index(shape_, strides_, zero, [&](int64_t a, int64_t) { std::memcpy(base + a * sz, bytes, sz); });

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "core/status.h"
+#include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/serving_limits.h"
 
 namespace rlm {
 
@@ -25,6 +27,7 @@ struct EngineArgs {
   std::string load_format = "auto";  // auto | safetensors | gguf | dummy
   uint64_t seed = 0;                 // dummy weights
   std::string dummy_weight_type;     // dummy: matrices as random blocks of this GGUF type (q4_k, ...); "": bf16
+  std::string quantization;          // "" | "fp8": quantize float projections to FP8 at load
 
   // --- device and model runner ---
   std::string device = "auto";              // auto | cpu | cuda | cuda:N
@@ -33,18 +36,22 @@ struct EngineArgs {
   std::string decode_attention_backend;     // "": attention_backend
   std::string cascade_attention = "auto";   // auto | on | off
   int64_t page_size = 1;                    // KV page size in tokens
+  std::string kv_cache_dtype = "auto";      // auto (auto_kv_dtype) | f32 | bf16 | f16 | fp8_e4m3
   int64_t context_length = 0;               // prompt + output limit; 0: the model's
   int64_t max_total_tokens = 0;             // KV capacity in tokens; 0: automatic (below)
   int64_t max_mamba_cache_size = 0;         // hybrid models: state slots; 0: 3 x max running requests
   double mem_fraction_static = 0.88;        // CUDA: weights + KV pool share of GPU memory
   bool disable_cuda_graph = false;
-  int64_t cuda_graph_max_bs = 160;
+  int64_t cuda_graph_max_bs = 0;            // 0: by GPU memory (engine/serving_limits.h)
   int threads = 0;                          // CPU kernel threads (process-wide); 0: every core
 
   // --- scheduler ---
-  int64_t max_running_requests = 64;
-  int64_t chunked_prefill_size = 2048;
-  int64_t max_prefill_tokens = 8192;
+  // 0: chosen for the hardware by with_limits_for() (engine/serving_limits.h); the running-request
+  // limit is then also lowered to what the KV pool holds (build_engine).
+  int64_t max_running_requests = 0;
+  int64_t chunked_prefill_size = 0;
+  int64_t max_prefill_tokens = 0;
+  bool enable_mixed_chunk = true;        // mixed steps (scheduler_config.h)
   std::string schedule_policy = "fcfs";  // fcfs | lpm
   std::string cache = "radix";           // radix | naive
   int64_t max_queued_requests = 4096;
@@ -67,6 +74,12 @@ struct EngineArgs {
   // The dummy weights' GGUF block type (nullopt: bf16); kInvalidArgument for a name that is not a
   // block type, or with another load format.
   StatusOr<std::optional<DType>> dummy_weight_dtype() const;
+  // How load_model loads the weights under these args (--load-format, --seed, --quantization,
+  // --dummy-weight-type).
+  LoadOptions load_options() const;
+  // These args with every limit left at 0 (running requests, prompt chunk, step token budget,
+  // CUDA-graph batch) chosen for `hw`; the runner and scheduler configs take resolved args.
+  EngineArgs with_limits_for(const HardwareInfo& hw) const;
   // The model's context length under these args.
   int64_t context_len(const ModelConfig& model) const;
   // The runner's config for `model` on `device` (a resolve_device() result).
@@ -76,5 +89,10 @@ struct EngineArgs {
   // The automatic KV capacity rule in words (for --help).
   std::string kv_default_text() const;
 };
+
+// The KV pool's dtype under `--kv-cache-dtype auto`: on a CUDA device the model's dtype when it is
+// bf16 or f16 (vLLM's auto), else f32 (the CPU kernels compute in f32; a 16-bit cache would only
+// round what they stored).
+DType auto_kv_dtype(const ModelConfig& model, Device device);
 
 }  // namespace rlm

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "model/gguf_weights.h"
+#include "model/quantization_config.h"
 
 namespace rlm {
 
@@ -12,9 +13,25 @@ std::string default_model_path() {
   return std::string(RADIXLM_SOURCE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+namespace {
+
+// FP8 projections run in the Llama-family decoder (Llama, Qwen2, Qwen3) only.
+Status check_fp8_architecture(const ModelConfig& config, const std::string& what) {
+  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+    if (config.architecture == arch) return Status::ok();
+  }
+  return unimplemented(str(what, " is supported for LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM, not ",
+                           config.architecture));
+}
+
+}  // namespace
+
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   if (!fs::exists(path)) return not_found(str("model path '", path, "' does not exist"));
+  if (!options.quantization.empty() && options.quantization != "fp8") {
+    return invalid_argument(str("unknown quantization '", options.quantization, "' (fp8)"));
+  }
   LoadedModel out;
   std::unique_ptr<WeightSource> weights;
   if (fs::is_regular_file(path) && fs::path(path).extension() == ".gguf") {
@@ -23,12 +40,18 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
     if (options.load_format == "dummy") {
       weights = make_dummy_weights(DType::kF32, options.dummy_seed, 0.02f, options.dummy_weight_type);
     } else if (options.load_format == "auto" || options.load_format == "gguf") {
+      // --quantization fp8 starts from the dequantized (f32) weights.
+      const bool keep = options.gguf_keep_quantized && options.quantization.empty();
       RLM_ASSIGN_OR_RETURN(weights, open_gguf_weights(out.gguf, DType::kF32,
-                                                      options.gguf_keep_quantized ? GgufWeights::kQuantized
-                                                                                  : GgufWeights::kDequantized));
+                                                      keep ? GgufWeights::kQuantized : GgufWeights::kDequantized));
     } else {
       return invalid_argument(str("load format '", options.load_format, "' does not apply to the GGUF file '", path,
                                   "' (use auto, gguf or dummy)"));
+    }
+    // --quantization fp8 quantizes the dequantized (f32) GGUF projections like any float weights.
+    if (options.quantization == "fp8") {
+      RLM_RETURN_IF_ERROR(check_fp8_architecture(out.config, "--quantization fp8"));
+      weights->load_options.quantize_fp8 = true;
     }
     RLM_ASSIGN_OR_RETURN(out.model, create_model(out.config, *weights));
     return out;
@@ -44,6 +67,21 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
     RLM_ASSIGN_OR_RETURN(weights, open_safetensors(path));
   } else {
     return invalid_argument(str("unknown load format '", options.load_format, "' (use auto, safetensors or dummy)"));
+  }
+  QuantizationSpec quant;
+  if (options.load_format != "dummy") {
+    RLM_ASSIGN_OR_RETURN(quant, parse_quantization_spec(out.config, fs::is_directory(path) ? path : fs::path(path).parent_path().string()));
+    weights->load_options.read_kv_scales = true;
+  }
+  if (quant.fp8()) {
+    RLM_RETURN_IF_ERROR(check_fp8_architecture(out.config, str("the FP8 checkpoint (quant_method '", quant.method, "')")));
+    if (quant.block_n > 0) {
+      weights->load_options.fp8_block_n = quant.block_n;
+      weights->load_options.fp8_block_k = quant.block_k;
+    }
+  } else if (options.quantization == "fp8") {
+    RLM_RETURN_IF_ERROR(check_fp8_architecture(out.config, "--quantization fp8"));
+    weights->load_options.quantize_fp8 = true;
   }
   RLM_ASSIGN_OR_RETURN(out.model, create_model(out.config, *weights));
   return out;

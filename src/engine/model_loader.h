@@ -20,6 +20,10 @@ struct LoadOptions {
   // GGUF: matrices stay in their stored types (F16/BF16/block-quantized, multiplied in place);
   // false dequantizes every tensor to f32 at load (the reference path).
   bool gguf_keep_quantized = true;
+  // "" or "fp8": quantize float projections to FP8 at load (per output channel; Llama family;
+  // GGUF projections are quantized from their dequantized f32 values, whatever gguf_keep_quantized says).
+  // Checkpoints that declare an FP8 quantization_config load as they are either way.
+  std::string quantization;
 };
 
 struct LoadedModel {

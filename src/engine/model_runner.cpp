@@ -7,11 +7,13 @@
 
 #include "core/caching_allocator.h"
 #include "engine/cuda_graph_runner.h"
+#include "engine/sampler.h"
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/index_check.h"
 #endif
 #include "attention/hybrid_backend.h"
 #include "attention/hybrid_linear_backend.h"
+#include "ops/sampling_ops.h"
 #include "ops/token_ops.h"
 
 namespace rlm {
@@ -31,34 +33,184 @@ std::vector<int64_t> ModelRunner::cuda_graph_batch_sizes() const {
   return graph_runner_ ? graph_runner_->batch_sizes() : std::vector<int64_t>{};
 }
 
-Status ModelRunner::size_kv_pool_from_memory(const KVShape& kv) {
-  const double f = config_.mem_fraction_static;
-  if (!(f > 0.0 && f < 1.0)) return invalid_argument(str("--mem-fraction-static must be in (0, 1), got ", f));
-  const Device dev = config_.device;
-  // What the weights (and the CUDA context) hold now; cached free blocks do not count.
+std::unique_ptr<KVPool> ModelRunner::make_kv_pool(const KVShape& kv, int64_t num_pages) const {
+  KVPoolConfig pc;
+  pc.num_layers = kv.num_layers;
+  pc.num_kv_heads = kv.num_kv_heads;
+  pc.head_dim = kv.head_dim;
+  pc.num_pages = num_pages;
+  pc.page_size = config_.page_size;
+  pc.dtype = config_.kv_dtype;
+  pc.device = config_.device;
+  auto pool = std::make_unique<KVPool>(pc);
+  // An FP8 pool dequantizes with the checkpoint's per-layer scales (1 when it has none).
+  if (config_.kv_dtype == DType::kF8E4M3) {
+    const std::vector<KvScales> scales = model_->kv_scales();
+    if (!scales.empty()) pool->set_scales(scales);
+  }
+  return pool;
+}
+
+size_t ModelRunner::kv_reserve_bytes(const KVShape& kv) {
+  // Each of the 2 * num_layers KV tensors may be rounded up by one allocator unit.
+  return 2 * static_cast<size_t>(kv.num_layers) * CachingAllocator::kLargeRound;
+}
+
+namespace {
+
+// Device memory in use once queued work is done and the general pool's cached blocks are released.
+size_t settled_used_bytes(Device dev) {
+  device_synchronize(dev);
   cuda_allocator(dev.index).empty_cache();
   device_synchronize(dev);
   const DeviceMemoryInfo info = device_memory_info(dev);
-  const size_t used = info.total_bytes - info.free_bytes;
-  const size_t bytes_per_page = 2 * static_cast<size_t>(kv.num_layers * kv.num_kv_heads * kv.head_dim) *
-                                dtype_size(config_.kv_dtype) * static_cast<size_t>(config_.page_size);
-  // Each of the 2 * num_layers KV tensors may be rounded up by one allocator unit.
-  const size_t reserve = 2 * static_cast<size_t>(kv.num_layers) * CachingAllocator::kLargeRound;
-  int64_t pages = kv_pages_for_memory(info.total_bytes, used, f, bytes_per_page, reserve);
-  pages = std::min<int64_t>(pages, std::numeric_limits<int32_t>::max() / config_.page_size);
-  const int64_t need = (config_.max_context_len + config_.page_size - 1) / config_.page_size;
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  if (pages < need) {
-    return Status(StatusCode::kResourceExhausted,
-                  str("--mem-fraction-static ", f, " leaves room for ", pages * config_.page_size,
-                      " KV tokens on ", dev.to_string(), " (", static_cast<double>(info.total_bytes) / gib,
-                      " GiB total, ", static_cast<double>(used) / gib, " GiB used after loading the weights, ",
-                      static_cast<double>(bytes_per_page) / config_.page_size / 1024.0,
-                      " KiB per token) but one request of the context length ", config_.max_context_len,
-                      " needs ", need * config_.page_size, "; raise --mem-fraction-static or lower the context length"));
+  return info.total_bytes - info.free_bytes;
+}
+
+}  // namespace
+
+void ModelRunner::run_profile_step(const ProfileStep& step) {
+  const int64_t vocab = model_->config().vocab_size;
+  const int64_t ps = config_.page_size;
+  std::vector<BatchEntry> entries;
+  std::vector<int32_t> mamba_slots;
+  int64_t next_page = 0;
+  for (size_t r = 0; r < step.extend_lens.size(); ++r) {
+    BatchEntry e;
+    e.req_slot = req_to_token_->alloc();
+    RLM_CHECK(e.req_slot >= 0) << "profile step '" << step.what << "': no free request row";
+    const int64_t len = step.cached_prefix + step.extend_lens[r];
+    std::vector<int32_t> slots(static_cast<size_t>(len));
+    for (int64_t i = 0; i < len; ++i) slots[i] = static_cast<int32_t>(next_page * ps + i);
+    next_page += (len + ps - 1) / ps;
+    req_to_token_->write(e.req_slot, 0, std::vector<int32_t>(slots.begin(), slots.begin() + step.cached_prefix));
+    e.prefix_len = step.cached_prefix;
+    e.new_slots.assign(slots.begin() + step.cached_prefix, slots.end());
+    e.new_ids.assign(e.new_slots.size(), static_cast<int32_t>(r % vocab));
+    e.skip_logits = !step.sample_all && r + 1 != step.extend_lens.size();
+    if (mamba_pool_ != nullptr) {
+      e.mamba_slot = mamba_pool_->alloc();
+      RLM_CHECK(e.mamba_slot >= 0) << "profile step '" << step.what << "': no free state slot";
+      mamba_pool_->zero_slot(e.mamba_slot);
+      mamba_slots.push_back(e.mamba_slot);
+    }
+    entries.push_back(std::move(e));
   }
-  config_.num_pages = pages;
+  ForwardBatch batch = build_batch(step.mode, entries);
+  const CascadeMode cascade = config_.cascade_attention;
+  if (step.cascade) backend_->set_cascade_mode(CascadeMode::kOn);
+  Tensor logits = forward(batch);
+  backend_->set_cascade_mode(cascade);
+  // The sampler's buffers: with logprobs, log-softmax of a copy and the top-k logprobs.
+  constexpr int32_t kTopLogprobs = 20;  // the OpenAI API's largest top_logprobs
+  std::vector<SampleRow> rows(static_cast<size_t>(logits.size(0)));
+  for (SampleRow& row : rows) {
+    row.sampling.top_k = 50;
+    row.sampling.top_p = 0.9f;
+    row.logprobs = step.sample_all ? kTopLogprobs : -1;
+  }
+  (void)Sampler(future_tokens_).launch(logits, rows);
+  synchronize();
+  for (const BatchEntry& e : entries) req_to_token_->free(e.req_slot);
+  for (const int32_t m : mamba_slots) mamba_pool_->free(m);
+}
+
+size_t ModelRunner::kv_bytes_per_page(const KVShape& kv) const {
+  return 2 * static_cast<size_t>(kv.num_layers * kv.num_kv_heads * kv.head_dim) * dtype_size(config_.kv_dtype) *
+         static_cast<size_t>(config_.page_size);
+}
+
+Status ModelRunner::check_context_fits(const KVShape& kv) const {
+  const double f = config_.mem_fraction_static;
+  if (!(f > 0.0 && f < 1.0)) return invalid_argument(str("--mem-fraction-static must be in (0, 1), got ", f));
+  const Device dev = config_.device;
+  const size_t used = settled_used_bytes(dev);
+  const size_t total = device_memory_info(dev).total_bytes;
+  const size_t bytes_per_page = kv_bytes_per_page(kv);
+  const int64_t min_pages = (config_.max_context_len + config_.page_size - 1) / config_.page_size;
+  const int64_t upper = kv_pages_for_memory(total, used, f, bytes_per_page, kv_reserve_bytes(kv));
+  if (upper >= min_pages) return Status::ok();
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  return Status(StatusCode::kResourceExhausted,
+                str("--mem-fraction-static ", f, " leaves room for ", upper * config_.page_size, " KV tokens on ",
+                    dev.to_string(), " (", static_cast<double>(total) / gib, " GiB total, ",
+                    static_cast<double>(used) / gib, " GiB used after loading the weights, ",
+                    static_cast<double>(bytes_per_page) / config_.page_size / 1024.0,
+                    " KiB per token) but one request of the context length ", config_.max_context_len, " needs ",
+                    min_pages * config_.page_size, "; raise --mem-fraction-static or lower the context length"));
+}
+
+Status ModelRunner::plan_memory(const KVShape& kv) {
+  const Device dev = config_.device;
+  CachingAllocator& alloc = cuda_allocator(dev.index);
+  const int64_t min_pages = (config_.max_context_len + config_.page_size - 1) / config_.page_size;
+  (void)settled_used_bytes(dev);
+  const size_t alloc0 = alloc.stats().allocated_bytes;
+  const std::vector<ProfileStep> steps =
+      profile_steps(std::max<int64_t>(config_.max_num_tokens, 1), config_.max_requests, config_.max_context_len,
+                    config_.cascade_attention != CascadeMode::kOff);
+  MemoryProfile profile;
+  profile.total_bytes = device_memory_info(dev).total_bytes;
+  kv_pool_ = make_kv_pool(kv, profile_kv_pages(steps, config_.page_size));
+  req_to_token_->set_slot_limit(kv_pool_->num_slots());
+  try {
+    const size_t start = alloc.stats().allocated_bytes;
+    alloc.reset_peak();
+    for (const ProfileStep& step : steps) run_profile_step(step);
+    profile.activation_bytes = alloc.stats().peak_allocated_bytes - start;
+    if (config_.cuda_graph) {
+      const size_t before_graphs = settled_used_bytes(dev);
+      capture_cuda_graphs();
+      const size_t with_graphs = settled_used_bytes(dev);
+      profile.graph_bytes = with_graphs > before_graphs ? with_graphs - before_graphs : 0;
+      graph_runner_.reset();
+    }
+  } catch (const Error& e) {
+    graph_runner_.reset();
+    kv_pool_.reset();
+    return Status(StatusCode::kResourceExhausted,
+                  str("the start-up profile (the largest step: ",
+                      std::max(config_.max_num_tokens, config_.max_requests), " tokens, ", config_.max_requests,
+                      " requests) does not fit on ", dev.to_string(),
+                      "; lower --max-prefill-tokens or --max-running-requests: ", e.what()));
+  }
+  kv_pool_.reset();
+  profile.used_bytes = settled_used_bytes(dev);
+  const size_t alloc_end = alloc.stats().allocated_bytes;
+  profile.persistent_bytes = alloc_end > alloc0 ? alloc_end - alloc0 : 0;
+  RLM_ASSIGN_OR_RETURN(MemoryPlan plan, plan_kv_memory(profile, config_.mem_fraction_static, kv_bytes_per_page(kv),
+                                                       kv_reserve_bytes(kv), min_pages));
+  if (plan.num_pages > std::numeric_limits<int32_t>::max() / config_.page_size) {  // slots are int32
+    plan.num_pages = std::numeric_limits<int32_t>::max() / config_.page_size;
+    plan.kv_bytes = static_cast<size_t>(plan.num_pages) * kv_bytes_per_page(kv);
+  }
+  config_.num_pages = plan.num_pages;
+  memory_plan_ = std::move(plan);
   return Status::ok();
+}
+
+void ModelRunner::capture_cuda_graphs() {
+  const int64_t graph_bs = std::min(config_.cuda_graph_max_bs, config_.max_requests);
+  // Hybrid linear-attention models and backends without graph support (the `cpu` reference on a
+  // GPU pool) decode eagerly.
+  if (!config_.cuda_graph || !config_.device.is_cuda() || mamba_pool_ != nullptr || graph_bs < 1 ||
+      !backend_->supports_cuda_graph()) {
+    return;
+  }
+  CudaGraphRunner::Deps deps;
+  deps.model = model_.get();
+  deps.backend = backend_.get();
+  deps.kv_pool = kv_pool_.get();
+  deps.req_to_token = req_to_token_.get();
+  deps.device = config_.device;
+  auto graphs = CudaGraphRunner::capture(deps, rlm::cuda_graph_batch_sizes(graph_bs));
+  if (graphs.is_ok()) {
+    graph_runner_ = std::move(graphs).value();
+  } else {
+    // Serving still works without graphs; say so loudly (tests assert the captured sizes).
+    std::fprintf(stderr, "radixlm: CUDA graphs disabled, decoding eagerly: %s\n", graphs.status().message().c_str());
+    device_synchronize(config_.device);
+  }
 }
 
 StatusOr<Device> resolve_device(const std::string& text) {
@@ -100,19 +252,10 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     if (r->config_.mamba_slots == 0) r->config_.mamba_slots = 3 * r->config_.max_requests;
     r->mamba_pool_ = std::make_unique<MambaPool>(*ms, r->config_.mamba_slots, config.device);
   }
-  if (from_memory) RLM_RETURN_IF_ERROR(r->size_kv_pool_from_memory(kv));
-  KVPoolConfig pc;
-  pc.num_layers = kv.num_layers;
-  pc.num_kv_heads = kv.num_kv_heads;
-  pc.head_dim = kv.head_dim;
-  pc.num_pages = r->config_.num_pages;
-  pc.page_size = r->config_.page_size;
-  pc.dtype = config.kv_dtype;
-  pc.device = config.device;
-  r->kv_pool_ = std::make_unique<KVPool>(pc);
+  // Before the request table (max_requests x context) is made: one request must fit at all.
+  if (from_memory) RLM_RETURN_IF_ERROR(r->check_context_fits(kv));
   r->req_to_token_ =
       std::make_unique<ReqToTokenPool>(r->config_.max_requests, r->config_.max_context_len, config.device);
-  r->req_to_token_->set_slot_limit(r->kv_pool_->num_slots());
   if (r->mamba_pool_ != nullptr) {
     // Full-attention layers keep the configured backend; the Gated DeltaNet layers get theirs.
     r->backend_ = std::make_unique<HybridLinearAttnBackend>(std::move(r->backend_),
@@ -121,27 +264,10 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   r->backend_->set_cascade_mode(config.cascade_attention);
   r->future_tokens_ = Tensor::zeros({r->config_.max_requests}, DType::kI32, config.device);
   r->model_ = std::move(model);
-  const int64_t graph_bs = std::min(config.cuda_graph_max_bs, r->config_.max_requests);
-  // Hybrid linear-attention models and backends without graph support (the `cpu` reference on a
-  // GPU pool) decode eagerly.
-  if (config.cuda_graph && config.device.is_cuda() && r->mamba_pool_ == nullptr && graph_bs >= 1 &&
-      r->backend_->supports_cuda_graph()) {
-    CudaGraphRunner::Deps deps;
-    deps.model = r->model_.get();
-    deps.backend = r->backend_.get();
-    deps.kv_pool = r->kv_pool_.get();
-    deps.req_to_token = r->req_to_token_.get();
-    deps.device = config.device;
-    auto graphs = CudaGraphRunner::capture(deps, rlm::cuda_graph_batch_sizes(graph_bs));
-    if (graphs.is_ok()) {
-      r->graph_runner_ = std::move(graphs).value();
-    } else {
-      // Serving still works without graphs; say so loudly (tests assert the captured sizes).
-      std::fprintf(stderr, "radixlm: CUDA graphs disabled, decoding eagerly: %s\n",
-                   graphs.status().message().c_str());
-      device_synchronize(config.device);
-    }
-  }
+  if (from_memory) RLM_RETURN_IF_ERROR(r->plan_memory(kv));  // the profile run; sets num_pages
+  r->kv_pool_ = r->make_kv_pool(kv, r->config_.num_pages);
+  r->req_to_token_->set_slot_limit(r->kv_pool_->num_slots());
+  r->capture_cuda_graphs();
   return r;
 }
 
@@ -152,21 +278,28 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   std::vector<int32_t> ids, positions, slots, qo_indptr{0}, logits_rows, seq_lens, req_idx;
   const bool hybrid = mamba_pool_ != nullptr;
   const int64_t vocab = model_->config().vocab_size;
-  bool has_future = false;
+  // Entries [0, num_future) hold every future token and have one token each, so token row i is
+  // entry i there.
+  int64_t num_future = 0;
+  bool single_tokens = true;  // every entry so far has one token
   for (const BatchEntry& e : entries) {
-    for (int32_t id : e.new_ids) {
-      // kFutureToken is resolved on the device from tokens the sampler wrote (always in range).
-      RLM_CHECK((id >= 0 && id < vocab) || (id == kFutureToken && mode == ForwardMode::kDecode))
-          << "token id " << id << " of request slot " << e.req_slot << " is outside the vocabulary [0, " << vocab
-          << ")";
-    }
     RLM_CHECK_EQ(e.new_ids.size(), e.new_slots.size()) << " batch entry for request slot " << e.req_slot;
     RLM_CHECK(!e.new_ids.empty()) << "batch entry with no new tokens (request slot " << e.req_slot << ")";
     RLM_CHECK(mode != ForwardMode::kDecode || e.new_ids.size() == 1) << "decode entry with several tokens";
+    for (int32_t id : e.new_ids) {
+      // kFutureToken is resolved on the device from tokens the sampler wrote (always in range).
+      RLM_CHECK((id >= 0 && id < vocab) || (id == kFutureToken && e.new_ids.size() == 1))
+          << "token id " << id << " of request slot " << e.req_slot << " is outside the vocabulary [0, " << vocab
+          << ")";
+    }
+    RLM_CHECK(!(e.all_logits && e.skip_logits)) << "batch entry both with all logits and none (request slot "
+                                                << e.req_slot << ")";
     const int32_t n = static_cast<int32_t>(e.new_ids.size());
+    single_tokens = single_tokens && n == 1;
     if (e.new_ids[0] == kFutureToken) {
-      RLM_CHECK(mode == ForwardMode::kDecode) << "a future token in a non-decode entry (request slot " << e.req_slot << ")";
-      has_future = true;
+      RLM_CHECK(single_tokens) << "a future token after an entry of several tokens (request slot " << e.req_slot
+                               << "): one-token entries come first";
+      num_future = static_cast<int64_t>(b.extend_lens_cpu.size()) + 1;
     }
     req_to_token_->write(e.req_slot, e.prefix_len, e.new_slots);
     const int32_t row0 = static_cast<int32_t>(ids.size());
@@ -174,7 +307,7 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
       ids.push_back(e.new_ids[i]);
       positions.push_back(e.prefix_len + i);
       slots.push_back(e.new_slots[i]);
-      if (e.all_logits || i == n - 1) logits_rows.push_back(row0 + i);
+      if (e.all_logits || (i == n - 1 && !e.skip_logits)) logits_rows.push_back(row0 + i);
     }
     qo_indptr.push_back(static_cast<int32_t>(ids.size()));
     seq_lens.push_back(e.prefix_len + n);
@@ -218,7 +351,11 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
   b.qo_indptr = next(bs + 1);
   b.logits_indices = next(nout);
   if (hybrid) b.mamba_slots = next(bs);
-  if (has_future) ops::resolve_future_tokens(b.input_ids, b.req_pool_indices, future_tokens_);
+  if (num_future > 0) {
+    // Token row i of entry i (one token each) for the leading future-token entries.
+    ops::resolve_future_tokens(b.input_ids.slice(0, 0, num_future), b.req_pool_indices.slice(0, 0, num_future),
+                               future_tokens_);
+  }
   b.seq_lens_cpu = std::move(seq_lens);
   b.req_pool_indices_cpu = std::move(req_idx);
   return b;
@@ -267,6 +404,13 @@ void ModelRunner::record_sampled_tokens(const Tensor& tokens, const ForwardBatch
   RLM_CHECK(tokens.numel() == batch.batch_size) << "record_sampled_tokens: " << tokens.describe() << " for "
                                                 << batch.batch_size << " requests";
   ops::scatter_tokens(tokens, batch.req_pool_indices, future_tokens_);
+}
+
+void ModelRunner::record_sampled_tokens(const Tensor& tokens, const std::vector<int32_t>& req_slots) {
+  RLM_CHECK(tokens.numel() == static_cast<int64_t>(req_slots.size()))
+      << "record_sampled_tokens: " << tokens.describe() << " for " << req_slots.size() << " request slots";
+  if (req_slots.empty()) return;
+  ops::scatter_tokens(tokens, Tensor::from_vector(req_slots).to(config_.device), future_tokens_);
 }
 
 }  // namespace rlm

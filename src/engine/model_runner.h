@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "attention/forward_batch.h"
 #include "cache/kv_pool.h"
 #include "cache/mamba_pool.h"
+#include "engine/memory_plan.h"
 #include "model/causal_lm.h"
 #include "ops/ops.h"
 
@@ -28,8 +30,11 @@ struct ModelRunnerConfig {
   Device device = Device::cpu();  // where weights, KV cache and activations live
   int64_t mamba_slots = 0;  // hybrid models: MambaPool slots; 0: 3 * max_requests (working, tracking, cached)
   // CUDA only, used when num_pages == 0: the KV pool takes what is left of total * fraction after
-  // the weights are loaded (SGLang's --mem-fraction-static); 0: size from max_requests instead.
+  // the weights, the largest step (max_num_tokens new tokens, max_requests requests) and the CUDA
+  // graphs, measured by a profile run at start-up (engine/memory_plan.h; SGLang's
+  // --mem-fraction-static, vLLM's profile run); 0: size from max_requests instead.
   double mem_fraction_static = 0.0;
+  int64_t max_num_tokens = 8192;  // most new tokens of one step (the scheduler's --max-prefill-tokens)
   // CUDA only: capture decode CUDA graphs for batch sizes up to min(cuda_graph_max_bs, max_requests)
   // at start-up (pure-attention models with a graph-capable backend; hybrid models run eagerly).
   // A failed capture is reported on stderr and the runner decodes eagerly.
@@ -83,19 +88,34 @@ class ModelRunner {
   std::vector<int64_t> cuda_graph_batch_sizes() const;
   // nullptr when CUDA graphs are off.
   const CudaGraphRunner* cuda_graph_runner() const { return graph_runner_.get(); }
+  // How the KV pool was sized from GPU memory (nullopt when it was not: the CPU, or a given size).
+  const std::optional<MemoryPlan>& memory_plan() const { return memory_plan_; }
   // Turns replays off (eager decode) or back on, e.g. to compare both on the same state; no-op
   // without captured graphs.
   void set_use_cuda_graph(bool on) { use_cuda_graph_ = on; }
   // Remembers, per request slot of `batch`, the token sampled for it (tokens: i32 [batch_size] on
   // the model's device), so that a later decode entry can name it with kFutureToken.
   void record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch);
+  // The same for a step where only some entries sampled: req_slots[i] is row i's request slot.
+  void record_sampled_tokens(const Tensor& tokens, const std::vector<int32_t>& req_slots);
   // The table record_sampled_tokens writes: i32 [max_requests] on the model's device, the last
   // token sampled per request slot (read by the device-side penalties of a step launched ahead).
   const Tensor& future_tokens() const { return future_tokens_; }
 
  private:
   ModelRunner() = default;
-  Status size_kv_pool_from_memory(const KVShape& kv);
+  std::unique_ptr<KVPool> make_kv_pool(const KVShape& kv, int64_t num_pages) const;
+  size_t kv_bytes_per_page(const KVShape& kv) const;
+  static size_t kv_reserve_bytes(const KVShape& kv);
+  // Sizing from memory: one request of the context length must fit beside the weights.
+  Status check_context_fits(const KVShape& kv) const;
+  // The profile run: the steps of profile_steps() on a temporary KV pool, then the CUDA graphs;
+  // sets config_.num_pages and memory_plan_.
+  Status plan_memory(const KVShape& kv);
+  void run_profile_step(const ProfileStep& step);
+  // Captures decode CUDA graphs when configured and possible (a failure is reported on stderr and
+  // leaves graph_runner_ null: decode runs eagerly).
+  void capture_cuda_graphs();
 
   ModelRunnerConfig config_;
   std::unique_ptr<CausalLM> model_;
@@ -105,6 +125,7 @@ class ModelRunner {
   Tensor future_tokens_;  // i32 [max_requests] on the device: last token sampled per request slot
   std::unique_ptr<AttentionBackend> backend_;
   bool use_cuda_graph_ = true;
+  std::optional<MemoryPlan> memory_plan_;
   std::unique_ptr<CudaGraphRunner> graph_runner_;  // last: destroyed first (its graphs use the rest)
 };
 

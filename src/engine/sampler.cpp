@@ -51,11 +51,13 @@ DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>
       k = std::max<int64_t>(k, s.logprob_k[i]);
       lp_rows.push_back(static_cast<int64_t>(i));
     }
+    static const ops::LogitBias kNoBias;
+    const ops::LogitBias& bias = row.logit_bias != nullptr ? *row.logit_bias : kNoBias;
     if (cpu::penalty_row_active(row.penalty)) {
       RLM_CHECK(row.prompt_ids != nullptr && row.output_ids != nullptr) << "row " << i << ": penalties without tokens";
-      penalties.add_row(row.penalty, *row.prompt_ids, *row.output_ids);
+      penalties.add_row(row.penalty, *row.prompt_ids, *row.output_ids, bias);
     } else {
-      penalties.add_row(row.penalty, {}, {});
+      penalties.add_row(row.penalty, {}, {}, bias);
     }
   }
   const int64_t num_lp = static_cast<int64_t>(lp_rows.size());

@@ -1,5 +1,5 @@
 // Sampler: turns a step's logits into tokens — logprobs of the model's distribution, logit
-// penalties, then temperature / top-k / top-p / min-p sampling — all on the logits' device through
+// penalties and logit_bias (one pass), then temperature / top-k / top-p / min-p sampling — all on the logits' device through
 // the ops:: kernels (CPU or CUDA). Only the tokens and the small logprob arrays come back to the
 // host, and only when read: a launched step's tokens stay on the device, where the runner's
 // future-token table picks them up for the step launched after it (overlap scheduling).
@@ -41,6 +41,7 @@ struct SampleRow {
   const std::vector<int32_t>* prompt_ids = nullptr;
   const std::vector<int32_t>* output_ids = nullptr;
   int32_t logprobs = -1;  // -1: none; 0: the sampled token's; k > 0: also the k best alternatives
+  const ops::LogitBias* logit_bias = nullptr;  // added after the penalties; null or empty: none; not owned
 
   // A greedy row (argmax) without penalties or logprobs.
   static SampleRow greedy();

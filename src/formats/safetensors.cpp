@@ -88,9 +88,10 @@ StatusOr<DType> safetensors_dtype(const std::string& name) {
   if (name == "I64") return DType::kI64;
   if (name == "U8") return DType::kU8;
   if (name == "I8") return DType::kI8;
-  for (const char* known : {"F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "BOOL", "I16",
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  for (const char* known : {"F64", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "BOOL", "I16",
                             "U16", "U32", "U64", "C64", "E8M0"}) {
-    if (name == known) return unimplemented(str("dtype ", name, " is not supported (supported: F32, F16, BF16, I32, I64, U8, I8)"));
+    if (name == known) return unimplemented(str("dtype ", name, " is not supported (supported: F32, F16, BF16, I32, I64, U8, I8, F8_E4M3)"));
   }
   return data_loss(str("unknown dtype '", name, "'"));
 }
@@ -104,6 +105,7 @@ const char* safetensors_dtype_name(DType dtype) {
     case DType::kI64: return "I64";
     case DType::kU8: return "U8";
     case DType::kI8: return "I8";
+    case DType::kF8E4M3: return "F8_E4M3";
     default: break;  // block-quantized dtypes have no safetensors name
   }
   fail(str("safetensors_dtype_name: no safetensors dtype for ", dtype_name(dtype)));

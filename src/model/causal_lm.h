@@ -5,7 +5,9 @@
 #include <memory>
 
 #include <optional>
+#include <vector>
 
+#include "cache/kv_pool.h"
 #include "cache/mamba_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -30,6 +32,9 @@ class CausalLM {
   // Hybrid linear-attention models: the recurrent state per request (a MambaPool slot); nullopt
   // for pure-attention models.
   virtual std::optional<MambaShape> mamba_shape() const { return std::nullopt; }
+  // Per-layer dequantization scales for an FP8 KV cache read from the checkpoint ([num_layers]
+  // of kv_shape(); empty: all 1).
+  virtual std::vector<KvScales> kv_scales() const { return {}; }
   // Runs one step over batch.input_ids and returns f32 logits [num_outputs, vocab_size] for the
   // token rows listed in batch.logits_indices.
   virtual Tensor forward(const ForwardBatch& batch) = 0;

@@ -1,41 +1,62 @@
 // Weight-loading helpers shared by the model files: fetch checked tensors by HF name, and fuse
-// QKV / gate_up projections at load time by stacking rows.
+// QKV / gate_up projections at load time by stacking rows; FP8 projections (f8e4m3 weights with
+// their scales, from the checkpoint or quantized at load) and the per-layer FP8 KV-cache scales.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cache/kv_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "model/weight_source.h"
+#include "ops/ops.h"
 
 namespace rlm {
 
 struct Linear {
-  Tensor weight;               // [out_features, in_features] (f32/bf16/f16 or block-quantized)
+  Tensor weight;               // [out_features, in_features] (f32/bf16/f16, block-quantized, or f8e4m3 with fp8 scales)
   std::optional<Tensor> bias;  // [out_features]
+  ops::Fp8Scales fp8;          // f8e4m3 weights: per-channel or block scales (undefined otherwise)
   // A fused projection whose parts are stored in different dtypes (GGUF files mix quantization
   // types, e.g. a Q6_K v_proj beside Q4_K q/k) keeps its row blocks here, each in its own dtype,
-  // stacked in order; `weight` is then undefined.
+  // stacked in order; `weight` is then undefined (never with fp8 scales).
   std::vector<Tensor> parts;   // [rows_i, in_features] each
   int64_t out_features() const;
 };
 
-// out = x @ l^T (+ bias): one ops::linear, or one per part writing its columns of out.
+// out = x @ l^T (+ bias): one ops::linear (through the FP8 path when the weight is f8e4m3), or one
+// per part writing its columns of out.
 //   x: f32 [m, in_features]; out: f32 [m, out_features].
 void apply_linear(const Linear& l, const Tensor& x, const Tensor& out);
+
+// Moves a Linear's tensors (weight or parts, bias, scales) to `device` (contiguous).
+void move_linear(Linear& l, Device device);
 
 // Stacks tensors with equal trailing dims along dim 0 into one new tensor of their dtype.
 Tensor concat_rows(const std::vector<Tensor>& parts);
 
 // Loads `prefix + ".weight"` of shape [out, in] (and `prefix + ".bias"` [out] when with_bias).
+// An f8e4m3 weight comes with its scales: `weight_scale_inv` (block scales, the Hugging Face
+// "fp8" layout), or `weight_scale` (per tensor: [] or [1]; per channel: [out] or [out, 1];
+// compressed-tensors / ModelOpt) and optionally a static `input_scale` ([] or [1]); per-tensor
+// scales become per-channel ones (exactly). With ws.load_options.quantize_fp8 a float weight is
+// quantized to f8e4m3 per output channel.
 StatusOr<Linear> load_linear(WeightSource& ws, const std::string& prefix, int64_t out, int64_t in,
                              bool with_bias);
 // Loads several projections sharing the input and stacks them: fused QKV or gate_up (adjacent
-// parts of one dtype in one tensor; when the dtypes differ, Linear::parts).
+// parts of one dtype in one tensor; when the dtypes differ, Linear::parts). FP8 parts stack their
+// scales too (block scales need each part but the last to be a whole number of blocks; static
+// input scales take the largest of the parts', as vLLM does).
 StatusOr<Linear> load_fused_linear(WeightSource& ws, const std::vector<std::string>& prefixes,
                                    const std::vector<int64_t>& outs, int64_t in, bool with_bias);
 StatusOr<Tensor> load_tensor(WeightSource& ws, const std::string& name, const Shape& shape);
+
+// Dequantization scales of a layer's FP8 KV cache: `<attn_prefix>.k_scale` / `.v_scale`
+// (compressed-tensors, transformers) or `<attn_prefix>.k_proj.k_scale` / `.v_proj.v_scale`
+// (ModelOpt), scalars; 1.0 when absent or when ws.load_options.read_kv_scales is off (vLLM's
+// default). A scale that is not positive and finite is an error.
+StatusOr<KvScales> load_kv_scales(WeightSource& ws, const std::string& attn_prefix);
 
 }  // namespace rlm

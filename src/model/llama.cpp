@@ -53,6 +53,8 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
                                            {c.intermediate_size, c.intermediate_size}, hidden, variant_.mlp_bias));
     RLM_ASSIGN_OR_RETURN(layer.down_proj,
                          load_linear(ws, p + ".mlp.down_proj", hidden, c.intermediate_size, variant_.mlp_bias));
+    RLM_ASSIGN_OR_RETURN(const KvScales kvs, load_kv_scales(ws, p + ".self_attn"));
+    kv_scales_.push_back(kvs);
     layer.attn.layer_id = l;
     layer.attn.num_qo_heads = hq;
     layer.attn.num_kv_heads = hk;
@@ -101,21 +103,17 @@ void LlamaForCausalLM::to(Device device) {
   auto move = [&](Tensor& t) {
     if (t.defined()) t = t.contiguous().to(device);
   };
-  auto move_linear = [&](Linear& l) {
-    move(l.weight);
-    for (Tensor& p : l.parts) move(p);
-    if (l.bias) move(*l.bias);
-  };
+  auto move_l = [&](Linear& l) { move_linear(l, device); };
   move(embed_tokens_);
   for (DecoderLayer& layer : layers_) {
     move(layer.input_layernorm);
     move(layer.post_attention_layernorm);
-    move_linear(layer.qkv_proj);
-    move_linear(layer.o_proj);
+    move_l(layer.qkv_proj);
+    move_l(layer.o_proj);
     move(layer.q_norm);
     move(layer.k_norm);
-    move_linear(layer.gate_up_proj);
-    move_linear(layer.down_proj);
+    move_l(layer.gate_up_proj);
+    move_l(layer.down_proj);
   }
   move(norm_);
   if (tied) {

@@ -25,6 +25,7 @@ class LlamaForCausalLM : public CausalLM {
 
   const ModelConfig& config() const override { return config_; }
   KVShape kv_shape() const override;
+  std::vector<KvScales> kv_scales() const override { return kv_scales_; }
   Tensor forward(const ForwardBatch& batch) override;
   void to(Device device) override;
   Device device() const override { return device_; }
@@ -51,6 +52,7 @@ class LlamaForCausalLM : public CausalLM {
   Tensor norm_;     // [hidden]
   Tensor lm_head_;  // [vocab, hidden] (the embedding when tied)
   Tensor rope_cos_sin_;  // f32 [max_positions, rotary_dim]
+  std::vector<KvScales> kv_scales_;  // [num_layers] from the checkpoint (1 when absent)
   Device device_ = Device::cpu();
 };
 

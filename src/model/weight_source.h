@@ -14,12 +14,28 @@
 
 namespace rlm {
 
+// How load_linear (model/layers.h) stores the projections it loads, and whether models read
+// FP8 KV-cache scales; load_model sets it.
+struct WeightLoadOptions {
+  // Float (f32/bf16/f16) projections are quantized to f8e4m3 with one scale per output channel
+  // (`--quantization fp8`). Projections stored as f8e4m3 in the checkpoint load as they are.
+  bool quantize_fp8 = false;
+  // Block size of `weight_scale_inv` block scales (quantization_config.weight_block_size).
+  int64_t fp8_block_n = 128;
+  int64_t fp8_block_k = 128;
+  // Per-layer k/v scales of an FP8 KV cache (`self_attn.k_scale`, ...) are read when present
+  // (checkpoints only: a dummy source "has" every name).
+  bool read_kv_scales = false;
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
+  WeightLoadOptions load_options;
   virtual bool has(const std::string& name) const = 0;
-  // The tensor `name` on the CPU in its stored float dtype (f32/bf16/f16; may be a view into an
-  // mmap; GGUF sources opened with GgufWeights::kQuantized serve matrices in their block dtypes). Fails with kNotFound naming the tensor and the file when it is missing and with
+  // The tensor `name` on the CPU in its stored dtype (f32/bf16/f16/f8e4m3; may be a view into an
+  // mmap; GGUF sources opened with GgufWeights::kQuantized serve matrices in their block dtypes).
+  // Fails with kNotFound naming the tensor and the file when it is missing and with
   // kInvalidArgument when its shape differs from `expected_shape`.
   virtual StatusOr<Tensor> get(const std::string& name, const Shape& expected_shape) = 0;
   virtual std::vector<std::string> names() const = 0;

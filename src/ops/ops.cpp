@@ -14,6 +14,7 @@
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/kv_store.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/rms_norm.h"
@@ -23,6 +24,7 @@
 #endif
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/fp8_linear.h"
 #include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/paged_attention.h"
@@ -286,19 +288,12 @@ void linear_dequantized_rows(const Tensor& x, const Tensor& weight, const Tensor
   }
 }
 
-}  // namespace
-
-void set_quantized_linear_activations(QuantizedActivations mode) { quantized_activations_mode() = mode; }
-
-QuantizedActivations quantized_linear_activations() { return quantized_activations_mode(); }
-
-void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {
-  OpCheck c("linear");
+// The checks linear() makes of everything but the weight's dtype; returns the bias or null.
+const Tensor* check_linear(const OpCheck& c, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                           const Tensor& out) {
   c.dtype("x", x, {DType::kF32});
   c.dims("x", x, 2, "[m, k]");
   c.unit_last_stride("x", x);
-  const bool quantized = weight.defined() && is_quantized(weight.dtype());
-  if (!quantized) c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
   c.dims("weight", weight, 2, "[n, k]");
   c.unit_last_stride("weight", weight);
   c.size("weight", weight, 1, x.size(1), "k (x.size(1))");
@@ -317,6 +312,90 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
     c.unit_last_stride("bias", *b);
     c.same_device(x, "bias", *b);
   }
+  return b;
+}
+
+std::atomic<Fp8Activations>& fp8_activations_mode() {
+  static std::atomic<Fp8Activations> mode([] {
+    const char* e = std::getenv("RADIXLM_FP8_ACTIVATIONS");
+    return e != nullptr && std::string(e) == "f32" ? Fp8Activations::kF32 : Fp8Activations::kFp8;
+  }());
+  return mode;
+}
+
+}  // namespace
+
+void set_quantized_linear_activations(QuantizedActivations mode) { quantized_activations_mode() = mode; }
+
+QuantizedActivations quantized_linear_activations() { return quantized_activations_mode(); }
+
+void set_fp8_linear_activations(Fp8Activations mode) { fp8_activations_mode() = mode; }
+
+Fp8Activations fp8_linear_activations() { return fp8_activations_mode(); }
+
+void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+            const Fp8Scales& scales) {
+  OpCheck c("linear");
+  c.dtype("weight", weight, {DType::kF8E4M3});
+  const Tensor* b = check_linear(c, x, weight, bias, out);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const Tensor& ws = scales.weight_scale;
+  c.dtype("weight_scale", ws, {DType::kF32});
+  c.contiguous("weight_scale", ws);
+  c.same_device(x, "weight_scale", ws);
+  if (scales.block_n < 0 || scales.block_k < 0 || (scales.block_n == 0) != (scales.block_k == 0)) {
+    c.fail_with(str("block size ", scales.block_n, " x ", scales.block_k, " must be two positive sizes or 0 x 0"));
+  }
+  const bool blocks = scales.block_n > 0;
+  const Shape want = blocks ? Shape{(n + scales.block_n - 1) / scales.block_n, (k + scales.block_k - 1) / scales.block_k}
+                            : Shape{n};
+  if (ws.shape() != want) {
+    c.fail_with(str("weight_scale ", ws.describe(), " must have shape ", shape_to_string(want),
+                    blocks ? str(" (", scales.block_n, " x ", scales.block_k, " blocks)") : " (one scale per output channel)"));
+  }
+  const Tensor& is = scales.input_scale;
+  if (is.defined()) {
+    if (blocks) c.fail_with("a static input_scale applies to per-channel weights only (block scales are dynamic)");
+    c.dtype("input_scale", is, {DType::kF32});
+    if (is.numel() != 1) c.fail_with(str("input_scale ", is.describe(), " must hold one value"));
+    c.same_device(x, "input_scale", is);
+  }
+  const bool quantize_x = fp8_linear_activations() == Fp8Activations::kFp8;
+  if (x.device().is_cpu()) {
+    cpu::Fp8WeightView w;
+    w.data = static_cast<const uint8_t*>(weight.data_ptr());
+    w.n = n;
+    w.k = k;
+    w.ldw = row_stride(weight);
+    w.scale = ws.data<float>();
+    w.block_n = scales.block_n;
+    w.block_k = scales.block_k;
+    w.input_scale = is.defined() ? is.data<float>() : nullptr;
+    cpu::fp8_linear(x.data<float>(), x.size(0), row_stride(x), w, b ? b->data_ptr() : nullptr,
+                    b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out), quantize_x);
+  } else if (x.device().is_cuda()) {
+    if (!quantize_x) c.fail_with("the f32-activation reference mode (RADIXLM_FP8_ACTIVATIONS=f32) is CPU-only");
+    RLM_IF_CUDA(c, x.device(),
+                cuda::Fp8Weight w;
+                w.data = weight.data_ptr(); w.n = n; w.k = k; w.ldw = row_stride(weight);
+                w.scale = ws.data<float>(); w.block_n = scales.block_n; w.block_k = scales.block_k;
+                w.input_scale = is.defined() ? is.data<float>() : nullptr;
+                cuda::fp8_linear(x.device().index, x.data<float>(), x.size(0), row_stride(x), w,
+                                 b ? b->data_ptr() : nullptr, b ? b->dtype() : DType::kF32, out.data<float>(),
+                                 row_stride(out)));
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {
+  OpCheck c("linear");
+  if (weight.defined() && weight.dtype() == DType::kF8E4M3) {
+    c.fail_with(str("weight ", weight.describe(), " is f8e4m3: pass its scales (ops::Fp8Scales)"));
+  }
+  const bool quantized = weight.defined() && is_quantized(weight.dtype());
+  if (!quantized) c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  const Tensor* b = check_linear(c, x, weight, bias, out);
   if (quantized && x.device().is_cpu()) {
     if (quantized_linear_activations() == QuantizedActivations::kF32) return linear_dequantized_rows(x, weight, b, out);
     cpu::quant_linear(x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(), weight.dtype(),
@@ -383,16 +462,29 @@ void check_index(const OpCheck& c, const char* name, const Tensor& t, int64_t ex
   if (expected >= 0) c.size(name, t, 0, expected, what);
 }
 
+// KV scales: positive and finite; anything but 1 only for an f8e4m3 cache.
+void check_kv_scales(const OpCheck& c, const Tensor& k_cache, float k_scale, float v_scale) {
+  for (float s : {k_scale, v_scale}) {
+    if (!(std::isfinite(s) && s > 0.0f)) c.fail_with(str("KV scale ", s, " must be positive and finite"));
+  }
+  if (k_cache.dtype() != DType::kF8E4M3 && (k_scale != 1.0f || v_scale != 1.0f)) {
+    c.fail_with(str("KV scales ", k_scale, ", ", v_scale, " apply to f8e4m3 caches only; k_cache is ", k_cache.describe()));
+  }
+}
+
 }  // namespace
 
 void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& out_cache_loc) {
+                    const Tensor& out_cache_loc, float k_scale, float v_scale) {
   OpCheck c("store_kv_cache");
   const std::initializer_list<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
+  const std::initializer_list<DType> caches = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
   check_heads(c, "k", k, floats, "[num_tokens, num_kv_heads, head_dim]");
   check_heads(c, "v", v, floats, "[num_tokens, num_kv_heads, head_dim]");
-  check_heads(c, "k_cache", k_cache, floats, "[num_slots, num_kv_heads, head_dim]");
-  check_heads(c, "v_cache", v_cache, floats, "[num_slots, num_kv_heads, head_dim]");
+  check_heads(c, "k_cache", k_cache, caches, "[num_slots, num_kv_heads, head_dim]");
+  check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, head_dim]");
+  if (v_cache.dtype() != k_cache.dtype()) c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe()));
+  check_kv_scales(c, k_cache, k_scale, v_scale);
   if (v.shape() != k.shape()) c.fail_with(str("v ", v.describe(), " must have the shape of k ", k.describe()));
   if (v_cache.shape() != k_cache.shape()) {
     c.fail_with(str("v_cache ", v_cache.describe(), " must have the shape of k_cache ", k_cache.describe()));
@@ -409,13 +501,13 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
   if (k.device().is_cpu()) {
     const std::vector<int64_t> loc = index_values(out_cache_loc);
     cpu::store_kv_cache(kv_rows(k), kv_rows(v), kv_rows(k_cache), kv_rows(v_cache), loc.data(), k.size(0),
-                        k.size(1), k.size(2), k_cache.size(0));
+                        k.size(1), k.size(2), k_cache.size(0), k_scale, v_scale);
   } else if (k.device().is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
     auto rows = [](const Tensor& t) { return cuda::KvRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; };
     cuda::store_kv_cache(k.device().index, rows(k), rows(v), rows(k_cache), rows(v_cache), out_cache_loc.data_ptr(),
                          out_cache_loc.dtype(), out_cache_loc.stride(0), k.size(0), k.size(1), k.size(2),
-                         k_cache.size(0));
+                         k_cache.size(0), k_scale, v_scale);
 #else
     c.not_built(k.device());
 #endif
@@ -435,12 +527,13 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
   check_heads(c, "q", q, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
   check_heads(c, "out", out, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
   if (out.shape() != q.shape()) c.fail_with(str("out ", out.describe(), " must have the shape of q ", q.describe()));
-  const std::initializer_list<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
-  check_heads(c, "k_cache", k_cache, floats, "[num_slots, num_kv_heads, head_dim]");
-  check_heads(c, "v_cache", v_cache, floats, "[num_slots, num_kv_heads, head_dim]");
+  const std::initializer_list<DType> caches = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
+  check_heads(c, "k_cache", k_cache, caches, "[num_slots, num_kv_heads, head_dim]");
+  check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, head_dim]");
   if (v_cache.shape() != k_cache.shape() || v_cache.dtype() != k_cache.dtype()) {
     c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe()));
   }
+  check_kv_scales(c, k_cache, params.k_scale, params.v_scale);
   c.size("k_cache", k_cache, 2, q.size(2), "head_dim (q.size(2))");
   const int64_t num_qo_heads = q.size(1), num_kv_heads = k_cache.size(1);
   if (num_kv_heads == 0 || num_qo_heads % num_kv_heads != 0) {
@@ -512,6 +605,8 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
   cfg.scale = params.scale;
   cfg.sliding_window = params.sliding_window;
   cfg.logit_soft_cap = params.logit_soft_cap;
+  cfg.k_scale = params.k_scale;
+  cfg.v_scale = params.v_scale;
 #ifdef RADIXLM_WITH_CUDA
   // Runs the CUDA kernels: the prefill kernel (with lse) for partial attention, else the dispatcher.
   auto run_cuda = [&](const cpu::PagedBatch& batch, const cuda::AttentionPlan& plan) {
@@ -533,9 +628,9 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
                          out.stride(0), out.stride(1), lse_ptr, lse_ts);
   } else if (q.device().is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
-    // Index tensors live on the device; a host copy (a synchronising transfer) is validated with the
-    // CPU rules and gives the plan (decode or prefill, split counts). The graph-safe plan/run split
-    // that avoids this copy comes later.
+    // Index tensors live on the device. With the caller's plan (host_plan, the backends' path) they
+    // are used as they are; without one, a host copy (a synchronising transfer) is validated with
+    // the CPU rules and gives the plan (decode or prefill; the kernel picks the split count).
     for (auto [name, t] : {std::pair{"qo_indptr", &qo_indptr}, {"kv_indptr", &kv_indptr},
                            {"kv_indices", &kv_indices}, {"seq_lens", &seq_lens}}) {
       if (!t->is_contiguous()) c.fail_with(str(name, " ", t->describe(), " must be contiguous on CUDA"));

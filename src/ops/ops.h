@@ -68,24 +68,52 @@ enum class QuantizedActivations { kInt8, kF32 };
 // Process-wide; the initial value is kF32 when RADIXLM_QUANT_ACTIVATIONS=f32 is set, else kInt8.
 void set_quantized_linear_activations(QuantizedActivations mode);
 QuantizedActivations quantized_linear_activations();
+// Scales of an f8e4m3 weight (core/dtype.h): its value at [j, c] is weight[j, c] * scale(j, c).
+struct Fp8Scales {
+  Tensor weight_scale;  // f32 [n] per output channel, or [ceil(n / block_n), ceil(k / block_k)] per block
+  int64_t block_n = 0;  // > 0 together with block_k: block scales (128 x 128 in published checkpoints)
+  int64_t block_k = 0;
+  Tensor input_scale;   // f32 [1]: static activation scale (per-channel weights only); undefined: dynamic
+  bool defined() const { return weight_scale.defined(); }
+};
+// linear() with an f8e4m3 weight, on the FP8 tensor-core path (docs/design/fp8.md): x is quantized
+// to e4m3 per token (per token and block_k-column group for block scales; with input_scale one
+// static scale), the products of e4m3 values are summed in f32 and scaled by the activation and
+// weight scales (kernels/cpu/fp8_linear.h states the arithmetic; CUDA: kernels/cuda/fp8_linear.h).
+// With set_fp8_linear_activations(kF32) the CPU keeps x in f32 and multiplies the dequantized
+// weight instead (the reference that transformers computes on the upcast checkpoint).
+//   weight: f8e4m3 [n, k] (unit last stride); the rest as in linear().
+void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+            const Fp8Scales& scales);
+
+enum class Fp8Activations { kFp8, kF32 };
+// Process-wide; starts as kF32 when RADIXLM_FP8_ACTIVATIONS=f32 is set, else kFp8. kF32 is CPU-only.
+void set_fp8_linear_activations(Fp8Activations mode);
+Fp8Activations fp8_linear_activations();
 
 // out[n, i] = silu(x[n, :i]) * x[n, i:].   x: [n, 2*i]; out: [n, i].
 void silu_and_mul(const Tensor& x, const Tensor& out);
 
 // Writes new keys/values into the paged pool at slot indices (converting to the cache's dtype).
-//   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
+//   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16/f8e4m3
 //   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout);
 //   out_cache_loc: i32/i64 [num_tokens]. A slot outside [0, num_slots) is an error (nothing written).
 // On CUDA inside a ModelRunner step (deferred checks, kernels/cuda/index_check.h) a bad slot is
 // skipped and reported at the step's end instead, and -1 marks a padded CUDA-graph row (skipped).
+// An f8e4m3 cache stores e4m3(k / k_scale) and e4m3(v / v_scale) (round to nearest even,
+// saturating at +-448); other caches need k_scale = v_scale = 1.
 void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& out_cache_loc);
+                    const Tensor& out_cache_loc, float k_scale = 1.0f, float v_scale = 1.0f);
 
 // Per-layer attention parameters that are not tensors.
 struct AttentionParams {
   float scale = 1.0f;        // usually 1/sqrt(head_dim)
   int64_t sliding_window = -1;  // > 0: a query at position p sees keys in (p - window, p] (HF); -1: off
   float logit_soft_cap = 0.0f;  // 0: off, else cap * tanh(s / cap)
+  // f8e4m3 caches: a cached key/value reads as e4m3 * k_scale / v_scale (KVPool's per-layer
+  // scales); other caches need 1.
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Causal attention with GQA over a paged KV cache, for a batch of requests in one call (extend
@@ -97,7 +125,8 @@ struct AttentionParams {
 //   qo_indptr, kv_indptr: i32 [bs + 1]; kv_indices: i32 [nnz_pages]; seq_lens: i32 [bs];
 //   out: [num_tokens, num_qo_heads, head_dim]. num_qo_heads must be a multiple of num_kv_heads
 //   (qo head h reads kv head h / (num_qo_heads / num_kv_heads)).
-// q and out are f32; the caches f32/bf16/f16 (same dtype). Scores, softmax (max-subtracted) and
+// q and out are f32; the caches f32/bf16/f16/f8e4m3 (same dtype; f8e4m3 values are scaled by
+// params.k_scale / v_scale on load). Scores, softmax (max-subtracted) and
 // the weighted sum are in f32; s = scale * q.k, then the soft-cap. Each output row depends only on
 // its own request, so a batched call gives the same bits as one call per request. Index data are
 // validated (qo_len <= seq_len, enough pages, pages inside the pool) with errors naming the request.

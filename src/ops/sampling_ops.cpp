@@ -1,5 +1,6 @@
 #include "ops/sampling_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/top_logprobs.h"
@@ -11,15 +12,22 @@
 
 namespace rlm::ops {
 
-void PenaltyBatch::add_row(PenaltyRow row, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
+void PenaltyBatch::add_row(PenaltyRow row, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                           const LogitBias& bias) {
   row.prompt_len = static_cast<int32_t>(prompt.size());
   rows.push_back(row);
   token_ids.insert(token_ids.end(), prompt.begin(), prompt.end());
   token_ids.insert(token_ids.end(), output.begin(), output.end());
   token_offsets.push_back(static_cast<int32_t>(token_ids.size()));
+  for (const auto& [id, value] : bias) {
+    bias_ids.push_back(id);
+    bias_values.push_back(value);
+  }
+  bias_offsets.push_back(static_cast<int32_t>(bias_ids.size()));
 }
 
 bool PenaltyBatch::any_active() const {
+  if (!bias_ids.empty()) return true;
   for (const PenaltyRow& r : rows) {
     if (cpu::penalty_row_active(r)) return true;
   }
@@ -39,6 +47,23 @@ void check_rows_2d(const OpCheck& c, const char* name, const Tensor& t, const ch
   c.unit_last_stride(name, t);
 }
 
+// Row r's logit_bias entries: ids distinct and inside [0, vocab), values finite.
+void check_bias_row(const OpCheck& c, const PenaltyBatch& b, int64_t r, int64_t vocab) {
+  const int64_t begin = b.bias_offsets[r], end = b.bias_offsets[r + 1];
+  if (end < begin) c.fail_with(str("row ", r, ": bias_offsets decrease (", begin, " then ", end, ")"));
+  std::vector<int32_t> ids(b.bias_ids.begin() + begin, b.bias_ids.begin() + end);
+  for (int64_t j = begin; j < end; ++j) {
+    if (b.bias_ids[j] < 0 || b.bias_ids[j] >= vocab) {
+      c.fail_with(str("row ", r, ": logit_bias token id ", b.bias_ids[j], " is outside [0, ", vocab, ")"));
+    }
+    if (!std::isfinite(b.bias_values[j])) c.fail_with(str("row ", r, ": logit_bias value ", b.bias_values[j]));
+  }
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) {
+    c.fail_with(str("row ", r, ": logit_bias lists token ", *std::adjacent_find(ids.begin(), ids.end()), " twice"));
+  }
+}
+
 // Everything apply_penalties reads from the host, checked against the logits' shape.
 void check_penalty_batch(const OpCheck& c, const PenaltyBatch& b, int64_t n, int64_t vocab, const Tensor& table) {
   constexpr int64_t kMaxRowTokens = (int64_t{1} << 30) - 2;  // the CUDA twin's count word
@@ -47,6 +72,12 @@ void check_penalty_batch(const OpCheck& c, const PenaltyBatch& b, int64_t n, int
       b.token_offsets.back() != static_cast<int64_t>(b.token_ids.size())) {
     c.fail_with(str("token_offsets must have n + 1 = ", n + 1, " entries from 0 to the ", b.token_ids.size(),
                     " token ids (got ", b.token_offsets.size(), " entries)"));
+  }
+  if (static_cast<int64_t>(b.bias_offsets.size()) != n + 1 || b.bias_offsets[0] != 0 ||
+      b.bias_offsets.back() != static_cast<int64_t>(b.bias_ids.size()) || b.bias_values.size() != b.bias_ids.size()) {
+    c.fail_with(str("bias_offsets must have n + 1 = ", n + 1, " entries from 0 to the ", b.bias_ids.size(),
+                    " bias ids, with as many values (got ", b.bias_offsets.size(), " entries, ", b.bias_values.size(),
+                    " values)"));
   }
   for (int64_t r = 0; r < n; ++r) {
     const PenaltyRow& p = b.rows[r];
@@ -67,6 +98,7 @@ void check_penalty_batch(const OpCheck& c, const PenaltyBatch& b, int64_t n, int
         c.fail_with(str("row ", r, ": token id ", t, " at position ", j - begin, " of its list is outside [0, ", vocab, ")"));
       }
     }
+    check_bias_row(c, b, r, vocab);
     if (p.pending_slot < -1) c.fail_with(str("row ", r, ": pending_slot ", p.pending_slot, " (must be -1 or a slot)"));
     if (p.pending_slot >= 0) {
       if (!table.defined()) c.fail_with(str("row ", r, ": pending_slot ", p.pending_slot, " but no future_tokens table"));
@@ -95,13 +127,15 @@ void apply_penalties(const Tensor& logits, const PenaltyBatch& batch, const Tens
   const PenaltyRow* rows = batch.rows.data();
   const int32_t* table = future_tokens.defined() ? future_tokens.data<int32_t>() : nullptr;
   const Device d = logits.device();
+  cpu::LogitBiasList bias;
+  if (!batch.bias_ids.empty()) bias = {batch.bias_ids.data(), batch.bias_values.data(), batch.bias_offsets.data()};
   if (d.is_cpu()) {
     cpu::apply_penalties(logits.data<float>(), n, vocab, row_stride(logits), batch.token_ids.data(),
-                         batch.token_offsets.data(), rows, table);
+                         batch.token_offsets.data(), rows, table, bias);
   } else if (d.is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
     cuda::apply_penalties(d.index, logits.data<float>(), n, vocab, row_stride(logits), batch.token_ids.data(),
-                          batch.token_offsets.data(), rows, table);
+                          batch.token_offsets.data(), rows, table, bias);
 #else
     c.not_built(d);
 #endif

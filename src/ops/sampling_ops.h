@@ -4,6 +4,7 @@
 // scheduling keeps running for such requests).
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -20,22 +21,31 @@ namespace rlm::ops {
 // scheduling: sampled by a launched step, not seen by the host yet), -1: none.
 using PenaltyRow = cpu::PenaltyRow;
 
-// The rows of one apply_penalties call: settings and token lists (host memory, CSR layout).
+// One row's OpenAI logit_bias: (token id, value added to its logit), ids distinct.
+using LogitBias = std::vector<std::pair<int32_t, float>>;
+
+// The rows of one apply_penalties call: settings, token lists and logit biases (host memory, CSR
+// layout).
 struct PenaltyBatch {
   std::vector<PenaltyRow> rows;            // [n]
   std::vector<int32_t> token_ids;          // row r: token_ids[token_offsets[r] .. token_offsets[r + 1])
   std::vector<int32_t> token_offsets{0};   // [n + 1]
+  std::vector<int32_t> bias_ids;           // row r: bias_ids/bias_values[bias_offsets[r] .. bias_offsets[r + 1])
+  std::vector<float> bias_values;
+  std::vector<int32_t> bias_offsets{0};    // [n + 1]
 
-  // Appends a row whose list is `prompt` then `output` (prompt_len = prompt.size()).
-  void add_row(PenaltyRow row, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
+  // Appends a row whose list is `prompt` then `output` (prompt_len = prompt.size()) and its bias.
+  void add_row(PenaltyRow row, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+               const LogitBias& bias = {});
   // True when some row changes a logit.
   bool any_active() const;
 };
 
-// Applies each row's penalties in place.   logits: f32 [n, vocab] (unit last stride), CPU or CUDA;
+// Applies each row's penalties, then adds its logit bias, in place (one pass over the rows).   logits: f32 [n, vocab] (unit last stride), CPU or CUDA;
 // future_tokens: i32 [max_requests] contiguous on the logits' device (the runner's future-token
 // table; may be undefined when no row has a pending slot). Token ids, offsets and pending slots are
-// checked on the host (rlm::Error naming the row); the table token is read where it lives and
+// checked on the host (rlm::Error naming the row; bias ids must be distinct within a row, inside
+// [0, vocab), with finite values); the table token is read where it lives and
 // skipped when outside [0, vocab) (a token the sampler wrote is always inside). Same arithmetic on
 // both devices (one rounding per operation): the CUDA result is bit-identical to the CPU one.
 void apply_penalties(const Tensor& logits, const PenaltyBatch& batch, const Tensor& future_tokens);

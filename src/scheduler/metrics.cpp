@@ -70,6 +70,16 @@ void ServingMetrics::add_decode_step(bool overlapped) {
   ++(overlapped ? overlapped_decode_steps_ : sequential_decode_steps_);
 }
 
+void ServingMetrics::add_mixed_step() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++mixed_steps_;
+}
+
+int64_t ServingMetrics::mixed_steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mixed_steps_;
+}
+
 int64_t ServingMetrics::overlapped_decode_steps() const {
   std::lock_guard<std::mutex> lock(mu_);
   return overlapped_decode_steps_;
@@ -132,7 +142,10 @@ std::string ServingMetrics::render_prometheus() const {
             static_cast<double>(prefill_computed_));
     counter("radixlm_generation_tokens_total", "Tokens generated", static_cast<double>(generation_tokens_));
     counter("radixlm_retractions_total", "Requests retracted for KV space", static_cast<double>(retractions_));
-    os << "# HELP radixlm_decode_steps_total Decode steps, launched ahead (overlap) or run at once (sequential)\n"
+    counter("radixlm_mixed_steps_total", "Steps carrying decode tokens and prompt chunks together",
+            static_cast<double>(mixed_steps_));
+    os << "# HELP radixlm_decode_steps_total Steps with decode tokens, launched ahead (overlap) or run at once "
+          "(sequential)\n"
        << "# TYPE radixlm_decode_steps_total counter\n"
        << "radixlm_decode_steps_total{mode=\"overlap\"} " << overlapped_decode_steps_ << "\n"
        << "radixlm_decode_steps_total{mode=\"sequential\"} " << sequential_decode_steps_ << "\n";

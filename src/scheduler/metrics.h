@@ -47,9 +47,11 @@ class ServingMetrics {
   void add_prefill_computed(int64_t n);  // prompt tokens actually run through the model
   void add_finished(const std::string& reason);
   void add_retraction();
-  // A decode step run by the scheduler: launched ahead of its predecessor's results (overlap
-  // scheduling) or run and read at once.
+  // A step with decode tokens (mixed steps included) run by the scheduler: launched ahead of its
+  // predecessor's results (overlap scheduling) or run and read at once.
   void add_decode_step(bool overlapped);
+  void add_mixed_step();  // a step with decode tokens and prompt chunks
+  int64_t mixed_steps() const;
   void set_gauges(const SchedulerGauges& g);
   SchedulerGauges gauges() const;
   int64_t retractions() const;
@@ -61,7 +63,7 @@ class ServingMetrics {
  private:
   mutable std::mutex mu_;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0, generation_tokens_ = 0, retractions_ = 0, prefill_computed_ = 0;
-  int64_t overlapped_decode_steps_ = 0, sequential_decode_steps_ = 0;
+  int64_t overlapped_decode_steps_ = 0, sequential_decode_steps_ = 0, mixed_steps_ = 0;
   int64_t finished_stop_ = 0, finished_length_ = 0, finished_abort_ = 0;
   SchedulerGauges gauges_;
 };

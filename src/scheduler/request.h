@@ -35,7 +35,11 @@ struct Req {
   int32_t req_slot = -1;             // row of req_to_token, -1 when none
   CacheHandle cache_handle;          // locked cached prefix: positions [0, cache_handle.length)
   std::vector<int32_t> own_pages;    // pages for positions [cache_handle.length, ...), request-owned
-  int64_t kv_len = 0;                // positions whose K/V are computed
+  int64_t kv_len = 0;                // positions whose K/V are computed (by processed steps)
+  // Overlap scheduling: what launched steps whose results are not processed yet add. Their K/V
+  // positions follow kv_len; a sampled token among them is still on the device (kFutureToken).
+  int64_t inflight_tokens = 0;
+  int32_t inflight_outputs = 0;
   // Hybrid models (MambaPool slots, -1 when none). mamba_slot: the working recurrent state, after
   // kv_len tokens between steps. mamba_track_slot: where the model snapshots the state at a
   // chunk-aligned position; it holds the state after mamba_track_len tokens when that is > 0 (a
@@ -61,6 +65,10 @@ struct Req {
     return ids;
   }
   int64_t seq_len() const { return static_cast<int64_t>(prompt_ids.size() + output_ids.size()); }
+  // The next position a step may compute: after the processed and the in-flight ones.
+  int64_t scheduled_len() const { return kv_len + inflight_tokens; }
+  // Outputs once the in-flight ones are read.
+  int64_t outputs_after_inflight() const { return static_cast<int64_t>(output_ids.size()) + inflight_outputs; }
   int64_t remaining_tokens() const {
     return std::max<int64_t>(0, params.max_new_tokens - static_cast<int64_t>(output_ids.size()));
   }

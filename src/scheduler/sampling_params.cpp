@@ -33,6 +33,18 @@ Status SamplingParams::validate(int64_t vocab_size) const {
       return invalid_argument(str("stop_token_ids entry ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto [id, value] = logit_bias[i];
+    if (id < 0 || id >= vocab_size) {
+      return invalid_argument(str("logit_bias token ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+    if (!(value >= -100.0f && value <= 100.0f)) {
+      return invalid_argument(str("logit_bias value ", value, " of token ", id, " must be in [-100, 100]"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (logit_bias[j].first == id) return invalid_argument(str("logit_bias lists token ", id, " twice"));
+    }
+  }
   if (logprobs < -1 || logprobs > 20) return invalid_argument(str("logprobs must be in [0, 20], got ", logprobs));
   return Status::ok();
 }

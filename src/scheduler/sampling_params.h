@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -27,6 +28,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   int32_t logprobs = -1;  // -1: none; 0: logprob of the chosen token; k > 0: also the top k
+  // OpenAI logit_bias: (token id, value in [-100, 100]) added to the logit after the penalties;
+  // ids distinct.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // Checks ranges; errors name the parameter (mapped to HTTP 400 by the server).
   Status validate(int64_t vocab_size) const;

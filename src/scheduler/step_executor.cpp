@@ -36,6 +36,7 @@ SampleRow sample_row(const StepItem& it) {
     row.output_ids = &req.output_ids;
   }
   row.logprobs = p.logprobs;
+  if (!p.logit_bias.empty()) row.logit_bias = &p.logit_bias;
   return row;
 }
 
@@ -48,54 +49,59 @@ class ModelLaunchedStep : public LaunchedStep {
 
 }  // namespace
 
+namespace {
+
+// The batch entries of a step: items that do not sample get no logits row, so the model's logits
+// rows are the sampled items, in order. rows: the sampler's rows of those items; req_slots: their
+// request slots.
+std::vector<BatchEntry> step_entries(const std::vector<StepItem>& items, std::vector<SampleRow>& rows,
+                                     std::vector<int32_t>& req_slots) {
+  std::vector<BatchEntry> entries;
+  entries.reserve(items.size());
+  for (const StepItem& it : items) {
+    RLM_CHECK(!it.entry.all_logits) << "request slot " << it.entry.req_slot << " asks for every logits row";
+    entries.push_back(it.entry);
+    entries.back().skip_logits = !it.sample;
+    if (!it.sample) continue;
+    rows.push_back(sample_row(it));
+    req_slots.push_back(it.entry.req_slot);
+  }
+  return entries;
+}
+
+}  // namespace
+
 std::unique_ptr<LaunchedStep> ModelStepExecutor::launch(ForwardMode mode, const std::vector<StepItem>& items) {
   RLM_CHECK(!items.empty()) << "launch() of an empty step";
-  std::vector<BatchEntry> entries;
   std::vector<SampleRow> rows;
-  for (const StepItem& it : items) {
-    RLM_CHECK(it.sample && !it.entry.all_logits)
-        << "launch(): every item must sample one token (request slot " << it.entry.req_slot << ")";
-    entries.push_back(it.entry);
-    rows.push_back(sample_row(it));
-  }
-  ForwardBatch batch = runner_.build_batch(mode, entries);
-  Tensor logits = runner_.forward(batch);  // [num_items, vocab] on the device
+  std::vector<int32_t> req_slots;
+  ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots));
+  Tensor logits = runner_.forward(batch);  // [rows.size(), vocab] on the device
+  if (rows.empty()) return std::make_unique<ModelLaunchedStep>(DeviceSamples{});
   DeviceSamples samples = sampler_.launch(logits, rows);
-  runner_.record_sampled_tokens(samples.tokens, batch);
+  if (rows.size() == items.size()) {
+    runner_.record_sampled_tokens(samples.tokens, batch);
+  } else {
+    runner_.record_sampled_tokens(samples.tokens, req_slots);
+  }
   return std::make_unique<ModelLaunchedStep>(std::move(samples));
 }
 
 std::vector<SampleResult> ModelStepExecutor::wait(LaunchedStep& step) {
   auto* s = dynamic_cast<ModelLaunchedStep*>(&step);
   RLM_CHECK(s != nullptr) << "wait() on a step this executor did not launch";
+  if (!s->samples.tokens.defined()) return {};  // nothing sampled (prompt chunks only)
   return Sampler::read(s->samples);
 }
 
 std::vector<SampleResult> ModelStepExecutor::run(ForwardMode mode, const std::vector<StepItem>& items) {
-  std::vector<BatchEntry> entries;
-  entries.reserve(items.size());
-  for (const StepItem& it : items) {
-    RLM_CHECK(!it.entry.all_logits) << "run(): request slot " << it.entry.req_slot << " asks for every logits row";
-    entries.push_back(it.entry);
-  }
-  ForwardBatch batch = runner_.build_batch(mode, entries);
-  Tensor logits = runner_.forward(batch);  // [batch_size, vocab] (last token of each entry), on the device
-  RLM_CHECK_EQ(logits.size(0), static_cast<int64_t>(items.size())) << " logits rows vs step items";
-
-  std::vector<int64_t> rows;
-  std::vector<SampleRow> sampled;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (!items[i].sample) continue;
-    rows.push_back(static_cast<int64_t>(i));
-    sampled.push_back(sample_row(items[i]));
-  }
+  std::vector<SampleRow> rows;
+  std::vector<int32_t> req_slots;
+  ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots));
+  Tensor logits = runner_.forward(batch);  // [rows.size(), vocab] on the device
+  RLM_CHECK_EQ(logits.size(0), static_cast<int64_t>(rows.size())) << " logits rows vs sampled items";
   if (rows.empty()) return {};
-  Tensor selected = logits;
-  if (rows.size() != items.size()) {
-    selected = Tensor::empty({static_cast<int64_t>(rows.size()), logits.size(1)}, DType::kF32, logits.device());
-    copy_rows(logits, rows, selected);
-  }
-  return sampler_.sample(selected, sampled);
+  return sampler_.sample(logits, rows);
 }
 
 }  // namespace rlm

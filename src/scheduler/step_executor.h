@@ -16,6 +16,7 @@ namespace rlm {
 struct StepItem {
   BatchEntry entry;     // slots and ids of this request's new tokens
   bool sample = true;   // false for a prefill chunk that is not the last one
+  bool decode = false;  // a running request's next token (else a prompt chunk)
   const Req* req = nullptr;  // sampling parameters, seed and history
   // Tokens already sampled for this request by launched steps whose results the scheduler has not
   // read yet (overlap scheduling): the sampler's step index is output_ids.size() + this.
@@ -39,15 +40,18 @@ class StepExecutor {
   // Hybrid linear-attention models: the pool of recurrent-state slots (working states and the
   // prefix cache's snapshots; see ForwardBatch for what a step reads and writes). nullptr otherwise.
   virtual MambaPool* mamba_pool() { return nullptr; }
-  // Runs one step; returns one result per item with sample == true, in item order.
+  // Runs one step; returns one result per item with sample == true, in item order. A step is
+  // kDecode (every item one token) or kExtend (prompt chunks, and in a mixed step also decode
+  // items, which come first). An item that does not sample needs no logits.
   virtual std::vector<SampleResult> run(ForwardMode mode, const std::vector<StepItem>& items) = 0;
 
-  // Overlap scheduling. launch() starts a decode step and returns without waiting for it; an
-  // entry's new_ids[0] may be kFutureToken: the token the previously launched step sampled for
-  // the same request slot (read in device memory, never seen by the host; a request's penalties
-  // count it as an output token there too). Items must all sample; penalties and logprobs are
-  // computed on the device like everything else. wait() returns the results, one per item, in
-  // item order. An executor that cannot overlap returns false here.
+  // Overlap scheduling. launch() starts a step (any mode) and returns without waiting for it; a
+  // decode item's new_ids[0] may be kFutureToken: the token the previously launched step sampled
+  // for the same request slot (read in device memory, never seen by the host; a request's
+  // penalties count it as an output token there too). Items with a future token come first.
+  // Penalties and logprobs are computed on the device like everything else. wait() returns the
+  // results, one per item with sample == true, in item order. An executor that cannot overlap
+  // returns false here.
   virtual bool supports_overlap() const { return false; }
   virtual std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items);
   virtual std::vector<SampleResult> wait(LaunchedStep& step);

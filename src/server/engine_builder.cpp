@@ -11,11 +11,7 @@ StatusOr<EngineFiles> load_engine_files(const EngineArgs& args, TokenizerUse use
   if (args.threads > 0) cpu::set_num_threads(args.threads);  // process-wide: the CPU kernels and OpenBLAS
   EngineFiles files;
   files.model_path = args.model_path();
-  LoadOptions lo;
-  lo.load_format = args.load_format;
-  lo.dummy_seed = args.seed;
-  RLM_ASSIGN_OR_RETURN(lo.dummy_weight_type, args.dummy_weight_dtype());
-  RLM_ASSIGN_OR_RETURN(files.model, load_model(files.model_path, lo));
+  RLM_ASSIGN_OR_RETURN(files.model, load_model(files.model_path, args.load_options()));
   if (use == TokenizerUse::kNone) return files;
   // Without an explicit --tokenizer, a model without one (the tiny test models) is fine when optional.
   StatusOr<std::unique_ptr<Tokenizer>> tok = load_tokenizer(args.tokenizer_path());
@@ -34,11 +30,16 @@ StatusOr<std::unique_ptr<ServingEngine>> build_engine(const EngineArgs& args, En
   RLM_RETURN_IF_ERROR(args.validate());
   RLM_ASSIGN_OR_RETURN(const Device device, resolve_device(args.device));
   const ModelConfig config = files.model.config;
+  const EngineArgs resolved = args.with_limits_for(hardware_info(device));
   RLM_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> runner,
-                       ModelRunner::create(std::move(files.model.model), args.runner_config(config, device)));
+                       ModelRunner::create(std::move(files.model.model), resolved.runner_config(config, device)));
+  SchedulerConfig sc = resolved.scheduler_config(config);
+  if (args.max_running_requests == 0) {  // not given: the hardware's cap, lowered to what the KV pool holds
+    sc.max_running_requests = running_requests_for_kv(runner->kv_pool().num_slots(), sc.max_running_requests);
+  }
   if (model_name.empty()) model_name = std::filesystem::path(files.model_path).filename().string();
   return std::make_unique<ServingEngine>(std::move(model_name), std::move(runner), std::move(files.tokenizer),
-                                         std::move(files.chat_template), args.scheduler_config(config));
+                                         std::move(files.chat_template), sc);
 }
 
 }  // namespace rlm

@@ -1,6 +1,8 @@
 #include "server/generation_handler.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -34,6 +36,7 @@ struct Choice {
   std::vector<TokenLogprob> logprobs;
   std::optional<FinishInfo> finish;
   bool sent_role = false;
+  std::unique_ptr<OutputParser> parser;  // streamed chat with tool-call or reasoning parsing
 };
 
 // Everything one HTTP request needs from submission to its last byte. Owned by the exchange's
@@ -46,9 +49,11 @@ struct Job : std::enable_shared_from_this<Job> {
   std::string public_id;  // what responses show: `id`, or the client's rid (/generate)
   int64_t created = 0;
   std::string model;
+  std::string fingerprint;  // system_fingerprint of chat and completion responses
   bool stream = false;
   bool include_usage = false;
   bool chat_logprobs = false;
+  std::optional<OutputFormats> formats;  // chat: read tool calls / reasoning from the output
   int32_t logprobs = -1;
   bool echo = false;
   std::vector<std::string> prompt_texts;   // for echo
@@ -132,9 +137,54 @@ ojson usage_json(const Job& job) {
   return u;
 }
 
-ojson finish_reason_json(const std::optional<FinishInfo>& f) {
-  if (!f) return nullptr;
-  return f->reason;
+// OpenAI's tool_calls entries for a delta (id, type and name on a call's first piece).
+ojson tool_calls_json(const std::vector<ToolCallDelta>& calls) {
+  ojson out = ojson::array();
+  for (const ToolCallDelta& d : calls) {
+    ojson c = {{"index", d.index}};
+    if (!d.id.empty()) {
+      c["id"] = d.id;
+      c["type"] = "function";
+      c["function"] = {{"name", d.name}, {"arguments", d.arguments}};
+    } else {
+      c["function"] = {{"arguments", d.arguments}};
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The non-streamed assistant message read by a finished parser.
+ojson message_json(const OutputFormats& formats, const OutputParser& parser) {
+  const OutputView& v = parser.view();
+  ojson m = {{"role", "assistant"}};
+  m["content"] = v.content.empty() && !v.calls.empty() ? ojson(nullptr) : ojson(v.content);
+  if (formats.reasoning != ReasoningFormat::kNone) {
+    m["reasoning_content"] = v.reasoning.empty() ? ojson(nullptr) : ojson(v.reasoning);
+  }
+  if (!v.calls.empty()) {
+    ojson calls = ojson::array();
+    for (size_t i = 0; i < v.calls.size(); ++i) {
+      calls.push_back({{"id", parser.call_ids()[i]},
+                       {"type", "function"},
+                       {"function", {{"name", v.calls[i].name}, {"arguments", v.calls[i].arguments}}}});
+    }
+    m["tool_calls"] = calls;
+  }
+  return m;
+}
+
+// Two deltas of one pump as one (same-index argument pieces joined).
+void merge(OutputDelta& into, OutputDelta more) {
+  into.reasoning += more.reasoning;
+  into.content += more.content;
+  for (ToolCallDelta& d : more.calls) {
+    if (!into.calls.empty() && into.calls.back().index == d.index && d.id.empty()) {
+      into.calls.back().arguments += d.arguments;
+    } else {
+      into.calls.push_back(std::move(d));
+    }
+  }
 }
 
 ojson token_bytes(const std::string& s) {
@@ -152,7 +202,7 @@ ojson completion_logprobs(const ServingEngine& engine, const std::vector<TokenLo
     token_lps.push_back(lp.logprob);
     ojson top = ojson::object();
     for (const auto& [id, v] : lp.top) top[engine.token_text(id)] = v;
-    tops.push_back(lp.top.empty() ? ojson(nullptr) : top);
+    tops.push_back(top);  // logprobs: 0 gives {} per token, as vLLM does
     offsets.push_back(off);
     off += t.size();
   }
@@ -171,6 +221,17 @@ ojson chat_logprobs_json(const ServingEngine& engine, const std::vector<TokenLog
     content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", token_bytes(t)}, {"top_logprobs", top}});
   }
   return {{"content", content}};
+}
+
+// The fields every response and chunk of a job starts with (OpenAI's envelope).
+ojson envelope(const Job& job, const char* object) {
+  ojson j;
+  j["id"] = job.public_id;
+  j["object"] = object;
+  j["created"] = job.created;
+  j["model"] = job.model;
+  j["system_fingerprint"] = job.fingerprint;
+  return j;
 }
 
 ojson generate_json(const Job& job, const Choice& c) {
@@ -206,7 +267,15 @@ ojson final_response(const Job& job) {
   for (const Choice& c : job.choices) {
     ojson ch;
     ch["index"] = c.index;
-    if (job.kind == ApiKind::kChat) {
+    std::string finish_reason = c.finish ? c.finish->reason : "";
+    if (job.kind == ApiKind::kChat && job.formats) {
+      OutputParser parser(*job.formats);
+      parser.feed(c.text);
+      parser.finish();
+      ch["message"] = message_json(*job.formats, parser);
+      if (!parser.view().calls.empty() && finish_reason == "stop") finish_reason = "tool_calls";
+      ch["logprobs"] = job.chat_logprobs ? chat_logprobs_json(*job.engine, c.logprobs) : ojson(nullptr);
+    } else if (job.kind == ApiKind::kChat) {
       ch["message"] = {{"role", "assistant"}, {"content", c.text}};
       ch["logprobs"] = job.chat_logprobs ? chat_logprobs_json(*job.engine, c.logprobs) : ojson(nullptr);
     } else {
@@ -215,17 +284,13 @@ ojson final_response(const Job& job) {
       ch["logprobs"] =
           job.logprobs >= 0 ? completion_logprobs(*job.engine, c.logprobs, prefix.size()) : ojson(nullptr);
     }
-    ch["finish_reason"] = finish_reason_json(c.finish);
+    ch["finish_reason"] = c.finish ? ojson(finish_reason) : ojson(nullptr);
     if (c.finish && c.finish->matched_stop_str) ch["stop_reason"] = *c.finish->matched_stop_str;
     else if (c.finish && c.finish->matched_stop_token) ch["stop_reason"] = *c.finish->matched_stop_token;
     else ch["stop_reason"] = nullptr;
     choices.push_back(ch);
   }
-  ojson j;
-  j["id"] = job.public_id;
-  j["object"] = job.kind == ApiKind::kChat ? "chat.completion" : "text_completion";
-  j["created"] = job.created;
-  j["model"] = job.model;
+  ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion" : "text_completion");
   j["choices"] = choices;
   j["usage"] = usage_json(job);
   return j;
@@ -242,13 +307,26 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
     }
     ojson ch;
     ch["index"] = idx;
+    std::string finish_reason = ev.finish ? ev.finish->reason : "";
     if (job.kind == ApiKind::kChat) {
       ojson delta = ojson::object();
-      if (!c.sent_role) {
+      const bool first = !c.sent_role;
+      if (first) {
         delta["role"] = "assistant";
         c.sent_role = true;
       }
-      if (!ev.text.empty() || delta.contains("role")) delta["content"] = ev.text;
+      if (c.parser) {
+        OutputDelta d = c.parser->feed(ev.text);
+        if (ev.finish) merge(d, c.parser->finish());
+        if (!d.content.empty() || first) delta["content"] = d.content;
+        if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+        if (!d.calls.empty()) delta["tool_calls"] = tool_calls_json(d.calls);
+        if (ev.finish && !c.parser->view().calls.empty() && finish_reason == "stop") finish_reason = "tool_calls";
+        // A step whose text is all held back sends nothing (unless it carries logprobs or the end).
+        if (!first && d.empty() && !ev.finish && !(job.chat_logprobs && !ev.logprobs.empty())) continue;
+      } else if (!ev.text.empty() || first) {
+        delta["content"] = ev.text;
+      }
       ch["delta"] = delta;
       ch["logprobs"] =
           job.chat_logprobs && !ev.logprobs.empty() ? chat_logprobs_json(*job.engine, ev.logprobs) : ojson(nullptr);
@@ -257,13 +335,9 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
       ch["logprobs"] = job.logprobs >= 0 && !ev.logprobs.empty() ? completion_logprobs(*job.engine, ev.logprobs, 0)
                                                                  : ojson(nullptr);
     }
-    ch["finish_reason"] = ev.finish ? ojson(ev.finish->reason) : ojson(nullptr);
+    ch["finish_reason"] = ev.finish ? ojson(finish_reason) : ojson(nullptr);
     if (ev.finish && ev.finish->matched_stop_str) ch["stop_reason"] = *ev.finish->matched_stop_str;
-    ojson j;
-    j["id"] = job.public_id;
-    j["object"] = job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
-    j["created"] = job.created;
-    j["model"] = job.model;
+    ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
     j["choices"] = ojson::array({ch});
     out += sse(j);
   }
@@ -275,11 +349,7 @@ std::string stream_tail(const Job& job) {
   std::string out;
   if (auto e = job.engine_error()) out += sse(ApiError{500, *e, "internal_error", ""}.to_json());
   if (job.include_usage && job.kind != ApiKind::kGenerate) {
-    ojson j;
-    j["id"] = job.public_id;
-    j["object"] = job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion";
-    j["created"] = job.created;
-    j["model"] = job.model;
+    ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
     j["choices"] = ojson::array();
     j["usage"] = usage_json(job);
     out += sse(j);
@@ -333,7 +403,7 @@ void schedule_pump(const std::shared_ptr<Job>& job) {
 std::optional<ApiError> submit_all(ServingEngine& engine, Job& job, ParsedRequest& r) {
   std::vector<std::vector<int32_t>> prompt_ids;
   if (r.kind == ApiKind::kChat) {
-    auto text = engine.render_chat(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
+    auto text = render_chat_prompt(engine, r);
     if (!text.is_ok()) return ApiError::from_status(text.status());
     prompt_ids.push_back(engine.encode(*text, /*add_special_tokens=*/false));
     job.prompt_texts.push_back(*text);
@@ -380,6 +450,7 @@ std::optional<ApiError> submit_all(ServingEngine& engine, Job& job, ParsedReques
       c.index = index++;
       c.prompt_index = static_cast<int>(p);
       c.req = *req;
+      if (job.formats && job.stream) c.parser = std::make_unique<OutputParser>(*job.formats);
       job.choices.push_back(std::move(c));
     }
   }
@@ -388,8 +459,38 @@ std::optional<ApiError> submit_all(ServingEngine& engine, Job& job, ParsedReques
 
 }  // namespace
 
-GenerationHandler::GenerationHandler(ServingEngine& engine, RidAliases& aliases)
-    : engine_(engine), aliases_(aliases) {}
+StatusOr<std::string> render_chat_prompt(const ServingEngine& engine, const ParsedRequest& r) {
+  StatusOr<std::string> text = engine.render_chat(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
+  if (!text.is_ok() || !r.continue_final_message) return text;
+  // As vLLM: the rendered text up to the end of the last message's content.
+  const ojson& last = r.messages.back();
+  const std::string content = last.contains("content") && last["content"].is_string() ? last["content"].get<std::string>() : "";
+  if (content.empty()) return invalid_argument("continue_final_message needs a final message with text content");
+  const size_t at = text->rfind(content);
+  if (at == std::string::npos) {
+    return invalid_argument("continue_final_message: the chat template does not render the final message's content");
+  }
+  return text->substr(0, at + content.size());
+}
+
+std::string system_fingerprint(const ServingEngine& engine) {
+  // FNV-1a over what shapes the outputs: the model, its vocabulary and context.
+  const std::string key = str("radixlm|", engine.model_name(), "|", engine.vocab_size(), "|", engine.max_context_len());
+  uint64_t h = 1469598103934665603ull;
+  for (char c : key) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "fp_%012llx", static_cast<unsigned long long>(h & 0xffffffffffffull));
+  return buf;
+}
+
+GenerationHandler::GenerationHandler(ServingEngine& engine, RidAliases& aliases, std::vector<std::string> model_names,
+                                     ToolFormat tool_format, ReasoningFormat reasoning_format)
+    : engine_(engine),
+      aliases_(aliases),
+      model_names_(std::move(model_names)),
+      fingerprint_(system_fingerprint(engine)),
+      tool_format_(tool_format),
+      reasoning_format_(reasoning_format) {}
 
 void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind kind, const ojson& body) {
   ApiError err;
@@ -397,10 +498,12 @@ void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind 
                                         : kind == ApiKind::kGenerate ? parse_generate_request(body, &err)
                                                                      : parse_completion_request(body, &err);
   if (!parsed) return ex->respond(error_response(err));
+  log_ignored_fields(parsed->ignored_fields);
   if (engine_.draining()) {
     return ex->respond(error_response({503, "the server is shutting down", "service_unavailable", ""}));
   }
-  if (!parsed->model.empty() && parsed->model != engine_.model_name()) {
+  if (!parsed->model.empty() &&
+      std::find(model_names_.begin(), model_names_.end(), parsed->model) == model_names_.end()) {
     return ex->respond(
         error_response({404, str("The model `", parsed->model, "` does not exist."), "not_found_error", "model"}));
   }
@@ -411,9 +514,15 @@ void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind 
   job->public_id = job->id;
   job->created = unix_now();
   job->model = engine_.model_name();
+  job->fingerprint = fingerprint_;
   job->stream = parsed->stream;
   job->include_usage = parsed->include_usage;
   job->chat_logprobs = parsed->chat_logprobs;
+  const bool read_tools = kind == ApiKind::kChat && tool_format_ != ToolFormat::kNone && parsed->tools.is_array() &&
+                          !parsed->tools.empty() && parsed->tool_choice != "none";
+  if (read_tools || (kind == ApiKind::kChat && reasoning_format_ != ReasoningFormat::kNone)) {
+    job->formats = OutputFormats{read_tools ? tool_format_ : ToolFormat::kNone, reasoning_format_, parsed->tools};
+  }
   job->logprobs = parsed->params.logprobs;
   job->echo = parsed->echo;
   job->exchange = ex;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rlm {
 
@@ -13,6 +14,10 @@ struct HttpServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;                    // 0: any free port
   std::string api_key;                // empty: no authentication
+  std::vector<std::string> model_aliases;    // more names the served model answers to (--served-model-name)
+  std::string tool_call_parser = "auto";     // chat tool calls: auto|none|hermes|llama3_json|mistral|qwen3_coder|pythonic
+  std::string reasoning_parser = "none";    // <think> reasoning: none|qwen3|deepseek-r1
+  std::vector<std::string> allowed_origins;  // CORS: origins allowed to call the API ("*": any); empty: no CORS
   int io_threads = 4;                 // threads running the event loop (not one per connection)
   int backlog = SOMAXCONN;            // listen queue for connection bursts (the kernel caps it at somaxconn)
   double keepalive_timeout_s = 75;    // an idle keep-alive connection is closed after this

@@ -2,7 +2,7 @@
 
 namespace rlm {
 
-HttpServer::HttpServer(ServingEngine& engine, HttpServerConfig config) : routes_(engine, config.api_key) {
+HttpServer::HttpServer(ServingEngine& engine, HttpServerConfig config) : routes_(engine, config) {
   routes_.install(router_);
   transport_ = std::make_unique<HttpTransport>(router_, std::move(config));
 }

@@ -101,18 +101,21 @@ class ExchangeImpl final : public HttpExchange, public std::enable_shared_from_t
  public:
   enum class State { kWaiting, kStreaming, kComplete };
 
+  // cors: header fields every response of this request carries (the router's CORS answer).
   ExchangeImpl(std::weak_ptr<Connection> conn, net::any_io_executor executor, HttpRequest request,
-               bool keep_alive, int64_t stream_limit)
+               bool keep_alive, int64_t stream_limit, HttpHeaders cors)
       : conn_(std::move(conn)),
         executor_(std::move(executor)),
         request_(std::move(request)),
         keep_alive_(keep_alive),
-        stream_limit_(stream_limit) {}
+        stream_limit_(stream_limit),
+        cors_(std::move(cors)) {}
 
   const HttpRequest& request() const override { return request_; }
 
   void respond(HttpResponse response) override {
     if (state_ != State::kWaiting || gone_) return;
+    for (const auto& [name, value] : cors_.fields()) response.headers.add(name, value);
     queue(serialize_response(response, request_, keep_alive_));
     state_ = State::kComplete;
   }
@@ -121,6 +124,7 @@ class ExchangeImpl final : public HttpExchange, public std::enable_shared_from_t
     if (state_ != State::kWaiting || gone_) return;
     chunked_ = request_.version >= 11;
     if (!chunked_) keep_alive_ = false;  // HTTP/1.0: the close ends the body
+    for (const auto& [name, value] : cors_.fields()) headers.add(name, value);
     queue(serialize_head(status, request_.version, content_type, headers, keep_alive_, std::nullopt));
     state_ = State::kStreaming;
   }
@@ -217,6 +221,7 @@ class ExchangeImpl final : public HttpExchange, public std::enable_shared_from_t
   std::deque<std::string> out_;
   size_t queued_ = 0;  // bytes in out_ and in the write under way
   std::function<void()> on_disconnect_;
+  HttpHeaders cors_;
 };
 
 // One client connection: a coroutine reading requests one after another (keep-alive, pipelining)
@@ -348,8 +353,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       req.body = std::move(decoded).value();
     }
 
+    HttpHeaders cors = state_->router->cors_headers(req);
     auto ex = std::make_shared<ExchangeImpl>(shared_from_this(), executor(), std::move(req), keep_alive,
-                                             config().stream_buffer_bytes);
+                                             config().stream_buffer_bytes, std::move(cors));
     current_ = ex;
     try {
       route->handler(ex);
@@ -445,7 +451,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // co_await expressions in this file: GCC 12 destroys some of them twice.)
   net::awaitable<void> send(const HttpResponse& response, const HttpRequest& req, bool keep_alive) {
     error_code ec;
-    const std::string bytes = serialize_response(response, req, keep_alive);
+    HttpResponse with_cors = response;
+    const HttpHeaders cors = state_->router->cors_headers(req);
+    for (const auto& [name, value] : cors.fields()) with_cors.headers.add(name, value);
+    const std::string bytes = serialize_response(with_cors, req, keep_alive);
     co_await write_all(bytes, ec);
   }
 

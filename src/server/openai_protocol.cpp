@@ -1,6 +1,8 @@
 #include "server/openai_protocol.h"
 
 #include <cmath>
+#include <cstdio>
+#include <mutex>
 #include <set>
 
 namespace rlm {
@@ -82,6 +84,7 @@ class Fields {
     }
     return true;
   }
+  // Nested objects (sampling_params, stream_options) stay strict: a typo there is an error.
   bool unknown(const std::set<std::string>& allowed) {
     for (auto it = body_.begin(); it != body_.end(); ++it) {
       if (!allowed.count(it.key())) {
@@ -90,11 +93,44 @@ class Fields {
     }
     return true;
   }
+  // Top level: unknown fields are ignored, as vLLM and SGLang do.
+  void ignore_unknown(const std::set<std::string>& allowed, std::vector<std::string>* ignored) const {
+    for (auto it = body_.begin(); it != body_.end(); ++it) {
+      if (!allowed.count(it.key())) ignored->push_back(it.key());
+    }
+  }
 
  private:
   const ojson& body_;
   ApiError* err_;
 };
+
+// OpenAI's logit_bias: {"token id": bias in [-100, 100], ...}; the ids are checked against the
+// vocabulary at submission (SamplingParams::validate).
+bool parse_logit_bias(Fields& f, const ojson& v, SamplingParams* p) {
+  if (!v.is_object()) return f.fail("logit_bias", "'logit_bias' must be an object mapping token ids to numbers");
+  if (v.size() > 1024) return f.fail("logit_bias", str("'logit_bias' has ", v.size(), " entries; at most 1024"));
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        key.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) id = std::stoll(key);
+    if (!digits || id > INT32_MAX) {
+      return f.fail("logit_bias", str("'logit_bias' key '", key, "' is not a token id"));
+    }
+    if (!it.value().is_number()) return f.fail("logit_bias", str("'logit_bias' value of token ", key, " must be a number"));
+    const double b = it.value().get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) {
+      return f.fail("logit_bias", str("'logit_bias' value of token ", key, " must be in [-100, 100], got ", b));
+    }
+    for (const auto& [seen, _] : p->logit_bias) {
+      if (seen == id) return f.fail("logit_bias", str("'logit_bias' lists token ", id, " twice"));
+    }
+    p->logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return true;
+}
 
 // Sampling fields shared by completions and chat (OpenAI names plus vLLM/SGLang extensions).
 bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
@@ -124,7 +160,7 @@ bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
     if (!body["stop_token_ids"].is_array()) return f.fail("stop_token_ids", "'stop_token_ids' must be an array");
     if (!f.token_ids(body["stop_token_ids"], "stop_token_ids", &p.stop_token_ids)) return false;
   }
-  if (f.has("logit_bias")) return f.fail("logit_bias", "'logit_bias' is not supported");
+  if (f.has("logit_bias") && !parse_logit_bias(f, body["logit_bias"], &p)) return false;
   if (f.has("best_of")) {
     int64_t best_of = 1;
     if (!f.integer("best_of", &best_of, 1, 16)) return false;
@@ -147,10 +183,8 @@ bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
   return true;
 }
 
-bool parse_model(Fields& f, const ojson& body, ParsedRequest* r) {
-  if (!body.contains("model") || body["model"].is_null()) return f.fail("model", "'model' is required");
-  return f.nonempty_string("model", &r->model);
-}
+// Optional, as in vLLM / SGLang: without it the request goes to the served model.
+bool parse_model(Fields& f, ParsedRequest* r) { return f.nonempty_string("model", &r->model); }
 
 // OpenAI's `metadata`: an object of at most 16 strings.
 bool parse_metadata(Fields& f, const ojson& body) {
@@ -196,6 +230,18 @@ std::string type_of(const ojson& v) {
 
 }  // namespace
 
+void log_ignored_fields(const std::vector<std::string>& fields) {
+  if (fields.empty()) return;
+  static std::mutex mu;
+  static std::set<std::string> logged;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const std::string& name : fields) {
+    if (logged.size() >= 1024 || !logged.insert(name).second) continue;  // a bounded set: clients choose the names
+    const std::string shown = ojson(name.substr(0, 100)).dump(-1, ' ', true, ojson::error_handler_t::replace);
+    std::fprintf(stderr, "radixlm: ignoring unknown request field %s (logged once)\n", shown.c_str());
+  }
+}
+
 std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiError* err) {
   if (!body.is_object()) {
     *err = ApiError::bad_request("the request body must be a JSON object");
@@ -210,7 +256,8 @@ std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiErro
   ParsedRequest r;
   r.kind = ApiKind::kCompletion;
   r.params.max_new_tokens = 16;  // OpenAI's default for completions
-  if (!f.unknown(allowed) || !parse_model(f, body, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
+  f.ignore_unknown(allowed, &r.ignored_fields);
+  if (!parse_model(f, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
   int64_t max_tokens = 16, logprobs = -1;
   if (!f.integer("max_tokens", &max_tokens, 1, INT32_MAX) || !f.integer("logprobs", &logprobs, 0, 20) ||
       !f.boolean("echo", &r.echo) || !f.boolean("add_special_tokens", &r.add_special_tokens)) {
@@ -278,10 +325,11 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
       "stream_options", "logprobs", "top_logprobs", "stop", "presence_penalty", "frequency_penalty", "seed", "user",
       "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias", "metadata", "store",
       "service_tier", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids",
-      "skip_special_tokens", "chat_template_kwargs", "add_generation_prompt"};
+      "skip_special_tokens", "chat_template_kwargs", "add_generation_prompt", "continue_final_message"};
   ParsedRequest r;
   r.kind = ApiKind::kChat;
-  if (!f.unknown(allowed) || !parse_model(f, body, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
+  f.ignore_unknown(allowed, &r.ignored_fields);
+  if (!parse_model(f, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
   int64_t max_tokens = 0, top_logprobs = 0;
   if (f.has("max_tokens") && f.has("max_completion_tokens")) {
     f.fail("max_tokens", "give either 'max_tokens' or 'max_completion_tokens', not both");
@@ -291,12 +339,18 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
   bool store = false, parallel_tool_calls = true;
   if (!f.integer(mt, &max_tokens, 1, INT32_MAX) || !f.boolean("logprobs", &r.chat_logprobs) ||
       !f.integer("top_logprobs", &top_logprobs, 0, 20) ||
-      !f.boolean("add_generation_prompt", &r.add_generation_prompt) || !f.boolean("store", &store) ||
+      !f.boolean("add_generation_prompt", &r.add_generation_prompt) ||
+      !f.boolean("continue_final_message", &r.continue_final_message) || !f.boolean("store", &store) ||
       !f.boolean("parallel_tool_calls", &parallel_tool_calls) || !parse_metadata(f, body)) {
     return std::nullopt;
   }
   r.max_tokens_given = f.has(mt);
   if (r.max_tokens_given) r.params.max_new_tokens = max_tokens;
+  if (r.continue_final_message && r.add_generation_prompt && f.has("add_generation_prompt")) {
+    f.fail("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    return std::nullopt;
+  }
+  if (r.continue_final_message) r.add_generation_prompt = false;
   if (f.has("top_logprobs") && !r.chat_logprobs) {
     f.fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
     return std::nullopt;
@@ -311,12 +365,7 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
       f.fail("messages", "each message must be an object with a string 'role'");
       return std::nullopt;
     }
-    const std::string role = m["role"].get<std::string>();
-    static const std::set<std::string> roles = {"system", "user", "assistant", "tool", "developer"};
-    if (!roles.count(role)) {
-      f.fail("messages", str("unknown message role '", role, "'"));
-      return std::nullopt;
-    }
+    // Any role: the chat template decides (a template that rejects it answers 400).
     if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array()) {
       f.fail("messages", "message 'content' must be a string, an array of content parts, or null");
       return std::nullopt;
@@ -345,11 +394,20 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
   }
   if (f.has("tool_choice")) {
     const ojson& tc = body["tool_choice"];
-    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) {
-      f.fail("tool_choice", "only 'none' and 'auto' are supported for 'tool_choice'");
+    const bool named = tc.is_object() && type_of(tc) == "function" && tc.contains("function") &&
+                       tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string();
+    if (tc == "required" || named) {
+      f.fail("tool_choice", "'tool_choice' \"required\" or a named function needs constrained decoding, which this "
+                            "server does not have yet; use \"auto\" or \"none\"");
       return std::nullopt;
     }
-    if (tc == "none") r.tools = nullptr;
+    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) {
+      f.fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                            "\"function\": {\"name\": ...}}");
+      return std::nullopt;
+    }
+    r.tool_choice = tc.get<std::string>();
+    if (tc == "none") r.tools = nullptr;  // hidden from the template, as vLLM does
   }
   if (f.has("response_format")) {
     const ojson& rf = body["response_format"];
@@ -379,7 +437,8 @@ std::optional<ParsedRequest> parse_generate_request(const ojson& body, ApiError*
   ParsedRequest r;
   r.kind = ApiKind::kGenerate;
   r.params.max_new_tokens = 128;  // SGLang's default
-  if (!f.unknown(allowed) || !f.boolean("stream", &r.stream) || !f.string("rid", &r.rid) ||
+  f.ignore_unknown(allowed, &r.ignored_fields);
+  if (!f.boolean("stream", &r.stream) || !f.string("rid", &r.rid) ||
       !f.nonempty_string("model", &r.model)) {
     return std::nullopt;
   }

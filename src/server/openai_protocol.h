@@ -1,5 +1,6 @@
 // Parsing and validation of OpenAI / SGLang request bodies into what the engine needs. Every
-// type, range and unknown-field problem becomes an ApiError (HTTP 400) naming the field.
+// type and range problem of a known field becomes an ApiError (HTTP 400) naming the field; unknown
+// top-level fields are ignored (as vLLM and SGLang do) and listed in ParsedRequest::ignored_fields.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -23,12 +24,14 @@ struct PromptInput {
 
 struct ParsedRequest {
   ApiKind kind = ApiKind::kCompletion;
-  std::string model;               // "" when not given (/generate)
+  std::string model;               // "" when not given: the served model
   std::vector<PromptInput> prompts;  // completions/generate; chat fills it after rendering
   ojson messages;                  // chat
   ojson tools;                     // chat: null or array
+  std::string tool_choice = "auto";  // chat: "auto" or "none" (tools hidden, no tool-call parsing)
   ojson chat_template_kwargs;      // chat: null or object (e.g. enable_thinking)
   bool add_generation_prompt = true;
+  bool continue_final_message = false;  // chat: the last (assistant) message stays open for the model to continue
   SamplingParams params;
   bool max_tokens_given = false;   // chat default: the rest of the context
   bool add_special_tokens = true;  // completions: add BOS etc. to text prompts
@@ -39,7 +42,12 @@ struct ParsedRequest {
   bool echo = false;
   bool chat_logprobs = false;      // chat: logprobs=true (top_logprobs in params.logprobs)
   std::string rid;                 // /generate: client-chosen request id
+  std::vector<std::string> ignored_fields;  // unknown top-level fields, ignored
 };
+
+// Logs each ignored field name once per process (stderr), so clients' extra fields stay visible
+// without flooding the log.
+void log_ignored_fields(const std::vector<std::string>& fields);
 
 // Each returns the parsed request, or sets *err and returns nullopt.
 std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiError* err);

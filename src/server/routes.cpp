@@ -1,7 +1,10 @@
 #include "server/routes.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 
+#include "core/check.h"
 #include "core/json.h"
 #include "server/api_key.h"
 #include "server/chat_page.h"
@@ -27,6 +30,22 @@ HttpHandler with_json_body(JsonHandler handler) {
   };
 }
 
+// %XX escapes of a URL path segment decoded ("Qwen%2FQwen3-8B" -> "Qwen/Qwen3-8B"); a malformed
+// escape stays as it is.
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() + 0 && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 // A handler whose response needs nothing but the engine's state.
 HttpHandler answer(std::function<HttpResponse()> make) {
   return [make = std::move(make)](const std::shared_ptr<HttpExchange>& ex) { ex->respond(make()); };
@@ -48,10 +67,38 @@ std::optional<ojson> parse_json_body(const std::string& body, ApiError* err) {
   return out;
 }
 
-ApiRoutes::ApiRoutes(ServingEngine& engine, std::string api_key)
-    : engine_(engine), api_key_(std::move(api_key)), started_(unix_now()), generation_(engine, aliases_) {}
+std::vector<std::string> model_names(const ServingEngine& engine, const HttpServerConfig& config) {
+  std::vector<std::string> names = {engine.model_name()};
+  for (const std::string& a : config.model_aliases) {
+    if (std::find(names.begin(), names.end(), a) == names.end()) names.push_back(a);
+  }
+  return names;
+}
+
+// The tool-call and reasoning formats the flags name (the serve command checked the names).
+ToolFormat tool_format(const ServingEngine& engine, const std::string& name) {
+  StatusOr<ToolFormat> f = tool_format_from_name(name, engine.has_chat_template() ? engine.chat_template_source() : "");
+  RLM_CHECK(f.is_ok()) << f.status().message();
+  return *f;
+}
+
+ReasoningFormat reasoning_format(const std::string& name) {
+  StatusOr<ReasoningFormat> f = reasoning_format_from_name(name);
+  RLM_CHECK(f.is_ok()) << f.status().message();
+  return *f;
+}
+
+ApiRoutes::ApiRoutes(ServingEngine& engine, const HttpServerConfig& config)
+    : engine_(engine),
+      api_key_(config.api_key),
+      model_names_(model_names(engine, config)),
+      allowed_origins_(config.allowed_origins),
+      started_(unix_now()),
+      generation_(engine, aliases_, model_names_, tool_format(engine, config.tool_call_parser),
+                  reasoning_format(config.reasoning_parser)) {}
 
 void ApiRoutes::install(HttpRouter& router) {
+  if (!allowed_origins_.empty()) router.set_cors(allowed_origins_);
   if (!api_key_.empty()) {
     router.set_guard([key = api_key_](const HttpRequest& head, const HttpRoute& route) -> std::optional<HttpResponse> {
       if (route.open) return std::nullopt;
@@ -71,6 +118,11 @@ void ApiRoutes::install(HttpRouter& router) {
                }));
   }
   router.add("GET", "/v1/models", answer([this] { return models(); }));
+  router.add_prefix("GET", "/v1/models/", [this](const std::shared_ptr<HttpExchange>& ex) {
+    ex->respond(model_card(percent_decode(ex->request().path.substr(std::string_view("/v1/models/").size()))));
+  });
+  // The limits chosen at start-up (ServingEngine::server_info).
+  router.add("GET", "/server_info", answer([this] { return json_response(200, engine_.server_info()); }));
   router.add("POST", "/tokenize", with_json_body([this](const auto& ex, const ojson& b) { handle_tokenize(ex, b); }));
   router.add("POST", "/detokenize", with_json_body([this](const auto& ex, const ojson& b) { handle_detokenize(ex, b); }));
   router.add("GET", "/health", answer([this] {
@@ -91,18 +143,20 @@ void ApiRoutes::install(HttpRouter& router) {
              /*open=*/true);
 }
 
+// vLLM's /tokenize: {prompt, add_special_tokens (default true)} or a chat {messages, tools,
+// add_generation_prompt, continue_final_message, chat_template_kwargs, add_special_tokens (default
+// false)}, both with return_token_strs; answers {count, max_model_len, tokens, token_strs}.
 void ApiRoutes::handle_tokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
-  if (body.contains("model") && !body["model"].is_null() &&
-      (!body["model"].is_string() || body["model"].get<std::string>() != engine_.model_name())) {
-    return ex->respond(error_response({404, "The model does not exist.", "not_found_error", "model"}));
-  }
+  auto fail = [&](const std::string& msg, const std::string& param) {
+    ex->respond(error_response(ApiError::bad_request(msg, param)));
+  };
+  if (std::optional<HttpResponse> unknown = unknown_model(body)) return ex->respond(*unknown);
   bool add_special = !body.contains("messages");
-  if (body.contains("add_special_tokens")) {
-    if (!body["add_special_tokens"].is_boolean()) {
-      return ex->respond(
-          error_response(ApiError::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens")));
-    }
-    add_special = body["add_special_tokens"].get<bool>();
+  bool token_strs = false;
+  for (auto [name, out] : {std::pair{"add_special_tokens", &add_special}, std::pair{"return_token_strs", &token_strs}}) {
+    if (!body.contains(name) || body[name].is_null()) continue;
+    if (!body[name].is_boolean()) return fail(str("'", name, "' must be a boolean"), name);
+    *out = body[name].get<bool>();
   }
   std::string text;
   if (body.contains("prompt") && body["prompt"].is_string()) {
@@ -110,24 +164,31 @@ void ApiRoutes::handle_tokenize(const std::shared_ptr<HttpExchange>& ex, const o
   } else if (body.contains("messages")) {
     ojson chat = body;
     chat.erase("add_special_tokens");
-    if (!chat.contains("model")) chat["model"] = engine_.model_name();
+    chat.erase("return_token_strs");
     ApiError err;
     auto parsed = parse_chat_request(chat, &err);
     if (!parsed) return ex->respond(error_response(err));
-    auto rendered = engine_.render_chat(parsed->messages, parsed->tools, parsed->add_generation_prompt,
-                                        parsed->chat_template_kwargs);
+    log_ignored_fields(parsed->ignored_fields);
+    auto rendered = render_chat_prompt(engine_, *parsed);
     if (!rendered.is_ok()) return ex->respond(error_response(ApiError::from_status(rendered.status())));
     text = *rendered;
   } else {
-    return ex->respond(error_response(ApiError::bad_request("give 'prompt' (a string) or 'messages'", "prompt")));
+    return fail("give 'prompt' (a string) or 'messages'", "prompt");
   }
   std::vector<int32_t> ids = engine_.encode(text, add_special);
-  ex->respond(json_response(200, {{"tokens", ids},
-                                  {"count", static_cast<int64_t>(ids.size())},
-                                  {"max_model_len", engine_.max_context_len()}}));
+  ojson strs = nullptr;
+  if (token_strs) {
+    strs = ojson::array();
+    for (int32_t id : ids) strs.push_back(engine_.tokenizer().id_to_token(id).value_or(engine_.token_text(id)));
+  }
+  ex->respond(json_response(200, {{"count", static_cast<int64_t>(ids.size())},
+                                  {"max_model_len", engine_.max_context_len()},
+                                  {"tokens", ids},
+                                  {"token_strs", strs}}));
 }
 
 void ApiRoutes::handle_detokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
+  if (std::optional<HttpResponse> unknown = unknown_model(body)) return ex->respond(*unknown);
   if (!body.contains("tokens") || !body["tokens"].is_array()) {
     return ex->respond(error_response(ApiError::bad_request("'tokens' must be an array of token ids", "tokens")));
   }
@@ -139,6 +200,16 @@ void ApiRoutes::handle_detokenize(const std::shared_ptr<HttpExchange>& ex, const
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   ex->respond(json_response(200, {{"prompt", engine_.tokenizer().decode(ids, false)}}));
+}
+
+// A 404 when the body names a model this server does not serve (a missing model is fine).
+std::optional<HttpResponse> ApiRoutes::unknown_model(const ojson& body) const {
+  if (!body.contains("model") || body["model"].is_null()) return std::nullopt;
+  if (body["model"].is_string() &&
+      std::find(model_names_.begin(), model_names_.end(), body["model"].get<std::string>()) != model_names_.end()) {
+    return std::nullopt;
+  }
+  return error_response({404, "The model does not exist.", "not_found_error", "model"});
 }
 
 // SGLang's /abort_request {"rid": ...}: the id of one request (a server id, which only its client
@@ -173,10 +244,27 @@ void ApiRoutes::handle_flush(const std::shared_ptr<HttpExchange>& ex) {
   (*poll)();
 }
 
-HttpResponse ApiRoutes::models() const {
-  ojson m = {{"id", engine_.model_name()}, {"object", "model"},         {"created", started_},
-             {"owned_by", "radixlm"},       {"root", engine_.model_name()}, {"max_model_len", engine_.max_context_len()}};
-  return json_response(200, {{"object", "list"}, {"data", ojson::array({m})}});
+HttpResponse ApiRoutes::models() const { return json_response(200, {{"object", "list"}, {"data", model_cards()}}); }
+
+ojson ApiRoutes::model_cards() const {
+  ojson data = ojson::array();
+  for (const std::string& name : model_names_) {
+    data.push_back({{"id", name},
+                    {"object", "model"},
+                    {"created", started_},
+                    {"owned_by", "radixlm"},
+                    {"root", engine_.model_name()},
+                    {"max_model_len", engine_.max_context_len()}});
+  }
+  return data;
+}
+
+// GET /v1/models/{id}: one card of models(), or OpenAI's 404.
+HttpResponse ApiRoutes::model_card(const std::string& id) const {
+  for (const ojson& card : model_cards()) {
+    if (card["id"] == id) return json_response(200, card);
+  }
+  return error_response({404, str("The model `", id, "` does not exist."), "not_found_error", "model"});
 }
 
 HttpResponse ApiRoutes::debug_kv() const {

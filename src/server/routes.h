@@ -1,14 +1,17 @@
 // The HTTP API of `radixlm serve`, as routes on an HttpRouter: OpenAI-compatible /v1/completions,
-// /v1/chat/completions, /v1/models; SGLang-style /generate; /health and /metrics (open without the
+// /v1/chat/completions, /v1/models, /v1/models/{id}; SGLang-style /generate; /health and /metrics (open without the
 // API key, as in vLLM/SGLang); /tokenize, /detokenize; operator routes /flush_cache,
-// /abort_request, /debug/kv. With an API key every route but the open ones needs
-// "Authorization: Bearer KEY".
+// /abort_request, /debug/kv, /server_info (the limits chosen at start-up). With an API key every
+// route but the open ones needs
+// "Authorization: Bearer KEY". With allowed origins, CORS preflight OPTIONS requests are answered
+// (open, like vLLM's CORSMiddleware) and every response carries Access-Control-Allow-Origin.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "server/generation_handler.h"
+#include "server/http_config.h"
 #include "server/http_router.h"
 #include "server/request_ids.h"
 #include "server/serving_engine.h"
@@ -17,7 +20,7 @@ namespace rlm {
 
 class ApiRoutes {
  public:
-  ApiRoutes(ServingEngine& engine, std::string api_key);
+  ApiRoutes(ServingEngine& engine, const HttpServerConfig& config);
   // Adds every route and the API-key guard to `router`; this object must outlive the router's use.
   void install(HttpRouter& router);
 
@@ -27,10 +30,15 @@ class ApiRoutes {
   void handle_abort(const std::shared_ptr<HttpExchange>& ex, const ojson& body);
   void handle_flush(const std::shared_ptr<HttpExchange>& ex);
   HttpResponse models() const;
+  ojson model_cards() const;
+  std::optional<HttpResponse> unknown_model(const ojson& body) const;
+  HttpResponse model_card(const std::string& id) const;
   HttpResponse debug_kv() const;
 
   ServingEngine& engine_;
   std::string api_key_;
+  std::vector<std::string> model_names_;  // the served model's names, the reported id first
+  std::vector<std::string> allowed_origins_;
   int64_t started_;
   RidAliases aliases_;
   GenerationHandler generation_;

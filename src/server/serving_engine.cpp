@@ -86,6 +86,47 @@ StatusOr<std::shared_ptr<Req>> ServingEngine::submit(std::vector<int32_t> prompt
   return req;
 }
 
+std::string ServingEngine::describe_limits() const {
+  const SchedulerConfig& c = scheduler_->config();
+  const std::vector<int64_t> graphs = runner_->cuda_graph_batch_sizes();
+  return str("max-running-requests ", c.max_running_requests, ", max-total-tokens ", runner_->kv_pool().num_slots(),
+             ", chunked-prefill-size ", c.chunked_prefill_size, ", max-prefill-tokens ", c.max_prefill_tokens,
+             ", mixed steps ", c.enable_mixed_chunk ? "on" : "off", ", overlap ", c.overlap_schedule ? "on" : "off",
+             ", CUDA graphs ", graphs.empty() ? std::string("off") : str("up to batch ", graphs.back()));
+}
+
+nlohmann::ordered_json ServingEngine::server_info() const {
+  const SchedulerConfig& c = scheduler_->config();
+  const std::vector<int64_t> graphs = runner_->cuda_graph_batch_sizes();
+  nlohmann::ordered_json j;
+  j["model"] = model_name_;
+  j["device"] = runner_->config().device.to_string();
+  j["max_running_requests"] = c.max_running_requests;
+  j["max_total_tokens"] = runner_->kv_pool().num_slots();
+  j["page_size"] = runner_->kv_pool().page_size();
+  j["context_length"] = c.max_context_len;
+  j["chunked_prefill_size"] = c.chunked_prefill_size;
+  j["max_prefill_tokens"] = c.max_prefill_tokens;
+  j["enable_mixed_chunk"] = c.enable_mixed_chunk;
+  j["overlap_schedule"] = c.overlap_schedule;
+  j["schedule_policy"] = schedule_policy_name(c.policy);
+  j["cache"] = cache_kind_name(c.cache);
+  j["max_queued_requests"] = c.max_queued_requests;
+  j["cuda_graph_max_bs"] = graphs.empty() ? 0 : graphs.back();
+  j["cuda_graph_batch_sizes"] = graphs;
+  if (const auto& plan = runner_->memory_plan()) {
+    nlohmann::ordered_json m;
+    m["mem_fraction_static"] = plan->fraction;
+    m["total_bytes"] = plan->profile.total_bytes;
+    m["fixed_bytes"] = plan->fixed_bytes;
+    m["activation_bytes"] = plan->profile.activation_bytes;
+    m["cuda_graph_bytes"] = plan->profile.graph_bytes;
+    m["kv_bytes"] = plan->kv_bytes;
+    j["memory"] = std::move(m);
+  }
+  return j;
+}
+
 void ServingEngine::shutdown(int64_t timeout_ms) {
   draining_ = true;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);

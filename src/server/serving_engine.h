@@ -29,6 +29,7 @@ class ServingEngine {
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }  // requires has_tokenizer()
   bool has_chat_template() const { return chat_template_.has_value(); }
+  const std::string& chat_template_source() const { return chat_template_->source(); }  // requires has_chat_template()
   int64_t vocab_size() const { return runner_->model_config().vocab_size; }
 
   // Renders a conversation with the model's chat template (kInvalidArgument on template errors).
@@ -48,9 +49,14 @@ class ServingEngine {
 
   ServingMetrics& metrics() { return *metrics_; }
   ModelRunner& runner() { return *runner_; }
+  const ModelRunner& runner() const { return *runner_; }
   // The scheduler; its scheduler-thread API (step(), flush_cache(), ...) only while start() has not
   // been called.
   Scheduler& scheduler() { return *scheduler_; }
+  // The limits the scheduler and runner run with (chosen for the hardware unless given), as one
+  // log line and as the /server_info document.
+  std::string describe_limits() const;
+  nlohmann::ordered_json server_info() const;
   void start() {
     started_ = true;
     scheduler_->start();

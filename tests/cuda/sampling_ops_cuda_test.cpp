@@ -1,4 +1,4 @@
-// ops::apply_penalties and ops::top_logprobs on CUDA against their CPU twins on fresh random inputs
+// ops::apply_penalties (with logit_bias) and ops::top_logprobs on CUDA against their CPU twins on fresh random inputs
 // (odd vocab sizes, 1 to 120 rows, k from 0 to 64). Tolerances: penalties bit-identical (both
 // twins round once per operation); top_logprobs on the same log-softmaxed input bit-identical
 // (ids, values, chosen logprob); the whole logprob path (log_softmax on each device, then
@@ -51,7 +51,17 @@ ops::PenaltyBatch random_batch(TestRng& rng, int64_t n, int64_t vocab, int64_t m
     if (kind == 3 || kind >= 4) p.presence = static_cast<float>(rng.uniform(-2.0, 2.0));
     if (rng.randint(0, 2) == 0) p.pending_slot = static_cast<int32_t>(rng.randint(0, 15));
     const int64_t hi = rng.randint(0, 1) == 0 ? std::min<int64_t>(vocab - 1, 40) : vocab - 1;
-    b.add_row(p, random_tokens(rng, rng.randint(0, max_len), 0, hi), random_tokens(rng, rng.randint(0, max_len), 0, hi));
+    // logit_bias on about a third of the rows (with or without penalties): distinct ids.
+    ops::LogitBias bias;
+    if (rng.randint(0, 2) == 0) {
+      const int64_t count = rng.randint(1, std::min<int64_t>(vocab, 300));
+      for (int64_t i = 0; i < count; ++i) {
+        const int32_t t = static_cast<int32_t>(i * (vocab / count) + rng.randint(0, vocab / count - 1));
+        bias.emplace_back(t, static_cast<float>(rng.uniform(-100.0, 100.0)));
+      }
+    }
+    b.add_row(p, random_tokens(rng, rng.randint(0, max_len), 0, hi), random_tokens(rng, rng.randint(0, max_len), 0, hi),
+              bias);
   }
   return b;
 }

@@ -320,7 +320,10 @@ def check_answer(kind, status, data):
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server("--max-running-requests", "64", "--max-queued-requests", "100000", "--max-total-tokens", "65536")
+    # Unknown fields are ignored (as vLLM does), so a mutation that breaks the `max_tokens` key leaves
+    # a request without a length: the short context bounds every generation (prompts here are short).
+    s = Server("--max-running-requests", "64", "--max-queued-requests", "100000", "--max-total-tokens", "65536",
+               "--context-length", "256")
     yield s
     assert s.stop() == 0
 

@@ -66,7 +66,7 @@ inline void run_cascade_serving(const CascadeServingParams& p, Device device, co
   ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
   ModelStepExecutor exec(**runner);
   SchedulerConfig cfg;
-  cfg.cache = "radix";
+  cfg.cache = CacheKind::kRadix;
   cfg.chunked_prefill_size = 48;  // long prompts prefill over several steps (own cached prefixes)
   cfg.max_prefill_tokens = 512;
   auto metrics = std::make_shared<ServingMetrics>();

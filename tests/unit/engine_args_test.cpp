@@ -46,14 +46,47 @@ TEST(EngineArgs, RunnerAndSchedulerConfigs) {
   EXPECT_EQ(sc.max_running_requests, 7);
   EXPECT_EQ(sc.chunked_prefill_size, 100);
   EXPECT_EQ(sc.max_prefill_tokens, 300);
-  EXPECT_EQ(sc.policy, "lpm");
-  EXPECT_EQ(sc.cache, "naive");
+  EXPECT_EQ(sc.policy, SchedulePolicy::kLpm);
+  EXPECT_EQ(sc.cache, CacheKind::kNaive);
+  EXPECT_TRUE(sc.enable_mixed_chunk);
+  EXPECT_EQ(rc.max_num_tokens, 300);  // the memory plan's largest step is the step budget
   EXPECT_EQ(sc.max_queued_requests, 5);
   EXPECT_FALSE(sc.overlap_schedule);
   EXPECT_EQ(sc.max_context_len, 2048);
   a.context_length = 300;
   EXPECT_EQ(a.runner_config(m, Device::cpu()).max_context_len, 300);
   EXPECT_EQ(a.scheduler_config(m).max_context_len, 300);
+}
+
+TEST(EngineArgs, KvCacheDtypeAndQuantization) {
+  const ModelConfig m = model_with_context(512);
+  EngineArgs a;
+  EXPECT_EQ(a.runner_config(m, Device::cpu()).kv_dtype, DType::kF32);  // auto
+  for (const DType model_dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    ModelConfig typed = m;
+    typed.dtype = model_dtype;
+    EXPECT_EQ(a.runner_config(typed, Device::cpu()).kv_dtype, DType::kF32) << dtype_name(model_dtype);
+    EXPECT_EQ(a.runner_config(typed, Device::cuda(0)).kv_dtype, model_dtype) << dtype_name(model_dtype);
+  }
+  for (const auto& [name, dtype] : std::vector<std::pair<std::string, DType>>{
+           {"bf16", DType::kBF16}, {"f16", DType::kF16}, {"f32", DType::kF32}, {"fp8_e4m3", DType::kF8E4M3}}) {
+    a.kv_cache_dtype = name;
+    ASSERT_TRUE(a.validate().is_ok()) << name;
+    EXPECT_EQ(a.runner_config(m, Device::cpu()).kv_dtype, dtype) << name;
+  }
+  a.kv_cache_dtype = "fp8_e5m2";
+  EXPECT_NE(a.validate().message().find("--kv-cache-dtype"), std::string::npos);
+  a.kv_cache_dtype = "auto";
+  a.quantization = "fp8";
+  a.load_format = "dummy";
+  a.seed = 3;
+  ASSERT_TRUE(a.validate().is_ok());
+  const LoadOptions lo = a.load_options();
+  EXPECT_EQ(lo.quantization, "fp8");
+  EXPECT_EQ(lo.load_format, "dummy");
+  EXPECT_EQ(lo.dummy_seed, 3u);
+  a.quantization = "int8";
+  EXPECT_NE(a.validate().message().find("--quantization"), std::string::npos);
 }
 
 TEST(EngineArgs, KvCapacityPerCommand) {
@@ -87,6 +120,36 @@ TEST(EngineArgs, KvCapacityPerCommand) {
   }
 }
 
+// Limits left at 0 are chosen for the hardware (serving_limits.h); given ones are kept.
+TEST(EngineArgs, LimitsForTheHardware) {
+  HardwareInfo h100{true, size_t{80} << 30};
+  const EngineArgs a = EngineArgs().with_limits_for(h100);
+  const ServingLimits want = default_serving_limits(h100, {});
+  EXPECT_EQ(a.max_running_requests, want.max_running_requests);
+  EXPECT_EQ(a.chunked_prefill_size, want.chunked_prefill_size);
+  EXPECT_EQ(a.max_prefill_tokens, want.max_prefill_tokens);
+  EXPECT_EQ(a.cuda_graph_max_bs, want.cuda_graph_max_bs);
+  EXPECT_GE(a.cuda_graph_max_bs, 256);
+  EngineArgs given;
+  given.max_running_requests = 3;
+  given.chunked_prefill_size = 5;
+  given.max_prefill_tokens = 7;
+  given.cuda_graph_max_bs = 11;
+  for (const HardwareInfo& hw : {h100, HardwareInfo{}}) {
+    const EngineArgs g = given.with_limits_for(hw);
+    EXPECT_EQ(g.max_running_requests, 3);
+    EXPECT_EQ(g.chunked_prefill_size, 5);
+    EXPECT_EQ(g.max_prefill_tokens, 7);
+    EXPECT_EQ(g.cuda_graph_max_bs, 11);
+  }
+  // The CPU keeps the limits it had before they followed the hardware.
+  const EngineArgs cpu = EngineArgs().with_limits_for(HardwareInfo{});
+  EXPECT_EQ(cpu.max_running_requests, 64);
+  EXPECT_EQ(cpu.chunked_prefill_size, 2048);
+  EXPECT_EQ(cpu.max_prefill_tokens, 8192);
+  EXPECT_TRUE(cpu.validate().is_ok());
+}
+
 TEST(EngineArgs, ValidateNamesTheFlag) {
   EXPECT_TRUE(EngineArgs().validate().is_ok());
   auto error_of = [](auto change) {
@@ -104,7 +167,9 @@ TEST(EngineArgs, ValidateNamesTheFlag) {
   EXPECT_NE(error_of([](EngineArgs& a) { a.cache = "lru"; }).find("--cache"), std::string::npos);
   EXPECT_NE(error_of([](EngineArgs& a) { a.mem_fraction_static = 1.0; }).find("--mem-fraction-static"),
             std::string::npos);
-  EXPECT_NE(error_of([](EngineArgs& a) { a.max_running_requests = 0; }).find("running-request limit"),
+  EXPECT_NE(error_of([](EngineArgs& a) { a.max_running_requests = -1; }).find("running-request limit"),
+            std::string::npos);
+  EXPECT_NE(error_of([](EngineArgs& a) { a.max_prefill_tokens = -1; }).find("--max-prefill-tokens"),
             std::string::npos);
 }
 

@@ -109,7 +109,7 @@ class HybridExecutor : public StepExecutor {
       if (mode == ForwardMode::kDecode) {
         EXPECT_EQ(n, 1);
       }
-      if (mode == ForwardMode::kExtend) extend_tokens += n;
+      if (mode == ForwardMode::kExtend && !it.decode) extend_tokens += n;  // prompt tokens
       EXPECT_TRUE(pool_.in_use(e.mamba_slot)) << "working state slot " << e.mamba_slot << " is not allocated";
       EXPECT_TRUE(used.insert(e.mamba_slot).second) << "two requests share state slot " << e.mamba_slot;
       table_.write(e.req_slot, e.prefix_len, e.new_slots);
@@ -250,8 +250,8 @@ RunResult run_workload(const Params& p, uint32_t seed) {
   const int64_t num_pages = 300 / p.page_size + 1;
   HybridExecutor exec(num_pages, p.page_size, 8, 320, p.mamba_slots);
   SchedulerConfig cfg;
-  cfg.cache = p.cache;
-  cfg.policy = p.policy;
+  cfg.cache = parse_cache_kind(p.cache).value();
+  cfg.policy = parse_schedule_policy(p.policy).value();
   cfg.mamba_chunk_size = 64;
   cfg.chunked_prefill_size = p.chunked_prefill;
   cfg.max_prefill_tokens = 2 * p.chunked_prefill;

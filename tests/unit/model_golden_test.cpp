@@ -8,10 +8,14 @@
 
 #include "engine/model_loader.h"
 #include "engine/prompt_logits.h"
+#include "unit/golden_test_util.h"
 #include "unit/offline_test_util.h"
 
 namespace rlm {
 namespace {
+
+using testing::read_f32;
+using testing::read_json;
 
 const std::string kGoldenDir = std::string(RADIXLM_SOURCE_DIR) + "/tests/golden";
 constexpr float kLogitsAtol = 1e-4f;  // max abs diff on the tiny fp32 models (issue requirement)
@@ -25,12 +29,6 @@ std::vector<std::string> golden_models() {
   return names;
 }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  RLM_CHECK(static_cast<bool>(in)) << "cannot open " << path;
-  return nlohmann::json::parse(in);
-}
-
 // The goldens of hybrid linear-attention models (config.json model_type "qwen3_next").
 std::vector<std::string> hybrid_golden_models() {
   std::vector<std::string> out;
@@ -40,15 +38,6 @@ std::vector<std::string> hybrid_golden_models() {
     }
   }
   return out;
-}
-
-std::vector<float> read_f32(const std::string& path, size_t count) {
-  std::ifstream in(path, std::ios::binary);
-  RLM_CHECK(static_cast<bool>(in)) << "cannot open " << path;
-  std::vector<float> v(count);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(count * 4));
-  RLM_CHECK(static_cast<size_t>(in.gcount()) == count * 4) << path << " is shorter than " << count << " floats";
-  return v;
 }
 
 struct Case {

@@ -1,6 +1,7 @@
 // Request validation (server/openai_protocol): wrong types of content parts, response_format,
-// store, metadata, parallel_tool_calls, user, tools entries and an empty model are 400 errors
-// naming the field; the valid forms still parse.
+// store, metadata, parallel_tool_calls, user, tools entries, logit_bias and an empty model are 400
+// errors naming the field; the valid forms still parse. Lenient like vLLM / SGLang: `model` may be
+// left out, unknown top-level fields are ignored (and listed), any message role reaches the template.
 #include "server/openai_protocol.h"
 
 #include <gtest/gtest.h>
@@ -149,6 +150,73 @@ TEST(OpenAiProtocol, EmptyModel) {
   EXPECT_NE(err.message.find("non-empty"), std::string::npos);
   err = {};
   EXPECT_TRUE(parse_generate_request({{"text", "hi"}}, &err).has_value()) << err.message;  // optional there
+}
+
+TEST(OpenAiProtocol, ModelOptionalAndUnknownFieldsIgnored) {
+  ojson body = chat({{"frobnicate", 1}, {"x_extra", {{"a", 1}}}});
+  body.erase("model");
+  ApiError err;
+  auto r = parse_chat_request(body, &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->model, "");
+  EXPECT_EQ(r->ignored_fields, (std::vector<std::string>{"frobnicate", "x_extra"}));
+  auto c = parse_completion_request({{"prompt", "hi"}, {"guided_whatever", true}}, &err);
+  ASSERT_TRUE(c.has_value()) << err.message;
+  EXPECT_EQ(c->ignored_fields, std::vector<std::string>{"guided_whatever"});
+  auto g = parse_generate_request({{"text", "hi"}, {"return_text_in_logprobs", true}}, &err);
+  ASSERT_TRUE(g.has_value()) << err.message;
+  EXPECT_EQ(g->ignored_fields, std::vector<std::string>{"return_text_in_logprobs"});
+  // Known fields keep their checks; nested objects stay strict.
+  expect_rejected(chat({{"frobnicate", 1}, {"temperature", "hot"}}), "temperature", "must be a number");
+  expect_rejected(chat({{"top_p", 2}}), "top_p", "must be in");
+  err = {};
+  EXPECT_FALSE(parse_generate_request({{"text", "hi"}, {"sampling_params", {{"max_new_tokenz", 3}}}}, &err));
+  EXPECT_EQ(err.param, "max_new_tokenz");
+}
+
+TEST(OpenAiProtocol, AnyRoleReachesTheTemplate) {
+  ApiError err;
+  auto r = parse_chat_request(chat({{"messages", ojson::array({{{"role", "ipython"}, {"content", "x"}}})}}), &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->messages[0]["role"], "ipython");
+  for (const ojson& role : values_other_than({ojson::value_t::string})) {
+    expect_rejected(chat({{"messages", ojson::array({{{"role", role}, {"content", "x"}}})}}), "messages",
+                    "string 'role'");
+  }
+}
+
+TEST(OpenAiProtocol, LogitBias) {
+  ApiError err;
+  auto r = parse_chat_request(chat({{"logit_bias", {{"15", 100}, {"0", -100}, {"7", 0.5}}}}), &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  const std::vector<std::pair<int32_t, float>> want = {{15, 100.0f}, {0, -100.0f}, {7, 0.5f}};
+  EXPECT_EQ(r->params.logit_bias, want);
+  for (const ojson& v : values_other_than({ojson::value_t::object, ojson::value_t::null})) {
+    expect_rejected(chat({{"logit_bias", v}}), "logit_bias", "'logit_bias' must be an object");
+  }
+  for (const char* key : {"-1", "x", "", "1.5", "99999999999", " 1"}) {
+    expect_rejected(chat({{"logit_bias", {{key, 1}}}}), "logit_bias", "is not a token id");
+  }
+  expect_rejected(chat({{"logit_bias", {{"1", 100.5}}}}), "logit_bias", "[-100, 100]");
+  expect_rejected(chat({{"logit_bias", {{"1", "5"}}}}), "logit_bias", "must be a number");
+  expect_rejected(chat({{"logit_bias", {{"1", 1}, {"01", 2}}}}), "logit_bias", "twice");
+  auto c = parse_completion_request({{"prompt", "hi"}, {"logit_bias", {{"3", -5}}}}, &err);
+  ASSERT_TRUE(c.has_value()) << err.message;
+  EXPECT_EQ(c->params.logit_bias.size(), 1u);
+}
+
+TEST(OpenAiProtocol, ContinueFinalMessage) {
+  ApiError err;
+  auto r = parse_chat_request(chat({{"continue_final_message", true}, {"add_generation_prompt", false}}), &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_TRUE(r->continue_final_message);
+  EXPECT_FALSE(r->add_generation_prompt);
+  r = parse_chat_request(chat({{"continue_final_message", true}}), &err);  // add_generation_prompt defaults off then
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_FALSE(r->add_generation_prompt);
+  expect_rejected(chat({{"continue_final_message", true}, {"add_generation_prompt", true}}), "continue_final_message",
+                  "cannot both be true");
+  expect_rejected(chat({{"continue_final_message", 1}}), "continue_final_message", "must be a boolean");
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // Qwen3-Next end to end through the serving scheduler: the real model (tests/golden/qwen3next_*)
 // behind ModelStepExecutor, chunked prefill (the recurrent state carried across steps), the
 // hybrid radix cache (snapshots taken by the model at chunk-aligned positions, resumed from on
-// a second round of the same prompts). Every request must reproduce the golden greedy tokens
-// that transformers produced.
+// a second round of the same prompts), mixed steps (decode rows beside prompt chunks: the Gated
+// DeltaNet layers run the recurrent rule on the former and the chunked rule on the latter). Every
+// request must reproduce the golden greedy tokens that transformers produced.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -53,10 +54,12 @@ struct Params {
   int64_t page_size;
   std::string cache;
   bool overlap;
+  bool mixed = true;  // mixed steps: decode rows (recurrent rule) beside prompt chunks (chunked rule)
 };
 
 void PrintTo(const Params& p, std::ostream* os) {
-  *os << p.model << " page " << p.page_size << " " << p.cache << (p.overlap ? " overlap" : "");
+  *os << p.model << " page " << p.page_size << " " << p.cache << (p.overlap ? " overlap" : "")
+      << (p.mixed ? "" : " prefill-first");
 }
 
 class Qwen3NextServing : public ::testing::TestWithParam<Params> {};
@@ -74,8 +77,9 @@ TEST_P(Qwen3NextServing, GreedyMatchesGoldenAcrossChunksAndCacheHits) {
   ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
   ModelStepExecutor exec(**runner);
   SchedulerConfig cfg;
-  cfg.cache = p.cache;
+  cfg.cache = parse_cache_kind(p.cache).value();
   cfg.overlap_schedule = p.overlap;
+  cfg.enable_mixed_chunk = p.mixed;
   cfg.chunked_prefill_size = 48;  // the long prompts prefill over several steps
   cfg.max_prefill_tokens = 96;
   auto metrics = std::make_shared<ServingMetrics>();
@@ -110,6 +114,7 @@ TEST_P(Qwen3NextServing, GreedyMatchesGoldenAcrossChunksAndCacheHits) {
   if (p.cache == "radix") {
     EXPECT_GT(metrics->cached_tokens(), 0) << "the second round never hit the cache";
   }
+  EXPECT_EQ(metrics->mixed_steps() > 0, p.mixed) << "mixed steps were meant to run (and only then)";
   s.flush_cache();
   EXPECT_EQ(s.num_free_pages(), exec.num_pages());
   EXPECT_EQ(exec.req_to_token().num_free(), exec.req_to_token().max_requests());
@@ -123,10 +128,12 @@ INSTANTIATE_TEST_SUITE_P(Goldens, Qwen3NextServing,
                                            Params{"qwen3next_gqa2_int2_moe4top2", 16, "radix", true},
                                            Params{"qwen3next_vgroup2_int4_moe8top3", 16, "radix", false},
                                            Params{"qwen3next_vgroup2_int4_moe8top3", 4, "naive", true},
-                                           Params{"qwen3next_layertypes_sparse2_tied", 1, "radix", false}),
+                                           Params{"qwen3next_layertypes_sparse2_tied", 1, "radix", false},
+                                           Params{"qwen3next_gqa2_int2_moe4top2", 1, "radix", false, false}),
                          [](const auto& info) {
                            return info.param.model + "_page" + std::to_string(info.param.page_size) + "_" +
-                                  info.param.cache + (info.param.overlap ? "_overlap" : "");
+                                  info.param.cache + (info.param.overlap ? "_overlap" : "") +
+                                  (info.param.mixed ? "" : "_prefill_first");
                          });
 
 }  // namespace

@@ -12,12 +12,7 @@
 
 #include "engine/sampler.h"
 
-// The reference penalties round after every operation, like the kernels (no FMA contraction).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "unit/no_fp_contract.h"  // the references round like the kernels
 
 namespace rlm {
 namespace {

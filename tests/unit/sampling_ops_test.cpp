@@ -12,12 +12,7 @@
 #include "ops/sampling_ops.h"
 #include "unit/ops_test_util.h"
 
-// The kernels round after every operation; keep the reference from being fused into FMAs too.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "unit/no_fp_contract.h"  // the references round like the kernels
 
 namespace rlm {
 namespace {
@@ -28,6 +23,7 @@ using testing::error_of;
 struct RefRow {
   ops::PenaltyRow p;
   std::vector<int32_t> prompt, output;
+  ops::LogitBias bias;
 };
 
 // The reference: HF repetition penalty over prompt + output (+ the pending token), then
@@ -54,6 +50,7 @@ void reference_penalties(float* x, int64_t vocab, const RefRow& r, const std::ve
       x[t] -= p.frequency * static_cast<float>(count[t]) + p.presence;
     }
   }
+  for (const auto& [t, b] : r.bias) x[t] += b;  // logit_bias, after the penalties
 }
 
 std::vector<int32_t> random_tokens(TestRng& rng, int64_t len, int64_t lo, int64_t hi) {
@@ -91,7 +88,15 @@ TEST(SamplingOps, PenaltiesMatchReference) {
       if (r % 3 == 0) row.p.pending_slot = static_cast<int32_t>(rng.randint(0, 15));
       if (r == 5) row.p.pending_slot = 3;
       if (r == 8) row.p.pending_slot = 4;
-      batch.add_row(row.p, row.prompt, row.output);
+      // logit_bias on every third row (alone on row 0, with penalties elsewhere): distinct ids.
+      if (r % 3 == 0) {
+        std::vector<int32_t> ids(static_cast<size_t>(vocab));
+        std::iota(ids.begin(), ids.end(), 0);
+        for (int64_t i = static_cast<int64_t>(ids.size()) - 1; i > 0; --i) std::swap(ids[i], ids[rng.randint(0, i)]);
+        ids.resize(static_cast<size_t>(rng.randint(1, std::min<int64_t>(vocab, 9))));
+        for (int32_t t : ids) row.bias.emplace_back(t, static_cast<float>(rng.uniform(-100.0, 100.0)));
+      }
+      batch.add_row(row.p, row.prompt, row.output, row.bias);
       row.p.prompt_len = static_cast<int32_t>(row.prompt.size());
     }
     // A strided view (row stride vocab + pad) whose padding must stay untouched.
@@ -154,6 +159,23 @@ TEST(SamplingOps, PenaltiesRejectBadInput) {
   msg = error_of([&] { ops::apply_penalties(logits, bad, table); });
   EXPECT_NE(msg.find("token_offsets"), std::string::npos) << msg;
   EXPECT_EQ(error_of([&] { ops::apply_penalties(logits, batch_with({9, 9}), table); }), "");
+  // logit_bias entries: ids inside the vocab and distinct per row, finite values.
+  for (const auto& [bias, needle] : std::vector<std::pair<ops::LogitBias, std::string>>{
+           {{{10, 1.0f}}, "row 1: logit_bias token id 10"},
+           {{{-1, 1.0f}}, "row 1: logit_bias token id -1"},
+           {{{3, 1.0f}, {3, 2.0f}}, "row 1: logit_bias lists token 3 twice"},
+           {{{3, std::numeric_limits<float>::infinity()}}, "row 1: logit_bias value inf"}}) {
+    ops::PenaltyBatch b;
+    b.add_row(on, {1}, {});
+    b.add_row({}, {}, {}, bias);
+    b.add_row(on, {}, {}, {{0, 1.0f}, {9, -1.0f}});
+    msg = error_of([&] { ops::apply_penalties(logits, b, table); });
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+  }
+  bad = batch_with({5});
+  bad.bias_offsets.pop_back();
+  msg = error_of([&] { ops::apply_penalties(logits, bad, table); });
+  EXPECT_NE(msg.find("bias_offsets"), std::string::npos) << msg;
 }
 
 // The reference order: a stable sort of the ids 0..vocab-1 by value, larger first, NaN last, so

@@ -13,11 +13,7 @@
 #include "ops/ops.h"
 #include "scheduler/step_executor.h"
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off")
-#elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "unit/no_fp_contract.h"  // the references round like the kernels
 
 namespace rlm {
 namespace {

@@ -114,9 +114,10 @@ RLM_VEC_INLINE float dot_v8(const float* a, const float* b, int64_t nv) {
 
 // Pointers to f32 rows of one kv head for key positions [first, first + count) (rows[i] is
 // position first + i); 16-bit caches are widened into `storage` (exact conversion, so the result
-// does not depend on how items are formed).
-void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, int64_t kv_head, int64_t first,
-                 int64_t count, int64_t head_dim, std::vector<float>& storage, std::vector<const float*>& rows) {
+// does not depend on how items are formed), f8e4m3 ones widened and multiplied by `scale`.
+void gather_rows(const AttnRows& cache, float scale, const PagedBatch& b, int64_t request, int64_t kv_head,
+                 int64_t first, int64_t count, int64_t head_dim, std::vector<float>& storage,
+                 std::vector<const float*>& rows) {
   count = std::max<int64_t>(count, 0);
   rows.resize(static_cast<size_t>(count));
   const bool widen = cache.dtype != DType::kF32;
@@ -131,6 +132,9 @@ void gather_rows(const AttnRows& cache, const PagedBatch& b, int64_t request, in
     if (widen) {
       float* dst = storage.data() + i * head_dim;
       convert_to_f32(src, cache.dtype, dst, static_cast<size_t>(head_dim));
+      if (cache.dtype == DType::kF8E4M3) {
+        for (int64_t c = 0; c < head_dim; ++c) dst[c] *= scale;
+      }
       rows[i] = dst;
     } else {
       rows[i] = reinterpret_cast<const float*>(src);
@@ -160,8 +164,8 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
   const int64_t kb = b.kv_begin != nullptr ? b.kv_begin[r] : 0;
   const int64_t ke = std::min<int64_t>(b.kv_end != nullptr ? b.kv_end[r] : seq_len, seq_len - qo_len + item.q_end);
   const int64_t n_keys = std::max<int64_t>(ke - kb, 0);
-  gather_rows(k_cache, b, r, item.kv_head, kb, n_keys, d, k_store, k_rows);
-  gather_rows(v_cache, b, r, item.kv_head, kb, n_keys, d, v_store, v_rows);
+  gather_rows(k_cache, cfg.k_scale, b, r, item.kv_head, kb, n_keys, d, k_store, k_rows);
+  gather_rows(v_cache, cfg.v_scale, b, r, item.kv_head, kb, n_keys, d, v_store, v_rows);
   // The qo heads of one kv head share each loaded K/V row; every head's arithmetic (order of the
   // dot product, the max, the exp sum and the weighted sum over keys) is the same as alone.
   const int64_t group = cfg.num_qo_heads / cfg.num_kv_heads;

@@ -44,6 +44,9 @@ struct AttnConfig {
   float scale = 1.0f;
   int64_t sliding_window = -1;  // > 0: query at position p sees keys in (p - window, p]
   float logit_soft_cap = 0.0f;  // > 0: s = cap * tanh(s / cap)
+  // f8e4m3 caches: keys/values read as e4m3 * k_scale / v_scale (1 for the other dtypes).
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Validates host index data (throws rlm::Error naming the request and the bad value); also used by
@@ -51,8 +54,9 @@ struct AttnConfig {
 void validate_paged_batch(const PagedBatch& batch);
 
 // Validates the index data (throws rlm::Error naming the request and the bad value) and then
-// computes out. q, out: f32 [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: f32/bf16/f16
-// [num_slots, num_kv_heads, head_dim]. Scores, softmax and the weighted sum are all in f32.
+// computes out. q, out: f32 [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: f32/bf16/f16/
+// f8e4m3 [num_slots, num_kv_heads, head_dim] (f8e4m3 rows are dequantized to f32 as e4m3 * scale
+// when gathered). Scores, softmax and the weighted sum are all in f32.
 // lse (optional, f32 [num_tokens, num_qo_heads] with token stride lse_token_stride): the natural
 // log of each row's softmax denominator, max + log(sum exp(s - max)). A row that sees no key (only
 // possible with key ranges) gets an all-zero output and lse = -inf.

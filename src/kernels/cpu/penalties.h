@@ -1,6 +1,7 @@
 // CPU kernel of ops::apply_penalties (also the reference for the CUDA twin): repetition penalty
 // (Hugging Face semantics, once per distinct prompt or output token), then frequency and presence
-// penalties (OpenAI semantics, over output tokens), in place on rows of f32 logits.
+// penalties (OpenAI semantics, over output tokens), then OpenAI's logit_bias (a value added to the
+// logits of listed tokens), in place on rows of f32 logits.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +30,23 @@ inline bool penalty_row_active(const PenaltyRow& p) {
 //   count > 0 && (frequency || presence):  x = x - (frequency * float(count) + presence)
 float penalize_logit(float x, bool seen, int32_t count, const PenaltyRow& p);
 
+// Each row's logit_bias in CSR layout: row r adds values[j] to the logit of ids[j] for j in
+// [offsets[r], offsets[r + 1]); ids distinct within a row, inside [0, vocab), values finite (the
+// caller validates). Plain data shared with the CUDA twin; ids == nullptr: no row has a bias.
+struct LogitBiasList {
+  const int32_t* ids = nullptr;
+  const float* values = nullptr;
+  const int32_t* offsets = nullptr;  // [n + 1]
+};
+
 // logits: f32 [n, vocab] (row stride ld), modified in place. Row r's tokens are
 // token_ids[offsets[r] .. offsets[r + 1]) (offsets: [n + 1]); rows: [n]. table: the pending-token
 // table (may be null when no row has a pending slot). Token ids and pending slots were validated
 // by the caller (ops::apply_penalties); a table token outside [0, vocab) is skipped (like the CUDA
 // twin, which cannot validate it on the host). Repeated tokens are counted, never penalised twice
-// by the repetition penalty.
+// by the repetition penalty. The bias is added after the penalties (one rounding: x + value).
 void apply_penalties(float* logits, int64_t n, int64_t vocab, int64_t ld, const int32_t* token_ids,
-                     const int32_t* offsets, const PenaltyRow* rows, const int32_t* table);
+                     const int32_t* offsets, const PenaltyRow* rows, const int32_t* table,
+                     const LogitBiasList& bias = {});
 
 }  // namespace rlm::cpu

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -30,6 +31,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float load_f32(const float* p) { return *p; }
 __device__ __forceinline__ float load_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float load_f32(const __half* p) { return __half2float(*p); }
+// FP8 caches: the raw e4m3 value; k_scale is folded into DeviceArgs::scale and v_scale applied to
+// the output afterwards (scale_attention_output), which is exact up to f32 rounding.
+__device__ __forceinline__ float load_f32(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -150,6 +154,11 @@ DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
 
 // The stream of the current device (core's cuda_stream): every attention kernel runs on it, so the
 // launches order with the other ops and can be captured into a CUDA graph.
+// FP8 caches with v_scale != 1: out *= v_scale over the batch's rows (the kernels sum raw e4m3
+// values); a no-op otherwise. Also scales rows a partial call leaves empty (zeros stay zeros).
+void scale_attention_output(const cpu::AttnRows& k_cache, const cpu::PagedBatch& b, const cpu::AttnConfig& cfg,
+                            float* out, int64_t out_ts, int64_t out_hs);
+
 inline cudaStream_t current_stream() {
   int device = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));

@@ -4,9 +4,11 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -19,6 +21,7 @@ inline constexpr int kBlock = 256;  // threads per block for the row kernels
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -28,6 +31,13 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+// Nearest even, saturating to +-448, NaN stays NaN (f32_to_f8e4m3's bits).
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float v) {
+  __nv_fp8_e4m3 r;
+  r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  return r;
+}
 
 // Index tensors are i32 or i64 with any stride.
 __device__ __forceinline__ int64_t load_index(const void* p, bool is_i64, int64_t i, int64_t stride) {
@@ -92,6 +102,13 @@ void dispatch_float(DType dtype, F&& f) {
     case DType::kF16: f(__half{}); return;
     default: fail(str("CUDA kernel: unsupported float dtype ", dtype_name(dtype)));
   }
+}
+
+// dispatch_float plus f8e4m3 (__nv_fp8_e4m3): the KV-cache dtypes.
+template <typename F>
+void dispatch_cache(DType dtype, F&& f) {
+  if (dtype == DType::kF8E4M3) return f(__nv_fp8_e4m3{});
+  dispatch_float(dtype, std::forward<F>(f));
 }
 
 }  // namespace rlm::cuda

@@ -45,12 +45,37 @@ DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   a.page_size = static_cast<int32_t>(b.page_size);
   a.num_qo_heads = static_cast<int32_t>(cfg.num_qo_heads);
   a.num_kv_heads = static_cast<int32_t>(cfg.num_kv_heads);
-  a.scale = cfg.scale;
+  // FP8 caches: s = scale * q.(e4m3 * k_scale) = (scale * k_scale) * q.e4m3.
+  a.scale = k_cache.dtype == DType::kF8E4M3 ? cfg.scale * cfg.k_scale : cfg.scale;
   a.sliding_window = static_cast<int32_t>(std::min<int64_t>(cfg.sliding_window, kMaxI32));
   a.soft_cap = cfg.logit_soft_cap;
   a.kv_begin = b.kv_begin;
   a.kv_end = b.kv_end;
   return a;
+}
+
+namespace {
+
+__global__ void scale_output_kernel(float* out, int64_t rows, int64_t heads, int64_t head_dim, int64_t ts, int64_t hs,
+                                    float s) {
+  const int64_t total = rows * heads * head_dim;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = idx % head_dim, h = (idx / head_dim) % heads, t = idx / (head_dim * heads);
+    out[t * ts + h * hs + e] *= s;
+  }
+}
+
+}  // namespace
+
+void scale_attention_output(const cpu::AttnRows& k_cache, const cpu::PagedBatch& b, const cpu::AttnConfig& cfg,
+                            float* out, int64_t out_ts, int64_t out_hs) {
+  if (k_cache.dtype != DType::kF8E4M3 || cfg.v_scale == 1.0f || b.num_tokens == 0) return;
+  const int64_t total = b.num_tokens * cfg.num_qo_heads * cfg.head_dim;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 4096);
+  scale_output_kernel<<<static_cast<unsigned>(blocks), 256, 0, current_stream()>>>(
+      out, b.num_tokens, cfg.num_qo_heads, cfg.head_dim, out_ts, out_hs, cfg.v_scale);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
 }
 
 }  // namespace attn

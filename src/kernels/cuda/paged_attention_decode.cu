@@ -209,6 +209,8 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int heads_per_block, int num
     case DType::kBF16:
       return launch_variant<D, __nv_bfloat16>(a, heads_per_block, num_splits, split_size, partial, lse);
     case DType::kF16: return launch_variant<D, __half>(a, heads_per_block, num_splits, split_size, partial, lse);
+    case DType::kF8E4M3:
+      return launch_variant<D, __nv_fp8_e4m3>(a, heads_per_block, num_splits, split_size, partial, lse);
     default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));
   }
 }
@@ -280,7 +282,8 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   if (cfg.head_dim != 64 && cfg.head_dim != 128 && cfg.head_dim != 256) {
     fail(str("cuda::paged_attention_decode: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
   }
-  if (vec_aligned(k_cache) && vec_aligned(v_cache)) {
+  // FP8 caches take the scalar kernel (the vectorised one widens 16-bit and f32 words only).
+  if (k_cache.dtype != DType::kF8E4M3 && vec_aligned(k_cache) && vec_aligned(v_cache)) {
     switch (cfg.head_dim) {
       case 64: return launch_vec_dtype<64>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
       case 128: return launch_vec_dtype<128>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
@@ -309,6 +312,7 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
     case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
     default: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
   }
+  scale_attention_output(k_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
 }
 
 }  // namespace rlm::cuda

@@ -194,6 +194,7 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
     case DType::kF32: return launch_variant<D, float>(a, max_qo_len);
     case DType::kBF16: return launch_variant<D, __nv_bfloat16>(a, max_qo_len);
     case DType::kF16: return launch_variant<D, __half>(a, max_qo_len);
+    case DType::kF8E4M3: return launch_variant<D, __nv_fp8_e4m3>(a, max_qo_len);
     default: fail(str("cuda::paged_attention_prefill: unsupported cache dtype ", dtype_name(dtype)));
   }
 }
@@ -263,12 +264,13 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
     }
   }
   switch (cfg.head_dim) {
-    case 64: return launch_dtype<64>(k_cache.dtype, a, plan.max_qo_len);
-    case 128: return launch_dtype<128>(k_cache.dtype, a, plan.max_qo_len);
-    case 256: return launch_dtype<256>(k_cache.dtype, a, plan.max_qo_len);
+    case 64: launch_dtype<64>(k_cache.dtype, a, plan.max_qo_len); break;
+    case 128: launch_dtype<128>(k_cache.dtype, a, plan.max_qo_len); break;
+    case 256: launch_dtype<256>(k_cache.dtype, a, plan.max_qo_len); break;
     default:
       fail(str("cuda::paged_attention_prefill: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
   }
+  scale_attention_output(k_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
 }
 
 }  // namespace rlm::cuda

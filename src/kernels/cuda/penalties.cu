@@ -19,6 +19,7 @@ struct DeviceRow {
   int32_t prompt_len;
   int32_t pending_slot;  // -1: none
   float repetition, frequency, presence;
+  int32_t bias_begin, bias_end;  // its logit_bias entries: bias_ids/bias_values[bias_begin, bias_end)
 };
 
 // Count words: the output count in the low bits, kSeen when the token is in the prompt.
@@ -38,9 +39,11 @@ __device__ __forceinline__ float penalize(float x, int32_t word, const DeviceRow
 // 1) zero the row's counts; 2) count: atomicOr(kSeen) for prompt tokens, atomicAdd(1) for output
 // tokens (and the pending token); 3) each list entry takes its token's word with atomicExch(0): the
 // one entry that finds it non-zero applies the penalties to that logit, so every distinct token is
-// penalised exactly once, whichever thread gets there first (the value depends only on the word).
+// penalised exactly once, whichever thread gets there first (the value depends only on the word);
+// 4) the logit_bias entries (distinct ids) are added.
 __global__ void apply_penalties_kernel(float* logits, int64_t vocab, int64_t ld, const DeviceRow* rows,
-                                       const int32_t* tokens, const int32_t* table, int32_t* counts) {
+                                       const int32_t* tokens, const int32_t* table, const int32_t* bias_ids,
+                                       const float* bias_values, int32_t* counts) {
   const DeviceRow p = rows[blockIdx.x];
   int32_t* c = counts + static_cast<int64_t>(blockIdx.x) * vocab;
   for (int64_t t = threadIdx.x; t < vocab; t += blockDim.x) c[t] = 0;
@@ -68,6 +71,11 @@ __global__ void apply_penalties_kernel(float* logits, int64_t vocab, int64_t ld,
     const int32_t word = atomicExch(&c[t], 0);
     if (word != 0) x[t] = penalize(x[t], word, p);
   }
+  if (p.bias_end == p.bias_begin) return;
+  __syncthreads();
+  for (int32_t j = p.bias_begin + threadIdx.x; j < p.bias_end; j += blockDim.x) {
+    x[bias_ids[j]] = __fadd_rn(x[bias_ids[j]], bias_values[j]);
+  }
 }
 
 size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
@@ -75,52 +83,70 @@ size_t align_up(size_t n) { return (n + 255) & ~size_t{255}; }
 }  // namespace
 
 void apply_penalties(int device, float* logits, int64_t n, int64_t vocab, int64_t ld, const int32_t* token_ids,
-                     const int32_t* offsets, const cpu::PenaltyRow* rows, const int32_t* table) {
+                     const int32_t* offsets, const cpu::PenaltyRow* rows, const int32_t* table,
+                     const cpu::LogitBiasList& bias) {
   std::vector<DeviceRow> active;
-  std::vector<int32_t> tokens;
+  std::vector<int32_t> tokens, bias_ids;
+  std::vector<float> bias_values;
   for (int64_t r = 0; r < n; ++r) {
     const cpu::PenaltyRow& p = rows[r];
-    if (!cpu::penalty_row_active(p)) continue;
-    RLM_CHECK(p.pending_slot < 0 || table != nullptr) << "apply_penalties: row " << r << " has a pending slot but no table";
+    const int32_t b0 = bias.ids != nullptr ? bias.offsets[r] : 0, b1 = bias.ids != nullptr ? bias.offsets[r + 1] : 0;
+    const bool penalised = cpu::penalty_row_active(p);
+    if (!penalised && b1 == b0) continue;
+    RLM_CHECK(!penalised || p.pending_slot < 0 || table != nullptr)
+        << "apply_penalties: row " << r << " has a pending slot but no table";
     DeviceRow d;
     d.row = static_cast<int32_t>(r);
     d.begin = static_cast<int32_t>(tokens.size());
-    tokens.insert(tokens.end(), token_ids + offsets[r], token_ids + offsets[r + 1]);
+    if (penalised) tokens.insert(tokens.end(), token_ids + offsets[r], token_ids + offsets[r + 1]);
     d.end = static_cast<int32_t>(tokens.size());
-    d.prompt_len = p.prompt_len;
-    d.pending_slot = p.pending_slot;
-    d.repetition = p.repetition;
-    d.frequency = p.frequency;
-    d.presence = p.presence;
+    d.prompt_len = penalised ? p.prompt_len : 0;
+    d.pending_slot = penalised ? p.pending_slot : -1;
+    d.repetition = penalised ? p.repetition : 1.0f;
+    d.frequency = penalised ? p.frequency : 0.0f;
+    d.presence = penalised ? p.presence : 0.0f;
+    d.bias_begin = static_cast<int32_t>(bias_ids.size());
+    bias_ids.insert(bias_ids.end(), bias.ids + b0, bias.ids + b1);
+    bias_values.insert(bias_values.end(), bias.values + b0, bias.values + b1);
+    d.bias_end = static_cast<int32_t>(bias_ids.size());
     active.push_back(d);
   }
   if (active.empty()) return;
   RLM_CHECK(vocab > 0 && vocab < kSeen) << "apply_penalties: vocab " << vocab;
   const size_t rows_bytes = align_up(active.size() * sizeof(DeviceRow));
   const size_t tokens_bytes = align_up(tokens.size() * sizeof(int32_t) + 4);
+  const size_t bias_bytes = align_up(bias_ids.size() * sizeof(int32_t) + 4);  // ids, then as many values
   // Rows per launch: their counts take at most kCountsBytes of scratch (launches reuse it in stream
   // order; every launch zeroes its rows first).
   constexpr size_t kCountsBytes = size_t{64} << 20;
   const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(int32_t);
   const size_t group = std::min(active.size(), std::max<size_t>(1, kCountsBytes / row_bytes));
   const size_t counts_bytes = group * row_bytes;
-  // One staged upload for the row table and the token lists.
-  std::vector<char> packed(rows_bytes + tokens_bytes);
+  // One staged upload for the row table, the token lists and the bias entries.
+  const size_t head_bytes = rows_bytes + tokens_bytes + 2 * bias_bytes;
+  std::vector<char> packed(head_bytes);
   std::memcpy(packed.data(), active.data(), active.size() * sizeof(DeviceRow));
   if (!tokens.empty()) std::memcpy(packed.data() + rows_bytes, tokens.data(), tokens.size() * sizeof(int32_t));
+  if (!bias_ids.empty()) {
+    std::memcpy(packed.data() + rows_bytes + tokens_bytes, bias_ids.data(), bias_ids.size() * sizeof(int32_t));
+    std::memcpy(packed.data() + rows_bytes + tokens_bytes + bias_bytes, bias_values.data(),
+                bias_values.size() * sizeof(float));
+  }
 
   CudaContext& ctx = CudaContext::get(device);
   auto lock = ctx.lock();
   const auto stream = static_cast<cudaStream_t>(ctx.stream());
-  char* base = static_cast<char*>(ctx.scratch(rows_bytes + tokens_bytes + counts_bytes));
+  char* base = static_cast<char*>(ctx.scratch(head_bytes + counts_bytes));
   device_memcpy(base, Device::cuda(device), packed.data(), Device::cpu(), packed.size());
   const auto* d_rows = reinterpret_cast<const DeviceRow*>(base);
   const auto* d_tokens = reinterpret_cast<const int32_t*>(base + rows_bytes);
-  auto* d_counts = reinterpret_cast<int32_t*>(base + rows_bytes + tokens_bytes);
+  const auto* d_bias_ids = reinterpret_cast<const int32_t*>(base + rows_bytes + tokens_bytes);
+  const auto* d_bias_values = reinterpret_cast<const float*>(base + rows_bytes + tokens_bytes + bias_bytes);
+  auto* d_counts = reinterpret_cast<int32_t*>(base + head_bytes);
   for (size_t g0 = 0; g0 < active.size(); g0 += group) {
     const size_t g = std::min(group, active.size() - g0);
     apply_penalties_kernel<<<static_cast<unsigned>(g), kBlock, 0, stream>>>(logits, vocab, ld, d_rows + g0, d_tokens,
-                                                                          table, d_counts);
+                                                                          table, d_bias_ids, d_bias_values, d_counts);
     RLM_CUDA_CHECK_LAUNCH();
   }
 }

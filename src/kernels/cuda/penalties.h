@@ -12,9 +12,11 @@ namespace rlm::cuda {
 
 // logits: f32 [n, vocab] on `device` (row stride ld), in place. token_ids, offsets [n + 1] and
 // rows [n]: host memory (may be freed on return). table: i32 on `device` (null when no row has a
-// pending slot); a table token outside [0, vocab) is skipped. Rows without any penalty are not
-// touched; each penalised row uses vocab * 4 bytes of the context's scratch for its token counts.
+// pending slot); a table token outside [0, vocab) is skipped. bias: host memory like the lists,
+// added after the penalties. Rows without any penalty or bias are not touched; each such row uses
+// vocab * 4 bytes of the context's scratch for its token counts.
 void apply_penalties(int device, float* logits, int64_t n, int64_t vocab, int64_t ld, const int32_t* token_ids,
-                     const int32_t* offsets, const cpu::PenaltyRow* rows, const int32_t* table);
+                     const int32_t* offsets, const cpu::PenaltyRow* rows, const int32_t* table,
+                     const cpu::LogitBiasList& bias = {});
 
 }  // namespace rlm::cuda

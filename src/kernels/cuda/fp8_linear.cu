@@ -1,0 +1,327 @@
+// CUDA FP8 (E4M3) linear layer: activation quantization, the small-m GEMV, cuBLASLt FP8 GEMM with a
+// scale epilogue, and a tiled FMA kernel for what cuBLASLt does not take (block scales, sm_80,
+// unaligned shapes). Arithmetic as in kernels/cpu/fp8_linear.h.
+#include "kernels/cuda/fp8_linear.h"
+
+#include <cublasLt.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+
+#include "core/cuda_check.h"
+#include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/cuda_utils.cuh"
+
+namespace rlm::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+
+__device__ __forceinline__ float e4m3_to_float(uint8_t b) {
+  __nv_fp8_e4m3 v;
+  v.__x = b;
+  return static_cast<float>(v);
+}
+
+__device__ __forceinline__ uint8_t float_to_e4m3(float f) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3));
+}
+
+// One block per (row, group): s = static scale or max|x| / 448 (1 for all zeros); q = e4m3(x / s).
+__global__ void quantize_rows_kernel(const float* x, int64_t k, int64_t ldx, int64_t group, int64_t groups,
+                                     const float* static_scale, uint8_t* q, float* scales) {
+  const int64_t i = blockIdx.x / groups, g = blockIdx.x % groups;
+  const int64_t c0 = g * group, c1 = min(k, c0 + group);
+  const float* xr = x + i * ldx;
+  __shared__ float s_amax[kBlock / kWarp];
+  __shared__ float s_scale;
+  float s;
+  if (static_scale != nullptr) {
+    s = *static_scale;
+  } else {
+    float amax = 0.0f;
+    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) amax = fmaxf(amax, fabsf(xr[c]));
+    for (int off = kWarp / 2; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (threadIdx.x % kWarp == 0) s_amax[threadIdx.x / kWarp] = amax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m = 0.0f;
+      for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) m = fmaxf(m, s_amax[w]);
+      s_scale = m > 0.0f ? m / kF8E4M3Max : 1.0f;
+    }
+    __syncthreads();
+    s = s_scale;
+  }
+  if (threadIdx.x == 0) scales[i * groups + g] = s;
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) q[i * k + c] = float_to_e4m3(xr[c] / s);
+}
+
+// The scale of the product term for activation row i, weight row j and column c.
+struct ScaleView {
+  const float* sx;  // [m, groups]
+  const float* sw;  // [n] or [ceil(n / block_n), groups]
+  int64_t groups, group, block_n;
+  __device__ __forceinline__ float operator()(int64_t i, int64_t j, int64_t c) const {
+    if (block_n == 0) return sx[i] * sw[j];
+    const int64_t g = c / group;
+    return sx[i * groups + g] * sw[(j / block_n) * groups + g];
+  }
+};
+
+__device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_t j) {
+  if (bias == nullptr) return 0.0f;
+  switch (dtype) {
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[j]);
+    case DType::kF16: return __half2float(static_cast<const __half*>(bias)[j]);
+    default: return static_cast<const float*>(bias)[j];
+  }
+}
+
+// GEMV for m <= kFp8GemvMaxRows: one warp per weight row; each lane reads 16 e4m3 weights (16 bytes)
+// per step and the matching 16 quantized activations of every row. Requires k % 16 == 0, ldw % 16 ==
+// 0, 16-byte aligned weight, and (block scales) block_k % 16 == 0, so a lane's 16 columns share a
+// scale group. Per-channel: the sum over k is scaled once; blocks: each 16-column piece is scaled.
+template <int M>
+__global__ void fp8_gemv_kernel(const uint8_t* q, int64_t k, const uint8_t* w, int64_t n, int64_t ldw, ScaleView sv,
+                                const void* bias, DType bias_dtype, float* out, int64_t ldo) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (j >= n) return;
+  const int lane = threadIdx.x % kWarp;
+  float acc[M];
+#pragma unroll
+  for (int i = 0; i < M; ++i) acc[i] = 0.0f;
+  const uint8_t* wr = w + j * ldw;
+  for (int64_t c = static_cast<int64_t>(lane) * 16; c < k; c += kWarp * 16) {
+    const uint4 wv = *reinterpret_cast<const uint4*>(wr + c);
+    const uint8_t* wb = reinterpret_cast<const uint8_t*>(&wv);
+    float wf[16];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) wf[e] = e4m3_to_float(wb[e]);
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(q + i * k + c);
+      const uint8_t* xb = reinterpret_cast<const uint8_t*>(&xv);
+      float part = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) part = fmaf(e4m3_to_float(xb[e]), wf[e], part);
+      acc[i] += sv.block_n == 0 ? part : part * sv(i, j, c);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    float v = acc[i];
+    for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) out[i * ldo + j] = (sv.block_n == 0 ? v * sv(i, j, 0) : v) + load_bias(bias, bias_dtype, j);
+  }
+}
+
+// Tiled FMA GEMM (any shape and alignment): a 16 x 16 output tile per block, 16-column k tiles in
+// shared memory; each 16-column k tile's partial sum is scaled by its scale (per channel: one
+// scale for all k).
+constexpr int kTile = 16;
+__global__ void fp8_fma_kernel(const uint8_t* q, int64_t m, int64_t k, const uint8_t* w, int64_t n, int64_t ldw,
+                               ScaleView sv, const void* bias, DType bias_dtype, float* out, int64_t ldo) {
+  __shared__ float xs[kTile][kTile + 1];
+  __shared__ float ws[kTile][kTile + 1];
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.y;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  const int64_t wj = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.y;  // weight row this thread loads
+  float acc = 0.0f, group_acc = 0.0f;
+  int64_t group_begin = 0;
+  for (int64_t c0 = 0; c0 < k; c0 += kTile) {
+    const int64_t c = c0 + threadIdx.x;
+    xs[threadIdx.y][threadIdx.x] = (i < m && c < k) ? e4m3_to_float(q[i * k + c]) : 0.0f;
+    ws[threadIdx.y][threadIdx.x] = (wj < n && c < k) ? e4m3_to_float(w[wj * ldw + c]) : 0.0f;
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < kTile; ++e) {
+      const int64_t ce = c0 + e;
+      if (sv.block_n != 0 && ce < k && ce / sv.group != group_begin / sv.group) {
+        if (i < m && j < n) acc += group_acc * sv(i, j, group_begin);
+        group_acc = 0.0f;
+        group_begin = ce;
+      }
+      group_acc = fmaf(xs[threadIdx.y][e], ws[threadIdx.x][e], group_acc);
+    }
+    __syncthreads();
+  }
+  if (i < m && j < n) {
+    acc = sv.block_n == 0 ? group_acc * sv(i, j, 0) : acc + group_acc * sv(i, j, group_begin);
+    out[i * ldo + j] = acc + load_bias(bias, bias_dtype, j);
+  }
+}
+
+// out[i, j] = out[i, j] * sx[i] * sw[j] + bias[j] (after the unscaled cuBLASLt product; sx null: scale 1).
+__global__ void scale_epilogue_kernel(float* out, int64_t m, int64_t n, int64_t ldo, const float* sx, const float* sw,
+                                      const void* bias, DType bias_dtype) {
+  const int64_t total = m * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / n, j = idx % n;
+    const float s = sx != nullptr ? sx[i] * sw[j] : 1.0f;  // null: only the bias (k == 0)
+    out[i * ldo + j] = out[i * ldo + j] * s + load_bias(bias, bias_dtype, j);
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool gemv_ok(int64_t m, const Fp8Weight& w) {
+  return m >= 1 && m <= kFp8GemvMaxRows && w.k % 16 == 0 && w.ldw % 16 == 0 && aligned16(w.data) &&
+         (w.block_n == 0 || w.block_k % 16 == 0);
+}
+
+int sm_version(int device) {
+  static std::array<int, 64> cache{};
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  if (device < 0 || device >= static_cast<int>(cache.size())) return 0;
+  if (cache[device] == 0) {
+    int major = 0, minor = 0;
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cache[device] = major * 10 + minor;
+  }
+  return cache[device];
+}
+
+// cuBLASLt takes per-channel FP8 products on sm_89+ with 16-multiple sizes and aligned pointers.
+bool cublaslt_ok(int device, int64_t m, const Fp8Weight& w, int64_t ldo) {
+  return w.block_n == 0 && sm_version(device) >= 89 && w.k % 16 == 0 && w.ldw % 16 == 0 && w.n % 16 == 0 &&
+         ldo % 4 == 0 && aligned16(w.data) && m > kFp8GemvMaxRows;
+}
+
+cublasLtHandle_t lt_handle(int device) {
+  static std::array<cublasLtHandle_t, 64> handles{};
+  static std::mutex mu;
+  std::lock_guard<std::mutex> g(mu);
+  RLM_CHECK(device >= 0 && device < static_cast<int>(handles.size())) << "device " << device;
+  if (handles[device] == nullptr) RLM_CUBLAS_CHECK(cublasLtCreate(&handles[device]));
+  return handles[device];
+}
+
+// out (f32 [m, n], ldo) = q [m, k] (e4m3, contiguous) @ w^T, unscaled: column-major
+// out^T [n, m] = W^T(op T of the k x n column-major weight) x Q (k x m) -- the "TN" layout FP8 needs.
+// Returns false (nothing launched) when cuBLASLt offers no algorithm for the shape.
+bool cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight& w, float* out, int64_t ldo,
+                       cudaStream_t stream) {
+  cublasLtHandle_t lt = lt_handle(device);
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  RLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  RLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  RLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, w.k, w.n, w.ldw));
+  RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, w.k, m, w.k));
+  RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, w.n, m, ldo));
+  RLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t workspace = 0;
+  RLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                        sizeof(workspace)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  RLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, d, d, pref, 1, &heur, &found));
+  const float alpha = 1.0f, beta = 0.0f;
+  if (found > 0) {
+    RLM_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w.data, a, q, b, &beta, out, d, out, d, &heur.algo, nullptr, 0,
+                                    stream));
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(d);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+  return found > 0;
+}
+
+void launch_quantize(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group, const float* static_scale,
+                     uint8_t* q, float* scales, cudaStream_t stream) {
+  const int64_t groups = (k + group - 1) / group;
+  if (m == 0 || k == 0) return;
+  quantize_rows_kernel<<<static_cast<unsigned>(m * groups), kBlock, 0, stream>>>(x, k, ldx, group, groups,
+                                                                               static_scale, q, scales);
+  RLM_CUDA_CHECK_LAUNCH();
+}
+
+template <int M>
+void launch_gemv(const uint8_t* q, const Fp8Weight& w, const ScaleView& sv, const void* bias, DType bias_dtype,
+                 float* out, int64_t ldo, cudaStream_t stream) {
+  constexpr int kRowsPerBlock = 8;
+  const auto blocks = static_cast<unsigned>((w.n + kRowsPerBlock - 1) / kRowsPerBlock);
+  fp8_gemv_kernel<M><<<blocks, kRowsPerBlock * kWarp, 0, stream>>>(
+      q, w.k, static_cast<const uint8_t*>(w.data), w.n, w.ldw, sv, bias, bias_dtype, out, ldo);
+  RLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group,
+                       const float* static_scale, uint8_t* q, float* scales) {
+  RLM_CHECK(group > 0) << "quantize_fp8_rows: group " << group;
+  set_device(device);
+  launch_quantize(x, m, k, ldx, group, static_scale, q, scales,
+                  static_cast<cudaStream_t>(CudaContext::get(device).stream()));
+}
+
+const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w) {
+  if (gemv_ok(m, w)) return "gemv";
+  if (cublaslt_ok(device, m, w, w.n)) return "cublaslt";
+  return "fma";
+}
+
+void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Weight& w, const void* bias,
+                DType bias_dtype, float* out, int64_t ldo) {
+  RLM_CHECK(w.block_n >= 0 && w.block_k >= 0 && (w.block_n == 0) == (w.block_k == 0))
+      << "cuda::fp8_linear: block " << w.block_n << " x " << w.block_k;
+  RLM_CHECK(w.block_n == 0 || w.input_scale == nullptr) << "cuda::fp8_linear: block scales take dynamic activations";
+  if (m == 0 || w.n == 0) return;
+  CudaContext& ctx = CudaContext::get(device);
+  const auto stream = static_cast<cudaStream_t>(ctx.stream());
+  const int64_t k = w.k;
+  if (k == 0) {
+    RLM_CUDA_CHECK(cudaMemset2DAsync(out, static_cast<size_t>(ldo) * 4, 0, static_cast<size_t>(w.n) * 4,
+                                     static_cast<size_t>(m), stream));
+    if (bias != nullptr) {
+      scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, nullptr, nullptr, bias,
+                                                                      bias_dtype);
+      RLM_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  const int64_t group = w.block_n == 0 ? k : w.block_k;
+  const int64_t groups = (k + group - 1) / group;
+  auto lock = ctx.lock();
+  // Scratch: q [m, k] (rounded up to 16 bytes) then the scales [m, groups].
+  const size_t q_bytes = (static_cast<size_t>(m * k) + 15) / 16 * 16;
+  auto* base = static_cast<uint8_t*>(ctx.scratch(q_bytes + static_cast<size_t>(m * groups) * sizeof(float)));
+  uint8_t* q = base;
+  auto* sx = reinterpret_cast<float*>(base + q_bytes);
+  launch_quantize(x, m, k, ldx, group, w.input_scale, q, sx, stream);
+  const ScaleView sv{sx, w.scale, groups, group, w.block_n};
+  const auto* wd = static_cast<const uint8_t*>(w.data);
+  if (gemv_ok(m, w)) {
+    switch (m) {
+      case 1: return launch_gemv<1>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      case 2: return launch_gemv<2>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      case 3: return launch_gemv<3>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      case 4: return launch_gemv<4>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      case 5: return launch_gemv<5>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      case 6: return launch_gemv<6>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      case 7: return launch_gemv<7>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+      default: return launch_gemv<8>(q, w, sv, bias, bias_dtype, out, ldo, stream);
+    }
+  }
+  if (cublaslt_ok(device, m, w, ldo) && cublaslt_fp8_gemm(device, q, m, w, out, ldo, stream)) {
+    scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, sx, w.scale, bias, bias_dtype);
+    RLM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>((w.n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
+  fp8_fma_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(q, m, k, wd, w.n, w.ldw, sv, bias, bias_dtype, out, ldo);
+  RLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace rlm::cuda

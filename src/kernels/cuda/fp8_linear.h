@@ -1,0 +1,46 @@
+// CUDA FP8 (E4M3) linear layer (twin of kernels/cpu/fp8_linear.h; pointers on `device`). Host-only
+// header (no CUDA types).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace rlm::cuda {
+
+// An e4m3 weight and its scales, as in cpu::Fp8WeightView (device pointers).
+struct Fp8Weight {
+  const void* data = nullptr;  // e4m3 [n, k], row stride ldw
+  int64_t n = 0, k = 0, ldw = 0;
+  const float* scale = nullptr;  // [n], or [ceil(n / block_n), ceil(k / block_k)]
+  int64_t block_n = 0, block_k = 0;
+  const float* input_scale = nullptr;  // f32 [1] static activation scale, or null (dynamic)
+};
+
+// out[m, n] = x[m, k] @ w^T (+ bias) with the arithmetic of cpu::fp8_linear(quantize_activations =
+// true): x quantized to e4m3 (per token, per token and block_k group, or with the static scale) by
+// one kernel into the context scratch, then
+//  - m <= kFp8GemvMaxRows: a GEMV kernel (one warp per few weight rows, 16-byte e4m3 loads,
+//    products in f32, scales in the epilogue) — memory-bound decode;
+//  - otherwise, per-channel weights on sm_89+ with k, n, ldw multiples of 16: cuBLASLt FP8 GEMM
+//    (e4m3 x e4m3, f32 output) and an epilogue kernel applying the per-token x per-channel scales
+//    and the bias (the FMA kernel below when cuBLASLt offers no algorithm for the shape; the
+//    descriptors and the heuristic query are per call, which CUDA graphs capture once);
+//  - else (block scales, sm_80, unaligned shapes) a tiled FMA kernel with the same arithmetic
+//    (block scales applied per block_k column group).
+// Launches on the device's stream only (no allocation beyond the scratch, no synchronization):
+// capturable in a CUDA graph.
+void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Weight& w, const void* bias,
+                DType bias_dtype, float* out, int64_t ldo);
+
+inline constexpr int64_t kFp8GemvMaxRows = 8;
+
+// The activation quantization alone (twin of cpu::quantize_fp8_rows): x f32 [m, k] (ldx) -> q
+// e4m3 [m, k] contiguous and scales f32 [m, ceil(k / group)]; static_scale a device pointer or null.
+void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group,
+                       const float* static_scale, uint8_t* q, float* scales);
+
+// Which path fp8_linear takes for these sizes on `device`: "gemv", "cublaslt" or "fma".
+const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w);
+
+}  // namespace rlm::cuda
