@@ -20,7 +20,7 @@ class CacheEventObserver {
   // (eviction). A node split changes nothing that is cached and is not reported.
   virtual void on_stored(std::span<const int32_t> path, size_t node_begin) = 0;
   virtual void on_removed(std::span<const int32_t> path, size_t node_begin) = 0;
-  // Everything cached was dropped (reset / flush).
+  // Everything cached was dropped at once (a reset; /flush_cache evicts, node by node).
   virtual void on_cleared() = 0;
 };
 

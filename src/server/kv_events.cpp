@@ -103,14 +103,23 @@ BlockHashes kv_block_hashes(std::span<const int32_t> path, size_t begin, int32_t
   return out;
 }
 
+namespace {
+
+// The head both block events share: a map of num_fields entries, its "type" tag and "block_hashes".
+void put_block_event(std::string& out, const char* type, size_t num_fields, const std::vector<uint64_t>& hashes) {
+  put_map(out, num_fields);
+  put_str(out, "type");
+  put_str(out, type);
+  put_str(out, "block_hashes");
+  put_array(out, hashes.size());
+  for (uint64_t h : hashes) put_uint(out, h);
+}
+
+}  // namespace
+
 void KvEventBatchEncoder::stored(std::span<const int32_t> path, size_t node_begin) {
   const BlockHashes bh = kv_block_hashes(path, node_begin, block_size_);
-  put_map(events_, 8);
-  put_str(events_, "type");
-  put_str(events_, "BlockStored");
-  put_str(events_, "block_hashes");
-  put_array(events_, bh.hashes.size());
-  for (uint64_t h : bh.hashes) put_uint(events_, h);
+  put_block_event(events_, "BlockStored", 8, bh.hashes);
   put_str(events_, "parent_block_hash");
   if (node_begin == 0) {
     put_nil(events_);
@@ -132,13 +141,7 @@ void KvEventBatchEncoder::stored(std::span<const int32_t> path, size_t node_begi
 }
 
 void KvEventBatchEncoder::removed(std::span<const int32_t> path, size_t node_begin) {
-  const BlockHashes bh = kv_block_hashes(path, node_begin, block_size_);
-  put_map(events_, 3);
-  put_str(events_, "type");
-  put_str(events_, "BlockRemoved");
-  put_str(events_, "block_hashes");
-  put_array(events_, bh.hashes.size());
-  for (uint64_t h : bh.hashes) put_uint(events_, h);
+  put_block_event(events_, "BlockRemoved", 3, kv_block_hashes(path, node_begin, block_size_).hashes);
   put_str(events_, "medium");
   put_str(events_, "GPU");
   ++num_events_;

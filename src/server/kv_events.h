@@ -16,7 +16,8 @@
 //    "token_ids": [int...], "block_size": page_size, "lora_id": nil, "medium": "GPU", "lora_name": nil}
 //   {"type": "BlockRemoved", "block_hashes": [u64...], "medium": "GPU"}
 //   {"type": "AllBlocksCleared"}
-// ("GPU" names the engine's own KV pool tier, as vLLM names it, also when that pool is in host memory
+// Eviction and /flush_cache (which evicts everything) send BlockRemoved; a cache reset sends
+// AllBlocksCleared. ("GPU" names the engine's own KV pool tier, as vLLM names it, also when that pool is in host memory
 // on a CPU server.) Replay (a ROUTER socket): a request [identity, "", start_seq (8 bytes BE)] gets
 // [identity, "", seq, payload] for every kept batch with seq >= start_seq, then
 // [identity, "", -1 (8 bytes), ""]. The last 10,000 batches are kept.

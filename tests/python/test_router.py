@@ -166,6 +166,24 @@ def test_distinct_prompts_spread_over_the_workers(workers, router):
     assert all(n >= 2 for n, _, _ in d), d
 
 
+def test_router_reads_the_worker_routes(workers, router):
+    # The router's load view comes from each worker's /get_load (-1 when it cannot parse it).
+    status, loads = http(router.url + "/get_loads")
+    assert status == 200 and len(loads["workers"]) == 3, loads
+    assert all(w["load"] >= 0 for w in loads["workers"]), loads
+    status, info = http(router.url + "/get_model_info")
+    assert status == 200 and info["model_path"] == MODEL and info["is_generation"] is True, info
+    status, flushed = http(router.url + "/flush_cache", {})
+    assert status == 200 and flushed["workers_flushed"] == 3, flushed
+    for w in workers:
+        status, load = w.get("/get_load")
+        assert status == 200 and set(load[0]) == {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"}, load
+        status, body = w.get("/health_generate")
+        assert status == 200 and len(body["output_ids"]) == 1, body
+        status, info = w.get("/get_server_info")
+        assert status == 200 and info["served_model_name"] == MODEL and info["dp_size"] == 1, info
+
+
 def test_fleet_hit_rate_matches_one_server(workers, router):
     prompts = shared_prefix_workload(seed=1)
     for w in workers:
