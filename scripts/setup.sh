@@ -19,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 debs=(build-essential cmake ninja-build pkg-config git python3 python3-venv
       libopenblas-dev nlohmann-json3-dev libboost-dev libpcre2-dev libcli11-dev
-      libsentencepiece-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
+      libsentencepiece-dev libzmq3-dev cppzmq-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev zlib1g-dev
       clang-format chromium chromium-driver)
 missing=()
 for d in "${debs[@]}"; do

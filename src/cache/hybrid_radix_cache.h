@@ -55,6 +55,7 @@ class HybridRadixCache final : public PrefixCache {
   std::vector<int32_t> evict(int64_t num_tokens) override;
   std::vector<int32_t> evict_mamba(int64_t num_snapshots) override;
   std::vector<int32_t> reset() override;
+  void set_observer(CacheEventObserver* observer) override { tree_.set_observer(observer); }
   int64_t evictable_size() const override { return tree_.evictable_size(); }
   int64_t protected_size() const override { return tree_.protected_size(); }
   int32_t mamba_align() const override { return align_; }

@@ -54,6 +54,8 @@
 
 namespace rlm {
 
+class CacheEventObserver;
+
 // Names a cached prefix: the tree node where it ends and its length in tokens. Valid until the
 // node is evicted or the cache is reset; a locked handle stays valid (node splits keep it).
 // The default handle (length 0) is the empty prefix and is always valid.
@@ -135,6 +137,10 @@ class PrefixCache {
     return {};
   }
   virtual int64_t mamba_size() const { return 0; }  // snapshots held
+
+  // Reports every change of what is cached to `observer` (cache_events.h); null stops it. Caches
+  // that cache nothing (naive) report nothing. Not owned.
+  virtual void set_observer(CacheEventObserver* observer) { (void)observer; }
 
   // Checks every structural invariant; a failure names the first broken one.
   virtual Status check_integrity() const = 0;

@@ -68,6 +68,7 @@ class RadixCache final : public PrefixCache {
   void unlock(const CacheHandle& handle) override { tree_.unlock(handle); }
   std::vector<int32_t> evict(int64_t num_tokens) override;
   std::vector<int32_t> reset() override;
+  void set_observer(CacheEventObserver* observer) override { tree_.set_observer(observer); }
   int64_t evictable_size() const override { return tree_.evictable_size(); }
   int64_t protected_size() const override { return tree_.protected_size(); }
   Status check_integrity() const override;

@@ -143,7 +143,22 @@ int32_t RadixTreeBase::add_leaf(int32_t parent, std::span<const int32_t> key, ui
   leaf.last_access = tick;
   at(parent).children.emplace(first_page_hash(id), id);
   evictable_size_ += static_cast<int64_t>(key.size());
+  if (observer_ != nullptr) {
+    const std::vector<int32_t> path = path_tokens(id);
+    observer_->on_stored(path, path.size() - key.size());
+  }
   return id;
+}
+
+std::vector<int32_t> RadixTreeBase::path_tokens(int32_t id) const {
+  std::vector<int32_t> path(static_cast<size_t>(depth(id)));
+  size_t end = path.size();
+  for (int32_t n = id; n != kRoot; n = at(n).parent) {
+    const std::vector<int32_t>& key = at(n).key;
+    end -= key.size();
+    std::copy(key.begin(), key.end(), path.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+  return path;
 }
 
 void RadixTreeBase::check_handle(const CacheHandle& handle, const char* op) const {
@@ -184,6 +199,10 @@ void RadixTreeBase::unlock(const CacheHandle& handle) {
 
 void RadixTreeBase::remove_leaf(int32_t id) {
   RLM_DCHECK(id != kRoot && is_live(id) && is_leaf(id) && at(id).lock_ref == 0);
+  if (observer_ != nullptr) {
+    const std::vector<int32_t> path = path_tokens(id);
+    observer_->on_removed(path, path.size() - at(id).key.size());
+  }
   evictable_size_ -= static_cast<int64_t>(at(id).key.size());
   remove_child(at(id).parent, id);
   free_node(id);
@@ -212,6 +231,7 @@ int64_t RadixTreeBase::evict_lru(int64_t num_tokens, const std::function<void(in
 
 void RadixTreeBase::clear(const std::function<void(int32_t id)>& on_remove, const char* op) {
   RLM_CHECK_EQ(protected_size_, 0) << name_ << "::" << op << " while requests hold locked prefixes";
+  if (observer_ != nullptr) observer_->on_cleared();
   for_each_node([&](int32_t id) {
     on_remove(id);
     free_node(id);

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/cache_events.h"
 #include "cache/prefix_cache.h"
 #include "core/status.h"
 
@@ -162,6 +163,13 @@ class RadixTreeBase {
   // `op`). on_remove(id) runs for each node first.
   void clear(const std::function<void(int32_t id)>& on_remove, const char* op);
 
+  // ---- observer ----
+  // Told of every leaf added (add_leaf), every leaf removed (remove_leaf, evict_lru) and every
+  // clear(); null (the default) tells no one. Not owned; must outlive the tree or be unset.
+  void set_observer(CacheEventObserver* observer) { observer_ = observer; }
+  // The tokens from the root to the end of id.
+  std::vector<int32_t> path_tokens(int32_t id) const;
+
   // ---- checks and dumps ----
   // Every structural invariant: root, parent/child links and first-page keys, page multiples, lock
   // sums, LRU order, arena and free list, reachability, the two size counters. A failure names the
@@ -218,6 +226,7 @@ class RadixTreeBase {
   int64_t evictable_size_ = 0;
   int64_t protected_size_ = 0;
   uint64_t clock_ = 0;
+  CacheEventObserver* observer_ = nullptr;
 };
 
 template <typename Payload>

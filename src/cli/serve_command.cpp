@@ -9,6 +9,7 @@
 #include "cli/http_flags.h"
 #include "server/engine_builder.h"
 #include "server/http_server.h"
+#include "server/kv_events.h"
 
 namespace rlm::cli {
 
@@ -27,6 +28,7 @@ struct ServeArgs {
   int port = 8000;
   std::string api_key;
   int64_t shutdown_timeout_s = 30;
+  std::string kv_events_endpoint, kv_events_replay_endpoint, kv_events_topic;
   HttpServerConfig http;
 
   ServeArgs() { engine.cpu_total_tokens = 32768; }  // the CPU pool when --max-total-tokens is not given
@@ -36,6 +38,19 @@ int run_serve(const ServeArgs& a) {
   if (Status st = a.engine.validate(); !st.is_ok()) {
     std::fprintf(stderr, "radixlm serve: %s\n", st.message().c_str());
     return 2;
+  }
+  std::unique_ptr<KvEventPublisher> kv_events;  // outlives the engine and its scheduler thread
+  if (!a.kv_events_endpoint.empty()) {
+    auto started = KvEventPublisher::start({a.kv_events_endpoint, a.kv_events_replay_endpoint, a.kv_events_topic,
+                                            static_cast<int32_t>(a.engine.page_size)});
+    if (!started.is_ok()) {
+      std::fprintf(stderr, "radixlm serve: %s\n", started.status().message().c_str());
+      return 1;
+    }
+    kv_events = std::move(started).value();
+    std::printf("radixlm: KV events on %s%s%s (topic '%s', blocks of %lld tokens)\n", a.kv_events_endpoint.c_str(),
+                a.kv_events_replay_endpoint.empty() ? "" : ", replay on ", a.kv_events_replay_endpoint.c_str(),
+                a.kv_events_topic.c_str(), static_cast<long long>(a.engine.page_size));
   }
   auto files = load_engine_files(a.engine, TokenizerUse::kRequired);
   if (!files.is_ok()) {
@@ -55,6 +70,7 @@ int run_serve(const ServeArgs& a) {
   if (const auto& plan = engine.runner().memory_plan()) std::printf("radixlm: memory: %s\n", plan->describe().c_str());
   std::printf("radixlm: limits: %s\n", engine.describe_limits().c_str());
   const std::string device = engine.runner().config().device.to_string();
+  if (kv_events) engine.scheduler().set_cache_observer(kv_events.get());
   engine.start();
 
   HttpServerConfig hc = a.http;
@@ -118,6 +134,13 @@ void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>&
   s->add_option("--port", a->port, "Port (0: any free port)")->check(CLI::Range(0, 65535));
   s->add_option("--api-key", a->api_key, "Require 'Authorization: Bearer KEY'");
   s->add_option("--shutdown-timeout", a->shutdown_timeout_s, "Seconds to drain on SIGINT/SIGTERM");
+  s->add_option("--kv-events-endpoint", a->kv_events_endpoint,
+                "Publish the prefix cache's KV events (vLLM's format, ZeroMQ PUB) on this endpoint, e.g. tcp://*:5557");
+  s->add_option("--kv-events-replay-endpoint", a->kv_events_replay_endpoint,
+                "ZeroMQ ROUTER endpoint answering replays of recent KV event batches, e.g. tcp://*:5558")
+      ->needs("--kv-events-endpoint");
+  s->add_option("--kv-events-topic", a->kv_events_topic, "Topic frame of every KV event message")
+      ->needs("--kv-events-endpoint");
   add_http_flags(s, a->http);
   out.emplace_back(s, [a] { return run_serve(*a); });
 }

@@ -1,10 +1,40 @@
 #include "scheduler/metrics.h"
 
+#include <algorithm>
 #include <sstream>
+
+#include "core/check.h"
 
 namespace rlm {
 
-Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+const std::vector<double> LatencyBuckets::kTtft = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25,
+                                                   0.5,   0.75,  1.0,  2.5,  5.0,  7.5,  10.0, 20.0};
+const std::vector<double> LatencyBuckets::kItl = {0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+                                                  0.075, 0.1,   0.15, 0.2,   0.3,  0.4,   0.5,  1.0};
+const std::vector<double> LatencyBuckets::kE2e = {0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0};
+// vLLM v1's buckets (vllm/v1/metrics/loggers.py) for the vllm:* histograms.
+const std::vector<double> LatencyBuckets::kVllmTtft = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,
+                                                       0.25,  0.5,   0.75, 1.0,  2.5,  5.0,  7.5,  10.0,
+                                                       20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};
+const std::vector<double> LatencyBuckets::kVllmItl = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                                      0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> LatencyBuckets::kVllmE2e = {0.3,  0.5,  0.8,   1.0,   1.5,   2.0,   2.5,
+                                                      5.0,  10.0, 15.0,  20.0,  30.0,  40.0,  50.0,
+                                                      60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {
+  RLM_CHECK(std::is_sorted(bounds_.begin(), bounds_.end()) &&
+            std::adjacent_find(bounds_.begin(), bounds_.end()) == bounds_.end())
+      << "histogram bounds must be strictly increasing";
+}
+
+std::vector<double> Histogram::merged(std::initializer_list<std::vector<double>> lists) {
+  std::vector<double> out;
+  for (const auto& l : lists) out.insert(out.end(), l.begin(), l.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
 
 void Histogram::observe(double v) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -20,18 +50,30 @@ uint64_t Histogram::count() const {
   return n_;
 }
 
-std::string Histogram::render(const std::string& name, const std::string& help) const {
+double Histogram::sum() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sum_;
+}
+
+std::string Histogram::render(const std::string& name, const std::string& help, const std::string& labels,
+                              const std::vector<double>& bounds) const {
+  const std::vector<double>& shown = bounds.empty() ? bounds_ : bounds;
+  const std::string sep = labels.empty() ? "" : ",";
+  const std::string braces = labels.empty() ? "" : "{" + labels + "}";
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream os;
   os << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
   uint64_t cum = 0;
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    cum += counts_[i];
-    os << name << "_bucket{le=\"" << bounds_[i] << "\"} " << cum << "\n";
+  size_t i = 0;  // next own bucket to add
+  for (double b : shown) {
+    const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), b);
+    RLM_CHECK(it != bounds_.end() && *it == b) << "bucket " << b << " is not a bound of " << name;
+    for (const size_t end = static_cast<size_t>(it - bounds_.begin()); i <= end; ++i) cum += counts_[i];
+    os << name << "_bucket{" << labels << sep << "le=\"" << b << "\"} " << cum << "\n";
   }
-  cum += counts_.back();
-  os << name << "_bucket{le=\"+Inf\"} " << cum << "\n";
-  os << name << "_sum " << sum_ << "\n" << name << "_count " << n_ << "\n";
+  for (; i < counts_.size(); ++i) cum += counts_[i];
+  os << name << "_bucket{" << labels << sep << "le=\"+Inf\"} " << cum << "\n";
+  os << name << "_sum" << braces << " " << sum_ << "\n" << name << "_count" << braces << " " << n_ << "\n";
   return os.str();
 }
 
@@ -110,6 +152,12 @@ int64_t ServingMetrics::cached_tokens() const {
   return cached_tokens_;
 }
 
+MetricsCounters ServingMetrics::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {prompt_tokens_,   cached_tokens_,  generation_tokens_, prefill_computed_,
+          retractions_,     finished_stop_,  finished_length_,   finished_abort_};
+}
+
 std::string ServingMetrics::render_prometheus() const {
   std::ostringstream os;
   {
@@ -155,9 +203,10 @@ std::string ServingMetrics::render_prometheus() const {
        << "radixlm_requests_finished_total{reason=\"length\"} " << finished_length_ << "\n"
        << "radixlm_requests_finished_total{reason=\"abort\"} " << finished_abort_ << "\n";
   }
-  os << ttft.render("radixlm_time_to_first_token_seconds", "Time to first token");
-  os << itl.render("radixlm_inter_token_latency_seconds", "Time between consecutive output tokens");
-  os << e2e.render("radixlm_e2e_request_latency_seconds", "Arrival to finish");
+  os << ttft.render("radixlm_time_to_first_token_seconds", "Time to first token", "", LatencyBuckets::kTtft);
+  os << itl.render("radixlm_inter_token_latency_seconds", "Time between consecutive output tokens", "",
+                   LatencyBuckets::kItl);
+  os << e2e.render("radixlm_e2e_request_latency_seconds", "Arrival to finish", "", LatencyBuckets::kE2e);
   return os.str();
 }
 

@@ -1,21 +1,32 @@
 // Serving metrics recorded by the scheduler thread and read by /metrics: counters, gauges and
-// latency histograms (Prometheus cumulative-bucket semantics). Thread-safe.
+// latency histograms (Prometheus cumulative-bucket semantics). Thread-safe. /metrics renders them
+// twice: under radixlm's own names and under vLLM's (`vllm:*`, server/vllm_metrics.h).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <vector>
 
 namespace rlm {
 
+// Counts observations in the buckets of `bounds`; rendered with those bounds or any subset of them
+// (a subset's cumulative counts are exact), so one histogram serves two naming schemes whose
+// bucket lists differ: construct it with their union.
 class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
+  // The sorted union of several bucket lists.
+  static std::vector<double> merged(std::initializer_list<std::vector<double>> lists);
   void observe(double v);
-  // Prometheus text lines for `name` (buckets, +Inf, sum, count).
-  std::string render(const std::string& name, const std::string& help) const;
+  // Prometheus text lines for `name` (buckets, +Inf, sum, count). `labels` (`a="x",b="y"` or
+  // empty) go on every line; `bounds` (each one of the histogram's own; all of them when empty)
+  // are the `le` buckets shown.
+  std::string render(const std::string& name, const std::string& help, const std::string& labels = "",
+                     const std::vector<double>& bounds = {}) const;
   uint64_t count() const;
+  double sum() const;
 
  private:
   mutable std::mutex mu_;
@@ -35,12 +46,28 @@ struct SchedulerGauges {
   int64_t cache_evictable = 0;
 };
 
+// The counters, read together under one lock.
+struct MetricsCounters {
+  int64_t prompt_tokens = 0;      // prompt tokens of admitted requests
+  int64_t cached_tokens = 0;      // of those, served from the prefix cache
+  int64_t generation_tokens = 0;
+  int64_t prefill_computed = 0;
+  int64_t retractions = 0;
+  int64_t finished_stop = 0, finished_length = 0, finished_abort = 0;
+};
+
+// Bucket bounds of the latency histograms under radixlm's names and under vLLM's.
+struct LatencyBuckets {
+  static const std::vector<double> kTtft, kItl, kE2e;              // radixlm_*
+  static const std::vector<double> kVllmTtft, kVllmItl, kVllmE2e;  // vllm:* (vLLM's own lists)
+};
+
 class ServingMetrics {
  public:
   ServingMetrics();
-  Histogram ttft{{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0}};
-  Histogram itl{{0.001, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 1.0}};
-  Histogram e2e{{0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0}};
+  Histogram ttft{Histogram::merged({LatencyBuckets::kTtft, LatencyBuckets::kVllmTtft})};
+  Histogram itl{Histogram::merged({LatencyBuckets::kItl, LatencyBuckets::kVllmItl})};
+  Histogram e2e{Histogram::merged({LatencyBuckets::kE2e, LatencyBuckets::kVllmE2e})};
 
   void add_prompt_tokens(int64_t total, int64_t cached);
   void add_generation_tokens(int64_t n);
@@ -56,6 +83,7 @@ class ServingMetrics {
   SchedulerGauges gauges() const;
   int64_t retractions() const;
   int64_t cached_tokens() const;
+  MetricsCounters counters() const;
   int64_t overlapped_decode_steps() const;
   int64_t sequential_decode_steps() const;
   std::string render_prometheus() const;

@@ -73,6 +73,8 @@ class Scheduler {
   // Allocator, cache and requests account for every page; the cache's own invariants hold.
   Status check_integrity() const;
   const PrefixCache& cache() const { return kv_.cache(); }
+  // Reports the prefix cache's changes to observer (cache_events.h); call before start().
+  void set_cache_observer(CacheEventObserver* observer) { kv_.cache().set_observer(observer); }
   int64_t num_free_pages() const { return kv_.num_free_pages(); }
   int64_t num_free_mamba_slots() const { return kv_.hybrid() ? kv_.hybrid()->num_free() : 0; }
   int64_t mamba_evictions() const { return kv_.hybrid() ? kv_.hybrid()->evictions() : 0; }

@@ -8,6 +8,8 @@
 #include "core/json.h"
 #include "server/api_key.h"
 #include "server/chat_page.h"
+#include "server/vllm_metrics.h"
+#include "server/worker_routes.h"
 
 namespace rlm {
 
@@ -132,12 +134,14 @@ void ApiRoutes::install(HttpRouter& router) {
   router.add("GET", "/metrics", answer([this] {
                HttpResponse r;
                r.content_type = "text/plain; version=0.0.4";
-               r.body = engine_.metrics().render_prometheus();
+               r.body = engine_.metrics().render_prometheus() + render_vllm_metrics(engine_.metrics(), model_names_[0]);
                return r;
              }), /*open=*/true);
   router.add("POST", "/abort_request", with_json_body([this](const auto& ex, const ojson& b) { handle_abort(ex, b); }));
   router.add("GET", "/debug/kv", answer([this] { return debug_kv(); }));
   router.add("POST", "/flush_cache", [this](const std::shared_ptr<HttpExchange>& ex) { handle_flush(ex); });
+  // What routers and gateways ask of a worker (sglang-router, vllm-router).
+  install_worker_routes(router, engine_, generation_, model_names_);
   // The chat page is an open route: the page itself holds no data, its requests carry the key.
   router.add("GET", "/", answer([] { return HttpResponse{200, "text/html; charset=utf-8", chat_page_html(), {}}; }),
              /*open=*/true);
