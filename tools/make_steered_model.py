@@ -30,18 +30,7 @@ import numpy as np
 import tokenizers
 from safetensors.numpy import save_file
 
-
-def bytes_to_unicode():
-    """GPT-2's byte <-> printable character table used by byte-level BPE vocabularies."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+from make_tokenizer_fixtures import bytes_to_unicode  # GPT-2's byte <-> character table
 
 
 def piece_texts(spec, tok):

@@ -98,6 +98,15 @@ std::string python_json_dumps(const nlohmann::ordered_json& v) {
   return scalar(v);
 }
 
+bool fail_request(ApiError* err, const std::string& param, const std::string& msg) {
+  *err = ApiError::bad_request(msg, param);
+  return false;
+}
+
+std::string type_field(const nlohmann::ordered_json& v) {
+  return v.is_object() && v.contains("type") && v["type"].is_string() ? v["type"].get<std::string>() : "";
+}
+
 std::string sse_event(std::string_view name, const nlohmann::ordered_json& data) {
   return str("event: ", name, "\ndata: ", data.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
              "\n\n");

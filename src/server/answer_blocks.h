@@ -63,6 +63,11 @@ nlohmann::ordered_json call_arguments_object(const std::string& arguments);
 // renders through the chat template like the same call sent to /v1/chat/completions.
 std::string python_json_dumps(const nlohmann::ordered_json& v);
 
+// Shared by the Messages and Responses request readers: sets *err to a 400 naming `param` and
+// returns false; the "type" string of an object ("" when there is none).
+bool fail_request(ApiError* err, const std::string& param, const std::string& msg);
+std::string type_field(const nlohmann::ordered_json& v);
+
 // One Server-Sent Event with an event name ("event: NAME\ndata: JSON\n\n").
 std::string sse_event(std::string_view name, const nlohmann::ordered_json& data);
 

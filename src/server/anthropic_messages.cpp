@@ -9,15 +9,6 @@ namespace rlm {
 
 namespace {
 
-bool fail(ApiError* err, const std::string& param, const std::string& msg) {
-  *err = ApiError::bad_request(msg, param);
-  return false;
-}
-
-std::string block_type(const ojson& b) {
-  return b.is_object() && b.contains("type") && b["type"].is_string() ? b["type"].get<std::string>() : "";
-}
-
 // Text of a string or of an array of text blocks (joined); false when it is neither.
 bool text_of(const ojson& v, std::string* out) {
   if (v.is_string()) {
@@ -27,7 +18,7 @@ bool text_of(const ojson& v, std::string* out) {
   if (!v.is_array()) return false;
   out->clear();
   for (const ojson& b : v) {
-    if (block_type(b) != "text" || !b.contains("text") || !b["text"].is_string()) return false;
+    if (type_field(b) != "text" || !b.contains("text") || !b["text"].is_string()) return false;
     if (!out->empty()) *out += "\n";
     *out += b["text"].get<std::string>();
   }
@@ -39,14 +30,14 @@ bool text_of(const ojson& v, std::string* out) {
 bool convert_message(const ojson& m, size_t i, ojson* out, ApiError* err) {
   const std::string where = str("messages[", i, "]");
   if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-    return fail(err, "messages", str("'", where, "' must be an object with a string 'role'"));
+    return fail_request(err, "messages", str("'", where, "' must be an object with a string 'role'"));
   }
   const std::string role = m["role"].get<std::string>();
   if (role != "user" && role != "assistant") {
-    return fail(err, "messages", str("'", where, ".role' must be \"user\" or \"assistant\""));
+    return fail_request(err, "messages", str("'", where, ".role' must be \"user\" or \"assistant\""));
   }
   if (!m.contains("content") || (!m["content"].is_string() && !m["content"].is_array())) {
-    return fail(err, "messages", str("'", where, ".content' must be a string or an array of content blocks"));
+    return fail_request(err, "messages", str("'", where, ".content' must be a string or an array of content blocks"));
   }
   if (m["content"].is_string()) {
     out->push_back({{"role", role}, {"content", m["content"]}});
@@ -56,14 +47,14 @@ bool convert_message(const ojson& m, size_t i, ojson* out, ApiError* err) {
   bool has_text = false;
   ojson calls = ojson::array();
   for (const ojson& b : m["content"]) {
-    const std::string type = block_type(b);
+    const std::string type = type_field(b);
     if (type == "text" && b.contains("text") && b["text"].is_string()) {
       text += b["text"].get<std::string>();
       has_text = true;
     } else if (type == "tool_use" && role == "assistant") {
       if (!b.contains("id") || !b["id"].is_string() || !b.contains("name") || !b["name"].is_string() ||
           (b.contains("input") && !b["input"].is_object())) {
-        return fail(err, "messages", str("'", where, "' tool_use blocks need a string 'id' and 'name' and an object 'input'"));
+        return fail_request(err, "messages", str("'", where, "' tool_use blocks need a string 'id' and 'name' and an object 'input'"));
       }
       const ojson input = b.contains("input") ? b["input"] : ojson::object();
       calls.push_back({{"id", b["id"]},
@@ -71,17 +62,17 @@ bool convert_message(const ojson& m, size_t i, ojson* out, ApiError* err) {
                        {"function", {{"name", b["name"]}, {"arguments", python_json_dumps(input)}}}});
     } else if (type == "tool_result" && role == "user") {
       if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) {
-        return fail(err, "messages", str("'", where, "' tool_result blocks need a string 'tool_use_id'"));
+        return fail_request(err, "messages", str("'", where, "' tool_result blocks need a string 'tool_use_id'"));
       }
       std::string result;
       if (b.contains("content") && !b["content"].is_null() && !text_of(b["content"], &result)) {
-        return fail(err, "messages", str("'", where, "' tool_result content must be a string or text blocks"));
+        return fail_request(err, "messages", str("'", where, "' tool_result content must be a string or text blocks"));
       }
       out->push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", result}});
     } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
       continue;  // earlier reasoning: chat templates leave it out of the prompt too
     } else {
-      return fail(err, "messages",
+      return fail_request(err, "messages",
                   str("'", where, "' has a content block of type '", type, "', which is not supported (text, ",
                       role == "user" ? "tool_result" : "tool_use, thinking", ")"));
     }
@@ -99,20 +90,20 @@ bool convert_message(const ojson& m, size_t i, ojson* out, ApiError* err) {
 
 // tools: [{"name", "description", "input_schema"}] as chat tools.
 bool convert_tools(const ojson& tools, ojson* out, ApiError* err) {
-  if (!tools.is_array()) return fail(err, "tools", "'tools' must be an array");
+  if (!tools.is_array()) return fail_request(err, "tools", "'tools' must be an array");
   *out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& t = tools[i];
-    const std::string type = block_type(t);
+    const std::string type = type_field(t);
     if (!t.is_object() || (!type.empty() && type != "custom")) {
-      return fail(err, "tools", str("'tools[", i, "]' must be a custom tool {\"name\", \"input_schema\"}; server tools (",
+      return fail_request(err, "tools", str("'tools[", i, "]' must be a custom tool {\"name\", \"input_schema\"}; server tools (",
                                     type, ") are not supported"));
     }
     if (!t.contains("name") || !t["name"].is_string() || t["name"].get_ref<const std::string&>().empty()) {
-      return fail(err, "tools", str("'tools[", i, "].name' must be a non-empty string"));
+      return fail_request(err, "tools", str("'tools[", i, "].name' must be a non-empty string"));
     }
     if (!t.contains("input_schema") || !t["input_schema"].is_object()) {
-      return fail(err, "tools", str("'tools[", i, "].input_schema' must be an object (a JSON schema)"));
+      return fail_request(err, "tools", str("'tools[", i, "].input_schema' must be an object (a JSON schema)"));
     }
     ojson fn = {{"name", t["name"]}};
     if (t.contains("description") && t["description"].is_string()) fn["description"] = t["description"];
@@ -124,7 +115,7 @@ bool convert_tools(const ojson& tools, ojson* out, ApiError* err) {
 
 // tool_choice {"type": auto|any|tool|none, "name", "disable_parallel_tool_use"} in chat terms.
 bool convert_tool_choice(const ojson& tc, ojson* chat, ApiError* err) {
-  const std::string type = block_type(tc);
+  const std::string type = type_field(tc);
   if (type == "auto" || type == "none") {
     (*chat)["tool_choice"] = type;
   } else if (type == "any") {
@@ -132,7 +123,7 @@ bool convert_tool_choice(const ojson& tc, ojson* chat, ApiError* err) {
   } else if (type == "tool" && tc.contains("name") && tc["name"].is_string()) {
     (*chat)["tool_choice"] = {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
   } else {
-    return fail(err, "tool_choice",
+    return fail_request(err, "tool_choice",
                 "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, {\"type\": \"none\"} or "
                 "{\"type\": \"tool\", \"name\": ...}");
   }
@@ -254,7 +245,7 @@ class MessagesFormat : public ChatAnswerFormat, private BlockEvents {
 
 std::optional<ParsedRequest> parse_messages_request(const ojson& body, bool count_only, ApiError* err) {
   if (!body.is_object()) {
-    fail(err, "", "the request body must be a JSON object");
+    fail_request(err, "", "the request body must be a JSON object");
     return std::nullopt;
   }
   static const std::set<std::string> known = {"model", "messages", "system", "max_tokens", "stop_sequences",
@@ -270,14 +261,14 @@ std::optional<ParsedRequest> parse_messages_request(const ojson& body, bool coun
   }
   if (!count_only) {
     if (!body.contains("max_tokens") || body["max_tokens"].is_null()) {
-      fail(err, "max_tokens", "'max_tokens' is required");
+      fail_request(err, "max_tokens", "'max_tokens' is required");
       return std::nullopt;
     }
     chat["max_tokens"] = body["max_tokens"];
   }
   if (body.contains("stop_sequences") && !body["stop_sequences"].is_null()) {
     if (!body["stop_sequences"].is_array()) {
-      fail(err, "stop_sequences", "'stop_sequences' must be an array of strings");
+      fail_request(err, "stop_sequences", "'stop_sequences' must be an array of strings");
       return std::nullopt;
     }
     if (!body["stop_sequences"].empty()) chat["stop"] = body["stop_sequences"];
@@ -286,13 +277,13 @@ std::optional<ParsedRequest> parse_messages_request(const ojson& body, bool coun
   if (body.contains("system") && !body["system"].is_null()) {
     std::string system;
     if (!text_of(body["system"], &system)) {
-      fail(err, "system", "'system' must be a string or an array of text blocks");
+      fail_request(err, "system", "'system' must be a string or an array of text blocks");
       return std::nullopt;
     }
     messages.push_back({{"role", "system"}, {"content", system}});
   }
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
-    fail(err, "messages", "'messages' must be a non-empty array");
+    fail_request(err, "messages", "'messages' must be a non-empty array");
     return std::nullopt;
   }
   for (size_t i = 0; i < body["messages"].size(); ++i) {
@@ -309,9 +300,9 @@ std::optional<ParsedRequest> parse_messages_request(const ojson& body, bool coun
     return std::nullopt;
   }
   if (body.contains("thinking") && !body["thinking"].is_null()) {
-    const std::string type = block_type(body["thinking"]);
+    const std::string type = type_field(body["thinking"]);
     if (type != "enabled" && type != "disabled") {
-      fail(err, "thinking", "'thinking' must be {\"type\": \"enabled\", ...} or {\"type\": \"disabled\"}");
+      fail_request(err, "thinking", "'thinking' must be {\"type\": \"enabled\", ...} or {\"type\": \"disabled\"}");
       return std::nullopt;
     }
     chat["chat_template_kwargs"] = {{"enable_thinking", type == "enabled"}};

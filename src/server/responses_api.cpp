@@ -11,15 +11,6 @@ namespace rlm {
 
 namespace {
 
-bool fail(ApiError* err, const std::string& param, const std::string& msg) {
-  *err = ApiError::bad_request(msg, param);
-  return false;
-}
-
-std::string type_of(const ojson& v) {
-  return v.is_object() && v.contains("type") && v["type"].is_string() ? v["type"].get<std::string>() : "";
-}
-
 // A message item's content: a string, or input_text / output_text parts (joined).
 bool content_text(const ojson& c, std::string* out) {
   if (c.is_string()) {
@@ -28,7 +19,7 @@ bool content_text(const ojson& c, std::string* out) {
   }
   if (!c.is_array()) return false;
   for (const ojson& part : c) {
-    const std::string t = type_of(part);
+    const std::string t = type_field(part);
     if ((t != "input_text" && t != "output_text" && t != "text") || !part.contains("text") || !part["text"].is_string()) {
       return false;
     }
@@ -43,29 +34,29 @@ bool convert_input(const ojson& input, ojson* messages, ApiError* err) {
     messages->push_back({{"role", "user"}, {"content", input}});
     return true;
   }
-  if (!input.is_array() || input.empty()) return fail(err, "input", "'input' must be a string or a non-empty array of items");
+  if (!input.is_array() || input.empty()) return fail_request(err, "input", "'input' must be a string or a non-empty array of items");
   bool open_calls = false;  // the last message is an assistant message made of function_call items
   for (size_t i = 0; i < input.size(); ++i) {
     const ojson& item = input[i];
     const std::string where = str("input[", i, "]");
-    std::string type = type_of(item);
+    std::string type = type_field(item);
     if (type.empty() && item.is_object() && item.contains("role")) type = "message";
     if (type == "message") {
       if (!item.contains("role") || !item["role"].is_string()) {
-        return fail(err, "input", str("'", where, ".role' must be a string"));
+        return fail_request(err, "input", str("'", where, ".role' must be a string"));
       }
       std::string role = item["role"].get<std::string>();
       if (role == "developer") role = "system";
       std::string text;
       if (!item.contains("content") || !content_text(item["content"], &text)) {
-        return fail(err, "input", str("'", where, ".content' must be a string or input_text / output_text parts"));
+        return fail_request(err, "input", str("'", where, ".content' must be a string or input_text / output_text parts"));
       }
       messages->push_back({{"role", role}, {"content", text}});
       open_calls = false;
     } else if (type == "function_call") {
       for (const char* k : {"call_id", "name", "arguments"}) {
         if (!item.contains(k) || !item[k].is_string()) {
-          return fail(err, "input", str("'", where, ".", k, "' must be a string"));
+          return fail_request(err, "input", str("'", where, ".", k, "' must be a string"));
         }
       }
       ojson call = {{"id", item["call_id"]},
@@ -81,14 +72,14 @@ bool convert_input(const ojson& input, ojson* messages, ApiError* err) {
       std::string output;
       if (!item.contains("call_id") || !item["call_id"].is_string() || !item.contains("output") ||
           !content_text(item["output"], &output)) {
-        return fail(err, "input", str("'", where, "' needs a string 'call_id' and an 'output' string or text parts"));
+        return fail_request(err, "input", str("'", where, "' needs a string 'call_id' and an 'output' string or text parts"));
       }
       messages->push_back({{"role", "tool"}, {"tool_call_id", item["call_id"]}, {"content", output}});
       open_calls = false;
     } else if (type == "reasoning") {
       continue;  // earlier reasoning: chat templates leave it out of the prompt too
     } else {
-      return fail(err, "input", str("'", where, "' is an item of type '", type,
+      return fail_request(err, "input", str("'", where, "' is an item of type '", type,
                                     "', which is not supported (message, function_call, function_call_output)"));
     }
   }
@@ -96,12 +87,12 @@ bool convert_input(const ojson& input, ojson* messages, ApiError* err) {
 }
 
 bool convert_tools(const ojson& tools, ojson* out, ApiError* err) {
-  if (!tools.is_array()) return fail(err, "tools", "'tools' must be an array");
+  if (!tools.is_array()) return fail_request(err, "tools", "'tools' must be an array");
   *out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson& t = tools[i];
-    if (type_of(t) != "function") {
-      return fail(err, "tools", str("'tools[", i, "]' is a tool of type '", type_of(t),
+    if (type_field(t) != "function") {
+      return fail_request(err, "tools", str("'tools[", i, "]' is a tool of type '", type_field(t),
                                     "'; only function tools are supported"));
     }
     ojson fn = ojson::object();
@@ -115,7 +106,7 @@ bool convert_tools(const ojson& tools, ojson* out, ApiError* err) {
 
 // Chat's tool_choice for the Responses one ({"type": "function", "name"} names a function).
 ojson chat_tool_choice(const ojson& tc) {
-  if (type_of(tc) == "function" && tc.contains("name")) return {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
+  if (type_field(tc) == "function" && tc.contains("name")) return {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
   return tc;
 }
 
@@ -297,7 +288,7 @@ class ResponsesFormat : public ChatAnswerFormat, private BlockEvents {
 
 std::optional<ParsedRequest> parse_responses_request(const ojson& body, ApiError* err) {
   if (!body.is_object()) {
-    fail(err, "", "the request body must be a JSON object");
+    fail_request(err, "", "the request body must be a JSON object");
     return std::nullopt;
   }
   static const std::set<std::string> known = {
@@ -310,17 +301,17 @@ std::optional<ParsedRequest> parse_responses_request(const ojson& body, ApiError
   }
   const auto given = [&](const char* k) { return body.contains(k) && !body[k].is_null(); };
   if (given("previous_response_id")) {
-    fail(err, "previous_response_id",
+    fail_request(err, "previous_response_id",
          "'previous_response_id' is not supported: this server does not store responses; send the conversation in "
          "'input'");
     return std::nullopt;
   }
   if (given("background") && body["background"] != false) {
-    fail(err, "background", "'background' responses are not supported");
+    fail_request(err, "background", "'background' responses are not supported");
     return std::nullopt;
   }
   if (given("store") && !body["store"].is_boolean()) {
-    fail(err, "store", "'store' must be a boolean");
+    fail_request(err, "store", "'store' must be a boolean");
     return std::nullopt;
   }
   ojson chat = ojson::object();
@@ -331,13 +322,13 @@ std::optional<ParsedRequest> parse_responses_request(const ojson& body, ApiError
   ojson messages = ojson::array();
   if (given("instructions")) {
     if (!body["instructions"].is_string()) {
-      fail(err, "instructions", "'instructions' must be a string");
+      fail_request(err, "instructions", "'instructions' must be a string");
       return std::nullopt;
     }
     messages.push_back({{"role", "system"}, {"content", body["instructions"]}});
   }
   if (!given("input")) {
-    fail(err, "input", "'input' is required");
+    fail_request(err, "input", "'input' is required");
     return std::nullopt;
   }
   if (!convert_input(body["input"], &messages, err)) return std::nullopt;
@@ -351,12 +342,12 @@ std::optional<ParsedRequest> parse_responses_request(const ojson& body, ApiError
   if (given("text")) {
     const ojson& text = body["text"];
     if (!text.is_object()) {
-      fail(err, "text", "'text' must be an object");
+      fail_request(err, "text", "'text' must be an object");
       return std::nullopt;
     }
     if (text.contains("format") && text["format"].is_object()) {
       ojson rf = text["format"];
-      if (type_of(rf) == "json_schema") {  // chat nests the schema one level down
+      if (type_field(rf) == "json_schema") {  // chat nests the schema one level down
         ojson js = rf;
         js.erase("type");
         rf = {{"type", "json_schema"}, {"json_schema", js}};

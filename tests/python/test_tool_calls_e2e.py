@@ -3,7 +3,8 @@ and vocabularies), tools/make_steered_model.py builds a tiny model whose greedy 
 prompt is one tool call in that family's format; `radixlm serve --tool-call-parser auto` must then
 return that call as structured output through the official clients on every route: chat
 completions (streamed and not), the Responses API and the Anthropic Messages API (streamed and
-not). The expected call is the JSON value the script was given; the server sees only the model.
+not), also after reasoning (a Qwen3 answer that thinks first, read by --reasoning-parser qwen3).
+The expected call is the JSON value the script was given; the server sees only the model.
 Tool results sent back (chat `tool` messages, Responses function_call_output items, Messages
 tool_result blocks) render to the same prompt on every route."""
 import json
@@ -29,6 +30,7 @@ RESPONSES_TOOLS = [{"type": "function", "name": "forecast", "description": "Weat
                     "parameters": TOOL_PARAMS}]
 MESSAGES_TOOLS = [{"name": "forecast", "description": "Weather forecast", "input_schema": TOOL_PARAMS}]
 QUESTION = "What will the weather be in Paris?"
+THOUGHT = "Check the forecast."
 TOK = os.path.join(ROOT, "tests", "data", "tokenizer")
 TEMPLATES = os.path.join(ROOT, "tests", "data", "chat_templates")
 
@@ -40,6 +42,12 @@ FAMILIES = {
                      template=os.path.join(TEMPLATES, "llama3.1.jinja"), prefix="", suffix="",
                      value={"name": "forecast", "parameters": ARGS}, end="<|eot_id|>",
                      avoid="<|start_header_id|>assistant<|end_header_id|>\n\n", bos="<|begin_of_text|>"),
+    # Reasoning first (a --reasoning-parser server): the call after it is still found.
+    "qwen3-thinking": dict(tokenizer=os.path.join(TOK, "generated", "qwen3"),
+                           template=os.path.join(TEMPLATES, "qwen3.jinja"),
+                           prefix="<think>" + THOUGHT + "</think><tool_call>", suffix="</tool_call>",
+                           value={"name": "forecast", "arguments": ARGS}, end="<|im_end|>",
+                           avoid="<|im_start|>assistant\n", bos=None, reasoning="qwen3"),
     "mistral": dict(tokenizer=os.path.join(TOK, "mistral_v1_hf"),
                     template=os.path.join(TEMPLATES, "extra", "mistralai-Mistral-Nemo-Instruct-2407.jinja"),
                     prefix="[TOOL_CALLS]", suffix="", value=[{"name": "forecast", "arguments": ARGS}],
@@ -59,7 +67,8 @@ def family(request, tmp_path_factory):
     if f["bos"]:
         cmd += ["--bos-token", f["bos"]]
     subprocess.run(cmd, check=True)
-    server = Server(str(out), "--tool-call-parser", "auto", "--api-key", KEY, "--served-model-name", "steered")
+    flags = ["--reasoning-parser", f["reasoning"]] if f.get("reasoning") else []
+    server = Server(str(out), "--tool-call-parser", "auto", "--api-key", KEY, "--served-model-name", "steered", *flags)
     yield request.param, server
     assert server.stop() == 0
 
@@ -140,6 +149,28 @@ def test_messages(claude):
     assert final.stop_reason == "tool_use"
     [block] = [b for b in final.content if b.type == "tool_use"]
     assert block.name == "forecast" and block.input == ARGS
+
+
+def test_reasoning_before_the_call(family, oai, claude):
+    if not FAMILIES[family[0]].get("reasoning"):
+        pytest.skip("no reasoning in this family's answer")
+    user = [{"role": "user", "content": QUESTION}]
+    c = oai.chat.completions.create(model="steered", messages=user, tools=CHAT_TOOLS, temperature=0, max_tokens=200)
+    assert c.choices[0].message.model_extra["reasoning_content"] == THOUGHT
+    r = oai.responses.create(model="steered", input=QUESTION, tools=RESPONSES_TOOLS, temperature=0,
+                             max_output_tokens=200)
+    assert [o.type for o in r.output] == ["reasoning", "function_call"]
+    assert r.output[0].content[0].text == THOUGHT and r.usage.output_tokens_details.reasoning_tokens > 0
+    events = list(oai.responses.create(model="steered", input=QUESTION, tools=RESPONSES_TOOLS, temperature=0,
+                                       max_output_tokens=200, stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == THOUGHT
+    m = claude.messages.create(model="steered", max_tokens=200, messages=user, tools=MESSAGES_TOOLS,
+                               extra_body=GREEDY)
+    assert [b.type for b in m.content] == ["thinking", "tool_use"] and m.content[0].thinking == THOUGHT
+    with claude.messages.stream(model="steered", max_tokens=200, messages=user, tools=MESSAGES_TOOLS,
+                                extra_body=GREEDY) as s:
+        final = s.get_final_message()
+    assert [b.type for b in final.content] == ["thinking", "tool_use"] and final.content[0].thinking == THOUGHT
 
 
 def test_wrong_key_is_refused(family):
