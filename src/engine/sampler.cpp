@@ -82,36 +82,54 @@ DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>
       lp_tokens = both.slice(0, 0, num_lp);
       ops::resolve_future_tokens(lp_tokens, both.slice(0, num_lp, 2 * num_lp), s.tokens);
     }
-    s.chosen = Tensor::empty({num_lp}, DType::kF32, dev);
-    s.top_ids = Tensor::empty({num_lp, k}, DType::kI32, dev);
-    s.top_values = Tensor::empty({num_lp, k}, DType::kF32, dev);
-    ops::top_logprobs(logprobs, lp_tokens, s.chosen, s.top_ids, s.top_values);
+    s.logprobs = DeviceLogprobs::queue(logprobs, lp_tokens, k);
   }
   return s;
+}
+
+DeviceLogprobs DeviceLogprobs::queue(const Tensor& logprobs, const Tensor& tokens, int64_t k) {
+  const int64_t n = logprobs.size(0);
+  const Device dev = logprobs.device();
+  DeviceLogprobs d;
+  d.chosen = Tensor::empty({n}, DType::kF32, dev);
+  d.top_ids = Tensor::empty({n, k}, DType::kI32, dev);
+  d.top_values = Tensor::empty({n, k}, DType::kF32, dev);
+  ops::top_logprobs(logprobs, tokens, d.chosen, d.top_ids, d.top_values);
+  return d;
+}
+
+DeviceLogprobs DeviceLogprobs::to_host() const {
+  DeviceLogprobs h;
+  h.chosen = chosen.to(Device::cpu());
+  h.top_ids = top_ids;
+  h.top_values = top_values;
+  if (top_ids.size(1) > 0) {
+    h.top_ids = top_ids.to(Device::cpu());
+    h.top_values = top_values.to(Device::cpu());
+  }
+  return h;
+}
+
+TokenLogprob DeviceLogprobs::row(int64_t r, int32_t token, int32_t k) const {
+  const int64_t width = top_ids.size(1);
+  TokenLogprob lp;
+  lp.token = token;
+  lp.logprob = chosen.data<float>()[r];
+  for (int32_t q = 0; q < k; ++q) {
+    lp.top.emplace_back(top_ids.data<int32_t>()[r * width + q], top_values.data<float>()[r * width + q]);
+  }
+  return lp;
 }
 
 std::vector<SampleResult> Sampler::read(const DeviceSamples& s) {
   const Tensor tokens = s.tokens.to(Device::cpu());
   std::vector<SampleResult> results(static_cast<size_t>(tokens.numel()));
   for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens.data<int32_t>()[i];
-  if (!s.chosen.defined()) return results;
-  const Tensor chosen = s.chosen.to(Device::cpu());
-  const int64_t k = s.top_ids.size(1);
-  Tensor ids, values;
-  if (k > 0) {
-    ids = s.top_ids.to(Device::cpu());
-    values = s.top_values.to(Device::cpu());
-  }
+  if (!s.logprobs.chosen.defined()) return results;
+  const DeviceLogprobs host = s.logprobs.to_host();
   for (size_t i = 0; i < results.size(); ++i) {
     const int32_t j = s.logprob_row[i];
-    if (j < 0) continue;
-    TokenLogprob lp;
-    lp.token = results[i].token;
-    lp.logprob = chosen.data<float>()[j];
-    for (int32_t q = 0; q < s.logprob_k[i]; ++q) {
-      lp.top.emplace_back(ids.data<int32_t>()[j * k + q], values.data<float>()[j * k + q]);
-    }
-    results[i].logprob = std::move(lp);
+    if (j >= 0) results[i].logprob = host.row(j, results[i].token, s.logprob_k[i]);
   }
   return results;
 }

@@ -47,13 +47,26 @@ struct SampleRow {
   static SampleRow greedy();
 };
 
+// Logprobs left on the device: per row, one token's logprob and the k best alternatives.
+struct DeviceLogprobs {
+  Tensor chosen;      // f32 [rows]; undefined when there are none
+  Tensor top_ids;     // i32 [rows, k]
+  Tensor top_values;  // f32 [rows, k]
+
+  // Queues ops::top_logprobs over `logprobs` (f32 [rows, vocab], log-softmaxed) for `tokens`
+  // (i32 [rows]), keeping k alternatives per row.
+  static DeviceLogprobs queue(const Tensor& logprobs, const Tensor& tokens, int64_t k);
+  // Copies them to the host (waits for the device); the result's row() reads one row.
+  DeviceLogprobs to_host() const;
+  // On the host: row r as a TokenLogprob of `token` with its first k alternatives.
+  TokenLogprob row(int64_t r, int32_t token, int32_t k) const;
+};
+
 // What a sampled step leaves on the model's device until it is read.
 struct DeviceSamples {
   Tensor tokens;                     // i32 [num_rows]
-  Tensor chosen;                     // f32 [num_logprob_rows]; undefined when no row wants logprobs
-  Tensor top_ids;                    // i32 [num_logprob_rows, k] (k: the largest request)
-  Tensor top_values;                 // f32 [num_logprob_rows, k]
-  std::vector<int32_t> logprob_row;  // [num_rows]: the row's index in chosen/top_*, -1: none
+  DeviceLogprobs logprobs;           // [num_logprob_rows] (k: the largest request); undefined when no row wants them
+  std::vector<int32_t> logprob_row;  // [num_rows]: the row's index in logprobs, -1: none
   std::vector<int32_t> logprob_k;    // [num_rows]: top alternatives the row asked for
 };
 

@@ -40,9 +40,11 @@ std::vector<PrefillChunk> PrefillAdder::take(const std::deque<std::shared_ptr<Re
     const int64_t len = static_cast<int64_t>(ids.size());
     bool started_now = false;
     if (req.req_slot < 0) {
-      // Match tokens[0, n-1): at least one token is computed, so the step yields logits.
-      if (!kv_.admit(req, std::span<const int32_t>(ids.data(), ids.size() - 1))) break;
-      if (sibling_prefilling && req.kv_len + page_size <= len - 1) {
+      // Match tokens[0, n-1): at least one token is computed, so the step yields logits. A request
+      // that wants prompt logprobs computes its whole prompt (as vLLM does): no cached prefix.
+      const size_t match_len = req.needs_prompt_logprobs() ? 0 : ids.size() - 1;
+      if (!kv_.admit(req, std::span<const int32_t>(ids.data(), match_len))) break;
+      if (sibling_prefilling && !req.needs_prompt_logprobs() && req.kv_len + page_size <= len - 1) {
         // A sibling (n > 1) prefills this prompt now; wait a step and reuse its KV.
         kv_.drop(req);
         continue;
@@ -57,7 +59,10 @@ std::vector<PrefillChunk> PrefillAdder::take(const std::deque<std::shared_ptr<Re
     const int64_t from = req.scheduled_len();
     const int64_t remaining = len - from;
     RLM_CHECK(remaining > 0) << "pending request " << req.rid << " has no prompt tokens left to prefill";
-    const int64_t chunk = std::min({remaining, budget.tokens, budget.chunk});
+    const bool prompt_logprobs = req.needs_prompt_logprobs();
+    // Prompt logprobs take a logits row per token: such chunks stay small.
+    const int64_t chunk_cap = prompt_logprobs ? std::min(budget.chunk, kPromptLogprobsChunk) : budget.chunk;
+    const int64_t chunk = std::min({remaining, budget.tokens, chunk_cap});
     const bool completes = chunk == remaining;
     // KV room: pages for this chunk, plus (when the prompt completes) a share of its future tokens.
     const int64_t need_pages = kv_.pages_needed(req, from + chunk);
@@ -77,6 +82,7 @@ std::vector<PrefillChunk> PrefillAdder::take(const std::deque<std::shared_ptr<Re
     c.item.entry.new_ids.assign(ids.begin() + from, ids.begin() + from + chunk);
     if (HybridStateSlots* h = kv_.hybrid()) h->plan(req, c.item.entry);
     c.item.sample = completes;
+    c.item.prompt_logprobs = prompt_logprobs ? req.params.prompt_logprobs : -1;
     c.item.req = &req;
     c.req = rp;
     out.push_back(std::move(c));

@@ -37,6 +37,10 @@ struct PrefillBudget {
   int64_t requests = 0;  // requests that may still join the step (the running-request limit)
 };
 
+// The most prompt tokens one step prefills for a request that wants prompt logprobs (each
+// token then has a row of logits).
+inline constexpr int64_t kPromptLogprobsChunk = 256;
+
 struct PrefillChunk {
   std::shared_ptr<Req> req;
   StepItem item;  // item.sample: the chunk completes the request's prompt (the request then runs)

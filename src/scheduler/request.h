@@ -50,6 +50,13 @@ struct Req {
   int64_t mamba_track_len = 0;
   int64_t mamba_branch_len = 0;
   int64_t cached_tokens = 0;         // prompt tokens that came from the prefix cache (first admission)
+  int64_t prompt_logprobs_next = 1;  // prompt_logprobs: the next prompt position whose logprob is due
+
+  // prompt_logprobs asked for and not all delivered: the prefill computes every position's logits
+  // and does not start from a cached prefix.
+  bool needs_prompt_logprobs() const {
+    return params.prompt_logprobs >= 0 && prompt_logprobs_next < static_cast<int64_t>(prompt_ids.size());
+  }
   bool counted_cache_hit = false;
   int64_t retractions = 0;
   bool abort_requested = false;

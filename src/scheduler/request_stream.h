@@ -34,6 +34,9 @@ struct StreamEvent {
   std::vector<int32_t> token_ids;     // new tokens
   std::vector<TokenLogprob> logprobs; // one per new token when logprobs were requested
   std::optional<FinishInfo> finish;   // the last event carries this
+  // prompt_logprobs requests: logprobs of the next prompt tokens (events before the first token
+  // carry them in order, from prompt position 1 on).
+  std::vector<TokenLogprob> prompt_logprobs{};
 };
 
 class RequestStream {

@@ -46,6 +46,9 @@ Status SamplingParams::validate(int64_t vocab_size) const {
     }
   }
   if (logprobs < -1 || logprobs > 20) return invalid_argument(str("logprobs must be in [0, 20], got ", logprobs));
+  if (prompt_logprobs < -1 || prompt_logprobs > 20) {
+    return invalid_argument(str("prompt_logprobs must be in [0, 20], got ", prompt_logprobs));
+  }
   return Status::ok();
 }
 

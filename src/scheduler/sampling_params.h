@@ -28,6 +28,9 @@ struct SamplingParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   int32_t logprobs = -1;  // -1: none; 0: logprob of the chosen token; k > 0: also the top k
+  // Logprobs of the prompt's tokens 1.. (each given the tokens before it), with the top k
+  // alternatives; -1: none. Computed in the prefill, which then does not reuse the prefix cache.
+  int32_t prompt_logprobs = -1;
   // OpenAI logit_bias: (token id, value in [-100, 100]) added to the logit after the penalties;
   // ids distinct.
   std::vector<std::pair<int32_t, float>> logit_bias;

@@ -62,6 +62,9 @@ Status Scheduler::validate(const Req& req) const {
     }
   }
   RLM_RETURN_IF_ERROR(req.params.validate(vocab));
+  if (req.params.prompt_logprobs >= 0 && !exec_.supports_prompt_logprobs()) {
+    return invalid_argument("prompt_logprobs are not supported by this engine");
+  }
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_ids.size());
   if (prompt_len + req.params.max_new_tokens > config_.max_context_len) {
     return invalid_argument(str("this request needs ", prompt_len + req.params.max_new_tokens, " tokens (",
@@ -266,10 +269,12 @@ void Scheduler::complete_inflight() {
 }
 
 void Scheduler::process_results(const ScheduledBatch& b, const std::vector<SampleResult>& results) {
-  size_t k = 0;
+  std::vector<PromptLogprobs> prompt_lps = exec_.take_prompt_logprobs();
+  size_t k = 0, p = 0;
   for (size_t i = 0; i < b.items.size(); ++i) {
     const StepItem& it = b.items[i];
     Req& req = *b.reqs[i];
+    if (p < prompt_lps.size() && prompt_lps[p].item == i) push_prompt_logprobs(req, std::move(prompt_lps[p++]));
     const SampleResult* res = it.sample ? &results.at(k++) : nullptr;
     // Finished (EOS, stop string, abort) while this step was in flight: its token is dropped.
     if (req.state == ReqState::kFinished) continue;
@@ -286,6 +291,20 @@ void Scheduler::process_results(const ScheduledBatch& b, const std::vector<Sampl
     on_token(req, *res);
   }
   RLM_CHECK_EQ(k, results.size()) << " step results vs sampled items";
+  RLM_CHECK_EQ(p, prompt_lps.size()) << " prompt logprobs vs items that asked for them";
+}
+
+void Scheduler::push_prompt_logprobs(Req& req, PromptLogprobs lps) {
+  if (req.state == ReqState::kFinished) return;
+  // A chunk computed again after a retraction repeats positions already delivered.
+  StreamEvent ev;
+  for (size_t j = 0; j < lps.tokens.size(); ++j) {
+    if (lps.first_pos + static_cast<int64_t>(j) == req.prompt_logprobs_next) {
+      ev.prompt_logprobs.push_back(std::move(lps.tokens[j]));
+      ++req.prompt_logprobs_next;
+    }
+  }
+  if (!ev.prompt_logprobs.empty()) req.stream->push(std::move(ev));
 }
 
 void Scheduler::on_token(Req& req, const SampleResult& res) {

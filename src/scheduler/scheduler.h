@@ -107,6 +107,8 @@ class Scheduler {
   // --- process results ---
   void complete_inflight();
   void process_results(const ScheduledBatch& b, const std::vector<SampleResult>& results);
+  // Streams the prompt logprobs a step computed for `req` (those not delivered yet).
+  void push_prompt_logprobs(Req& req, PromptLogprobs lps);
   void on_token(Req& req, const SampleResult& r);
   void finish(Req& req, FinishInfo info);
   void release(Req& req, bool cache_kv);

@@ -1,5 +1,7 @@
 #include "scheduler/step_executor.h"
 
+#include <algorithm>
+
 namespace rlm {
 
 std::unique_ptr<LaunchedStep> StepExecutor::launch(ForwardMode, const std::vector<StepItem>&) {
@@ -40,33 +42,104 @@ SampleRow sample_row(const StepItem& it) {
   return row;
 }
 
-// A launched step: its samples stay on the device until wait().
-class ModelLaunchedStep : public LaunchedStep {
- public:
-  explicit ModelLaunchedStep(DeviceSamples samples) : samples(std::move(samples)) {}
-  DeviceSamples samples;
+// Which logits rows of a step predict prompt tokens (items with prompt_logprobs >= 0).
+struct PromptRows {
+  struct Span {
+    size_t item = 0;
+    int64_t first_pos = 0;  // the prompt position the span's first row predicts
+    int64_t row0 = 0;       // its logits row
+    int64_t count = 0;
+    int32_t k = 0;
+  };
+  std::vector<Span> spans;
+  std::vector<int32_t> targets;      // per logits row: the prompt token it predicts (0 on other rows)
+  std::vector<int64_t> sample_rows;  // the logits rows of the sampled items, in order
+  int64_t k = 0;                     // the largest k
 };
 
-}  // namespace
+// A launched step: its samples (and prompt logprobs) stay on the device until wait().
+class ModelLaunchedStep : public LaunchedStep {
+ public:
+  DeviceSamples samples;
+  DeviceLogprobs prompt;
+  std::vector<PromptRows::Span> spans;
+  std::vector<int32_t> targets;
+};
 
-namespace {
-
-// The batch entries of a step: items that do not sample get no logits row, so the model's logits
-// rows are the sampled items, in order. rows: the sampler's rows of those items; req_slots: their
-// request slots.
+// The batch entries of a step: items that do not sample get no logits row, prompt-logprob chunks
+// one per token, so the model's logits rows are the sampled items (and those chunks), in order.
+// rows: the sampler's rows of the sampled items; req_slots: their request slots; prompt: where the
+// prompt-logprob rows are.
 std::vector<BatchEntry> step_entries(const std::vector<StepItem>& items, std::vector<SampleRow>& rows,
-                                     std::vector<int32_t>& req_slots) {
+                                     std::vector<int32_t>& req_slots, PromptRows& prompt) {
   std::vector<BatchEntry> entries;
   entries.reserve(items.size());
-  for (const StepItem& it : items) {
+  int64_t row = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
     RLM_CHECK(!it.entry.all_logits) << "request slot " << it.entry.req_slot << " asks for every logits row";
     entries.push_back(it.entry);
-    entries.back().skip_logits = !it.sample;
+    BatchEntry& e = entries.back();
+    const int64_t n = static_cast<int64_t>(e.new_ids.size());
+    if (it.prompt_logprobs >= 0 && !it.decode) {
+      e.all_logits = true;
+      const std::vector<int32_t>& ids = it.req->prompt_ids;
+      PromptRows::Span span;
+      span.item = i;
+      span.first_pos = e.prefix_len + 1;
+      span.row0 = row;
+      span.count = std::clamp<int64_t>(static_cast<int64_t>(ids.size()) - span.first_pos, 0, n);
+      span.k = it.prompt_logprobs;
+      prompt.targets.resize(static_cast<size_t>(row + n), 0);
+      for (int64_t j = 0; j < span.count; ++j) prompt.targets[row + j] = ids[span.first_pos + j];
+      prompt.k = std::max<int64_t>(prompt.k, span.k);
+      prompt.spans.push_back(span);
+      row += n;
+      if (it.sample) prompt.sample_rows.push_back(row - 1);
+    } else {
+      e.skip_logits = !it.sample;
+      if (it.sample) prompt.sample_rows.push_back(row++);
+    }
     if (!it.sample) continue;
     rows.push_back(sample_row(it));
     req_slots.push_back(it.entry.req_slot);
   }
+  prompt.targets.resize(static_cast<size_t>(row), 0);
   return entries;
+}
+
+// Queues the prompt logprobs of a step whose logits rows are laid out as `prompt` says; returns the
+// logits of the sampled rows (`logits` itself when there are no prompt rows; else a copy, as the
+// prompt rows are log-softmaxed in place).
+Tensor split_prompt_logprobs(const Tensor& logits, const PromptRows& prompt, ModelLaunchedStep& step) {
+  if (prompt.spans.empty()) return logits;
+  const int64_t vocab = logits.size(1);
+  Tensor sampled = Tensor::empty({static_cast<int64_t>(prompt.sample_rows.size()), vocab}, DType::kF32,
+                                 logits.device());
+  copy_rows(logits, prompt.sample_rows, sampled);
+  ops::log_softmax(logits);
+  step.prompt = DeviceLogprobs::queue(logits, Tensor::from_vector(prompt.targets).to(logits.device()), prompt.k);
+  step.spans = prompt.spans;
+  step.targets = prompt.targets;
+  return sampled;
+}
+
+// Reads a step's prompt logprobs (waits for the device).
+std::vector<PromptLogprobs> read_prompt_logprobs(const ModelLaunchedStep& step) {
+  std::vector<PromptLogprobs> out;
+  if (step.spans.empty()) return out;
+  const DeviceLogprobs host = step.prompt.to_host();
+  for (const PromptRows::Span& span : step.spans) {
+    PromptLogprobs p;
+    p.item = span.item;
+    p.first_pos = span.first_pos;
+    for (int64_t j = 0; j < span.count; ++j) {
+      const int64_t r = span.row0 + j;
+      p.tokens.push_back(host.row(r, step.targets[r], span.k));
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 }  // namespace
@@ -75,21 +148,24 @@ std::unique_ptr<LaunchedStep> ModelStepExecutor::launch(ForwardMode mode, const 
   RLM_CHECK(!items.empty()) << "launch() of an empty step";
   std::vector<SampleRow> rows;
   std::vector<int32_t> req_slots;
-  ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots));
-  Tensor logits = runner_.forward(batch);  // [rows.size(), vocab] on the device
-  if (rows.empty()) return std::make_unique<ModelLaunchedStep>(DeviceSamples{});
-  DeviceSamples samples = sampler_.launch(logits, rows);
+  PromptRows prompt;
+  ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots, prompt));
+  auto step = std::make_unique<ModelLaunchedStep>();
+  const Tensor logits = split_prompt_logprobs(runner_.forward(batch), prompt, *step);
+  if (rows.empty()) return step;
+  step->samples = sampler_.launch(logits, rows);
   if (rows.size() == items.size()) {
-    runner_.record_sampled_tokens(samples.tokens, batch);
+    runner_.record_sampled_tokens(step->samples.tokens, batch);
   } else {
-    runner_.record_sampled_tokens(samples.tokens, req_slots);
+    runner_.record_sampled_tokens(step->samples.tokens, req_slots);
   }
-  return std::make_unique<ModelLaunchedStep>(std::move(samples));
+  return step;
 }
 
 std::vector<SampleResult> ModelStepExecutor::wait(LaunchedStep& step) {
   auto* s = dynamic_cast<ModelLaunchedStep*>(&step);
   RLM_CHECK(s != nullptr) << "wait() on a step this executor did not launch";
+  prompt_logprobs_ = read_prompt_logprobs(*s);
   if (!s->samples.tokens.defined()) return {};  // nothing sampled (prompt chunks only)
   return Sampler::read(s->samples);
 }
@@ -97,11 +173,13 @@ std::vector<SampleResult> ModelStepExecutor::wait(LaunchedStep& step) {
 std::vector<SampleResult> ModelStepExecutor::run(ForwardMode mode, const std::vector<StepItem>& items) {
   std::vector<SampleRow> rows;
   std::vector<int32_t> req_slots;
-  ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots));
-  Tensor logits = runner_.forward(batch);  // [rows.size(), vocab] on the device
+  PromptRows prompt;
+  ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots, prompt));
+  ModelLaunchedStep step;
+  const Tensor logits = split_prompt_logprobs(runner_.forward(batch), prompt, step);
   RLM_CHECK_EQ(logits.size(0), static_cast<int64_t>(rows.size())) << " logits rows vs sampled items";
-  if (rows.empty()) return {};
-  return sampler_.sample(logits, rows);
+  if (!rows.empty()) step.samples = sampler_.launch(logits, rows);
+  return wait(step);
 }
 
 }  // namespace rlm

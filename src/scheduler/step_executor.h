@@ -21,6 +21,17 @@ struct StepItem {
   // Tokens already sampled for this request by launched steps whose results the scheduler has not
   // read yet (overlap scheduling): the sampler's step index is output_ids.size() + this.
   int32_t pending_outputs = 0;
+  // A prompt chunk of a prompt_logprobs request: the step also returns the logprobs (with this
+  // many top alternatives) of the prompt tokens its positions predict; -1: none.
+  int32_t prompt_logprobs = -1;
+};
+
+// What a step computed for one item with prompt_logprobs >= 0: the logprobs of prompt tokens
+// first_pos, first_pos + 1, ... (each given the tokens before it).
+struct PromptLogprobs {
+  size_t item = 0;  // index in the step's items
+  int64_t first_pos = 0;
+  std::vector<TokenLogprob> tokens;
 };
 
 // A step launched on the device whose sampled tokens are read later (overlap scheduling).
@@ -55,6 +66,13 @@ class StepExecutor {
   virtual bool supports_overlap() const { return false; }
   virtual std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items);
   virtual std::vector<SampleResult> wait(LaunchedStep& step);
+
+  // Prompt logprobs (StepItem::prompt_logprobs): after run(), or wait() of a launched step, the
+  // ones that step computed, in item order; each call hands them out once. An executor that
+  // cannot compute them returns false from supports_prompt_logprobs() (the scheduler then refuses
+  // such requests).
+  virtual bool supports_prompt_logprobs() const { return false; }
+  virtual std::vector<PromptLogprobs> take_prompt_logprobs() { return {}; }
 };
 
 // Runs steps on a ModelRunner and samples them with the engine's Sampler (engine/sampler.h):
@@ -74,10 +92,13 @@ class ModelStepExecutor : public StepExecutor {
   bool supports_overlap() const override { return true; }
   std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items) override;
   std::vector<SampleResult> wait(LaunchedStep& step) override;
+  bool supports_prompt_logprobs() const override { return true; }
+  std::vector<PromptLogprobs> take_prompt_logprobs() override { return std::move(prompt_logprobs_); }
 
  private:
   ModelRunner& runner_;
   Sampler sampler_;
+  std::vector<PromptLogprobs> prompt_logprobs_;  // of the last step run() or wait() read
 };
 
 }  // namespace rlm

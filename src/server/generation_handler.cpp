@@ -34,8 +34,9 @@ struct Choice {
   std::string text;              // accumulated (non-streaming / SGLang cumulative)
   std::vector<int32_t> tokens;   // accumulated
   std::vector<TokenLogprob> logprobs;
+  std::vector<TokenLogprob> prompt_logprobs;  // of prompt tokens 1.. (prompt_logprobs, echo + logprobs)
   std::optional<FinishInfo> finish;
-  bool sent_role = false;
+  bool sent_role = false;  // the first chunk has been sent
   std::unique_ptr<OutputParser> parser;  // streamed chat with tool-call or reasoning parsing
 };
 
@@ -54,9 +55,12 @@ struct Job : std::enable_shared_from_this<Job> {
   bool include_usage = false;
   bool chat_logprobs = false;
   std::optional<OutputFormats> formats;  // chat: read tool calls / reasoning from the output
+  std::shared_ptr<ChatAnswerFormat> format;  // another API's answer shape (one chat choice), or null
   int32_t logprobs = -1;
   bool echo = false;
+  int32_t prompt_logprobs = -1;  // the request's prompt_logprobs field
   std::vector<std::string> prompt_texts;   // for echo
+  std::vector<std::vector<int32_t>> prompt_ids;
   std::vector<int64_t> prompt_lens;
   std::vector<Choice> choices;
   bool answered = false;  // the response (or the stream's end) has been handed to the exchange
@@ -109,6 +113,7 @@ struct Job : std::enable_shared_from_this<Job> {
         c.text += e->text;
         c.tokens.insert(c.tokens.end(), e->token_ids.begin(), e->token_ids.end());
         c.logprobs.insert(c.logprobs.end(), e->logprobs.begin(), e->logprobs.end());
+        c.prompt_logprobs.insert(c.prompt_logprobs.end(), e->prompt_logprobs.begin(), e->prompt_logprobs.end());
         if (e->finish) c.finish = e->finish;
         out.emplace_back(c.index, std::move(*e));
       }
@@ -193,10 +198,25 @@ ojson token_bytes(const std::string& s) {
   return b;
 }
 
-ojson completion_logprobs(const ServingEngine& engine, const std::vector<TokenLogprob>& lps, size_t text_offset) {
+// Completions' logprobs object; with `echo` (echo + logprobs) the prompt's tokens come first, the
+// first one without a logprob.
+ojson completion_logprobs(const ServingEngine& engine, const std::vector<TokenLogprob>& lps, size_t text_offset,
+                          const std::vector<int32_t>* echo_ids = nullptr,
+                          const std::vector<TokenLogprob>* echo_lps = nullptr) {
   ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
   size_t off = text_offset;
-  for (const TokenLogprob& lp : lps) {
+  std::vector<TokenLogprob> all;
+  if (echo_ids != nullptr && !echo_ids->empty()) {
+    const std::string t = engine.token_text((*echo_ids)[0]);
+    tokens.push_back(t);
+    token_lps.push_back(nullptr);
+    tops.push_back(nullptr);
+    offsets.push_back(off);
+    off += t.size();
+    all = *echo_lps;
+  }
+  all.insert(all.end(), lps.begin(), lps.end());
+  for (const TokenLogprob& lp : all) {
     const std::string t = engine.token_text(lp.token);
     tokens.push_back(t);
     token_lps.push_back(lp.logprob);
@@ -207,6 +227,29 @@ ojson completion_logprobs(const ServingEngine& engine, const std::vector<TokenLo
     off += t.size();
   }
   return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per token an object keyed by token
+// id holding the prompt token and its top alternatives ({"logprob", "rank", "decoded_token"}; the
+// prompt token's rank is given when it is among the alternatives).
+ojson prompt_logprobs_json(const ServingEngine& engine, const std::vector<TokenLogprob>& lps) {
+  ojson out = ojson::array({nullptr});
+  for (const TokenLogprob& lp : lps) {
+    ojson entry = ojson::object();
+    ojson own = {{"logprob", lp.logprob}};
+    for (size_t r = 0; r < lp.top.size(); ++r) {
+      if (lp.top[r].first == lp.token) own["rank"] = r + 1;
+    }
+    own["decoded_token"] = engine.token_text(lp.token);
+    entry[std::to_string(lp.token)] = own;
+    for (size_t r = 0; r < lp.top.size(); ++r) {
+      const auto& [id, v] = lp.top[r];
+      if (id == lp.token) continue;
+      entry[std::to_string(id)] = {{"logprob", v}, {"rank", r + 1}, {"decoded_token", engine.token_text(id)}};
+    }
+    out.push_back(std::move(entry));
+  }
+  return out;
 }
 
 ojson chat_logprobs_json(const ServingEngine& engine, const std::vector<TokenLogprob>& lps) {
@@ -257,7 +300,27 @@ ojson generate_json(const Job& job, const Choice& c) {
   return {{"text", c.text}, {"output_ids", c.tokens}, {"meta_info", meta}};
 }
 
+// The answer of a job with a ChatAnswerFormat: its one choice read by a parser.
+ChatResult chat_result(const Job& job) {
+  const Choice& c = job.choices[0];
+  ChatResult r;
+  if (c.parser) {
+    r.view = c.parser->view();
+    r.call_ids = c.parser->call_ids();
+  } else {
+    OutputParser parser(*job.formats);
+    parser.feed(c.text);
+    parser.finish();
+    r.view = parser.view();
+    r.call_ids = parser.call_ids();
+  }
+  if (c.finish) r.finish = *c.finish;
+  r.finish.prompt_tokens = job.prompt_lens[0];
+  return r;
+}
+
 ojson final_response(const Job& job) {
+  if (job.format) return job.format->response(chat_result(job));
   if (job.kind == ApiKind::kGenerate) {
     ojson outs = ojson::array();
     for (const Choice& c : job.choices) outs.push_back(generate_json(job, c));
@@ -281,8 +344,11 @@ ojson final_response(const Job& job) {
     } else {
       const std::string prefix = job.echo ? job.prompt_texts[c.prompt_index] : std::string();
       ch["text"] = prefix + c.text;
-      ch["logprobs"] =
-          job.logprobs >= 0 ? completion_logprobs(*job.engine, c.logprobs, prefix.size()) : ojson(nullptr);
+      ch["logprobs"] = job.logprobs >= 0 ? completion_logprobs(*job.engine, c.logprobs, 0,
+                                                               job.echo ? &job.prompt_ids[c.prompt_index] : nullptr,
+                                                               &c.prompt_logprobs)
+                                         : ojson(nullptr);
+      if (job.prompt_logprobs >= 0) ch["prompt_logprobs"] = prompt_logprobs_json(*job.engine, c.prompt_logprobs);
     }
     ch["finish_reason"] = c.finish ? ojson(finish_reason) : ojson(nullptr);
     if (c.finish && c.finish->matched_stop_str) ch["stop_reason"] = *c.finish->matched_stop_str;
@@ -293,6 +359,9 @@ ojson final_response(const Job& job) {
   ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion" : "text_completion");
   j["choices"] = choices;
   j["usage"] = usage_json(job);
+  if (job.kind == ApiKind::kChat && job.prompt_logprobs >= 0) {  // one prompt: vLLM's top-level field
+    j["prompt_logprobs"] = prompt_logprobs_json(*job.engine, job.choices[0].prompt_logprobs);
+  }
   return j;
 }
 
@@ -305,6 +374,15 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
       out += sse(generate_json(job, c));
       continue;
     }
+    // Prompt logprobs arrive before the first token; they go out with the choice's first chunk.
+    if (ev.text.empty() && ev.token_ids.empty() && !ev.finish && !ev.prompt_logprobs.empty()) continue;
+    if (job.format) {
+      OutputDelta d = c.parser->feed(ev.text);
+      if (ev.finish) merge(d, c.parser->finish());
+      if (!d.empty()) out += job.format->stream_delta(d);
+      continue;
+    }
+    const bool first_chunk = !c.sent_role;
     ojson ch;
     ch["index"] = idx;
     std::string finish_reason = ev.finish ? ev.finish->reason : "";
@@ -331,13 +409,24 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
       ch["logprobs"] =
           job.chat_logprobs && !ev.logprobs.empty() ? chat_logprobs_json(*job.engine, ev.logprobs) : ojson(nullptr);
     } else {
-      ch["text"] = ev.text;
-      ch["logprobs"] = job.logprobs >= 0 && !ev.logprobs.empty() ? completion_logprobs(*job.engine, ev.logprobs, 0)
-                                                                 : ojson(nullptr);
+      // The first chunk echoes the prompt (with its logprobs), as the whole response does.
+      const bool echo = job.echo && first_chunk;
+      c.sent_role = true;
+      ch["text"] = echo ? job.prompt_texts[c.prompt_index] + ev.text : ev.text;
+      ch["logprobs"] = job.logprobs >= 0 && (!ev.logprobs.empty() || echo)
+                           ? completion_logprobs(*job.engine, ev.logprobs, 0,
+                                                 echo ? &job.prompt_ids[c.prompt_index] : nullptr, &c.prompt_logprobs)
+                           : ojson(nullptr);
+      if (job.prompt_logprobs >= 0 && first_chunk) {
+        ch["prompt_logprobs"] = prompt_logprobs_json(*job.engine, c.prompt_logprobs);
+      }
     }
     ch["finish_reason"] = ev.finish ? ojson(finish_reason) : ojson(nullptr);
     if (ev.finish && ev.finish->matched_stop_str) ch["stop_reason"] = *ev.finish->matched_stop_str;
     ojson j = envelope(job, job.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion");
+    if (job.kind == ApiKind::kChat && job.prompt_logprobs >= 0 && first_chunk) {
+      j["prompt_logprobs"] = prompt_logprobs_json(*job.engine, c.prompt_logprobs);
+    }
     j["choices"] = ojson::array({ch});
     out += sse(j);
   }
@@ -346,6 +435,10 @@ std::string stream_chunks(Job& job, const std::vector<std::pair<int, StreamEvent
 
 // The stream's tail once every choice has finished: an engine error, the usage chunk, [DONE].
 std::string stream_tail(const Job& job) {
+  if (job.format) {
+    if (auto e = job.engine_error()) return job.format->stream_error(*e);
+    return job.format->stream_end(chat_result(job));
+  }
   std::string out;
   if (auto e = job.engine_error()) out += sse(ApiError{500, *e, "internal_error", ""}.to_json());
   if (job.include_usage && job.kind != ApiKind::kGenerate) {
@@ -379,7 +472,10 @@ void pump(const std::shared_ptr<Job>& job) {
     if (job->answered) ex->end_stream();
   } else if (job->all_finished()) {
     job->answered = true;
-    if (auto e = job->engine_error()) return ex->respond(error_response({500, *e, "internal_error", ""}));
+    if (auto e = job->engine_error()) {
+      const ApiError err{500, *e, "internal_error", ""};
+      return ex->respond(job->format ? job->format->error(err) : error_response(err));
+    }
     ex->respond(json_response(200, final_response(*job)));
   }
 }
@@ -424,6 +520,7 @@ std::optional<ApiError> submit_all(ServingEngine& engine, Job& job, ParsedReques
     if (prompt_ids[p].empty()) return ApiError::bad_request("the prompt is empty after tokenization", "prompt");
     job.prompt_lens.push_back(static_cast<int64_t>(prompt_ids[p].size()));
   }
+  job.prompt_ids = prompt_ids;
   int index = 0;
   for (size_t p = 0; p < prompt_ids.size(); ++p) {
     SamplingParams params = r.params;
@@ -498,14 +595,24 @@ void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind 
                                         : kind == ApiKind::kGenerate ? parse_generate_request(body, &err)
                                                                      : parse_completion_request(body, &err);
   if (!parsed) return ex->respond(error_response(err));
+  start(ex, kind, *parsed, nullptr);
+}
+
+void GenerationHandler::handle_chat(const std::shared_ptr<HttpExchange>& ex, ParsedRequest parsed,
+                                    std::shared_ptr<ChatAnswerFormat> format) {
+  RLM_CHECK(parsed.kind == ApiKind::kChat && parsed.n == 1) << "handle_chat() takes one chat choice";
+  start(ex, ApiKind::kChat, parsed, std::move(format));
+}
+
+void GenerationHandler::start(const std::shared_ptr<HttpExchange>& ex, ApiKind kind, ParsedRequest& req,
+                              std::shared_ptr<ChatAnswerFormat> format) {
+  const ParsedRequest* parsed = &req;
+  auto fail = [&](const ApiError& e) { ex->respond(format ? format->error(e) : error_response(e)); };
   log_ignored_fields(parsed->ignored_fields);
-  if (engine_.draining()) {
-    return ex->respond(error_response({503, "the server is shutting down", "service_unavailable", ""}));
-  }
+  if (engine_.draining()) return fail({503, "the server is shutting down", "service_unavailable", ""});
   if (!parsed->model.empty() &&
       std::find(model_names_.begin(), model_names_.end(), parsed->model) == model_names_.end()) {
-    return ex->respond(
-        error_response({404, str("The model `", parsed->model, "` does not exist."), "not_found_error", "model"}));
+    return fail({404, str("The model `", parsed->model, "` does not exist."), "not_found_error", "model"});
   }
   auto job = std::make_shared<Job>();
   job->engine = &engine_;
@@ -520,32 +627,34 @@ void GenerationHandler::handle(const std::shared_ptr<HttpExchange>& ex, ApiKind 
   job->chat_logprobs = parsed->chat_logprobs;
   const bool read_tools = kind == ApiKind::kChat && tool_format_ != ToolFormat::kNone && parsed->tools.is_array() &&
                           !parsed->tools.empty() && parsed->tool_choice != "none";
-  if (read_tools || (kind == ApiKind::kChat && reasoning_format_ != ReasoningFormat::kNone)) {
+  if (read_tools || (kind == ApiKind::kChat && reasoning_format_ != ReasoningFormat::kNone) || format) {
     job->formats = OutputFormats{read_tools ? tool_format_ : ToolFormat::kNone, reasoning_format_, parsed->tools};
   }
+  job->format = format;
   job->logprobs = parsed->params.logprobs;
   job->echo = parsed->echo;
+  job->prompt_logprobs = parsed->prompt_logprobs;
   job->exchange = ex;
   if (kind == ApiKind::kGenerate && !parsed->rid.empty()) {
     if (parsed->rid.size() > RidAliases::kMaxAliasLength) {
-      return ex->respond(error_response(
-          ApiError::bad_request(str("'rid' is longer than ", RidAliases::kMaxAliasLength, " characters"), "rid")));
+      return fail(ApiError::bad_request(str("'rid' is longer than ", RidAliases::kMaxAliasLength, " characters"), "rid"));
     }
     const std::string ns = RidAliases::namespace_of(ex->request());
     if (!aliases_.add(ns, parsed->rid, job->id)) {
-      return ex->respond(error_response(ApiError::bad_request(
-          str("request id '", parsed->rid, "' is already in use by another of your requests"), "rid")));
+      return fail(ApiError::bad_request(str("request id '", parsed->rid, "' is already in use by another of your requests"),
+                                        "rid"));
     }
     job->public_id = parsed->rid;
     job->aliases = &aliases_;
     job->alias_namespace = ns;
   }
-  if (std::optional<ApiError> e = submit_all(engine_, *job, *parsed)) return ex->respond(error_response(*e));
+  if (std::optional<ApiError> e = submit_all(engine_, *job, req)) return fail(*e);
   ex->on_disconnect([job] { job->abort_unfinished(); });
   if (job->stream) {
     HttpHeaders headers;
     headers.add("Cache-Control", "no-cache");
     ex->begin_stream(200, "text/event-stream", std::move(headers));
+    if (format) ex->write(format->stream_begin(job->prompt_lens[0]));
   }
   std::weak_ptr<Job> weak = job;
   for (Choice& c : job->choices) {

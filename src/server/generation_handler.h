@@ -12,12 +12,38 @@
 #include <vector>
 
 #include "server/http_exchange.h"
+#include "server/http_router.h"
 #include "server/openai_protocol.h"
 #include "server/output_parser.h"
 #include "server/request_ids.h"
 #include "server/serving_engine.h"
 
 namespace rlm {
+
+// The end of one chat answer, read by the output parser: what the Messages and Responses APIs
+// report.
+struct ChatResult {
+  OutputView view;                     // reasoning, content and tool calls
+  std::vector<std::string> call_ids;   // one per view.calls entry
+  FinishInfo finish;                   // reason, matched stop, token counts
+};
+
+// Writes a chat request's answer in another API's shape than OpenAI chat completions
+// (/v1/messages, /v1/responses): one sequence (n = 1), read by an OutputParser.
+class ChatAnswerFormat {
+ public:
+  virtual ~ChatAnswerFormat() = default;
+  // An error before or instead of the answer, in this API's shape.
+  virtual HttpResponse error(const ApiError& e) const = 0;
+  // The non-streamed body.
+  virtual ojson response(const ChatResult& r) = 0;
+  // Streaming: the events before the first delta, for each delta, and once the answer ended (or
+  // failed inside the engine).
+  virtual std::string stream_begin(int64_t prompt_tokens) = 0;
+  virtual std::string stream_delta(const OutputDelta& d) = 0;
+  virtual std::string stream_end(const ChatResult& r) = 0;
+  virtual std::string stream_error(const std::string& message) = 0;
+};
 
 class GenerationHandler {
  public:
@@ -28,8 +54,16 @@ class GenerationHandler {
 
   // Answers one request whose body has been parsed into `body`.
   void handle(const std::shared_ptr<HttpExchange>& exchange, ApiKind kind, const ojson& body);
+  // Answers a chat request another API's route has parsed, in that API's shape (`format`).
+  void handle_chat(const std::shared_ptr<HttpExchange>& exchange, ParsedRequest parsed,
+                   std::shared_ptr<ChatAnswerFormat> format);
+  // The served model's name (what responses report).
+  const std::string& model_name() const { return model_names_.front(); }
 
  private:
+  void start(const std::shared_ptr<HttpExchange>& exchange, ApiKind kind, ParsedRequest& parsed,
+             std::shared_ptr<ChatAnswerFormat> format);
+
   ServingEngine& engine_;
   RidAliases& aliases_;
   std::vector<std::string> model_names_;

@@ -1,5 +1,6 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -222,6 +223,15 @@ bool parse_tools(Fields& f, const ojson& tools) {
   return true;
 }
 
+// vLLM's prompt_logprobs: how many alternatives to give beside each prompt token's logprob.
+bool parse_prompt_logprobs(Fields& f, ParsedRequest* r) {
+  int64_t k = -1;
+  if (!f.integer("prompt_logprobs", &k, 0, 20)) return false;
+  r->prompt_logprobs = static_cast<int32_t>(k);
+  r->params.prompt_logprobs = r->prompt_logprobs;
+  return true;
+}
+
 // The "type" of a content part or response_format; "" when missing or not a string.
 std::string type_of(const ojson& v) {
   if (!v.is_object() || !v.contains("type") || !v["type"].is_string()) return "";
@@ -252,7 +262,7 @@ std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiErro
       "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
       "stop", "presence_penalty", "frequency_penalty", "seed", "user", "best_of", "logit_bias", "suffix", "top_k",
       "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "skip_special_tokens",
-      "add_special_tokens"};
+      "add_special_tokens", "prompt_logprobs"};
   ParsedRequest r;
   r.kind = ApiKind::kCompletion;
   r.params.max_new_tokens = 16;  // OpenAI's default for completions
@@ -270,9 +280,10 @@ std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiErro
     f.fail("suffix", "'suffix' is not supported");
     return std::nullopt;
   }
+  if (!parse_prompt_logprobs(f, &r)) return std::nullopt;
+  // echo with logprobs: the echoed prompt's tokens come with their logprobs too.
   if (r.echo && r.params.logprobs >= 0) {
-    f.fail("echo", "'echo' together with 'logprobs' is not supported");
-    return std::nullopt;
+    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, r.params.logprobs);
   }
   if (!body.contains("prompt") || body["prompt"].is_null()) {
     f.fail("prompt", "'prompt' is required");
@@ -325,7 +336,8 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
       "stream_options", "logprobs", "top_logprobs", "stop", "presence_penalty", "frequency_penalty", "seed", "user",
       "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias", "metadata", "store",
       "service_tier", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids",
-      "skip_special_tokens", "chat_template_kwargs", "add_generation_prompt", "continue_final_message"};
+      "skip_special_tokens", "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
+      "prompt_logprobs"};
   ParsedRequest r;
   r.kind = ApiKind::kChat;
   f.ignore_unknown(allowed, &r.ignored_fields);
@@ -356,6 +368,7 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
     return std::nullopt;
   }
   r.params.logprobs = r.chat_logprobs ? static_cast<int32_t>(top_logprobs) : -1;
+  if (!parse_prompt_logprobs(f, &r)) return std::nullopt;
   if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty()) {
     f.fail("messages", "'messages' must be a non-empty array");
     return std::nullopt;

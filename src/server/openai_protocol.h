@@ -40,6 +40,7 @@ struct ParsedRequest {
   bool include_usage = false;
   bool continuous_usage = false;
   bool echo = false;
+  int32_t prompt_logprobs = -1;    // vLLM's prompt_logprobs field (-1: not asked); echo + logprobs also set params'
   bool chat_logprobs = false;      // chat: logprobs=true (top_logprobs in params.logprobs)
   std::string rid;                 // /generate: client-chosen request id
   std::vector<std::string> ignored_fields;  // unknown top-level fields, ignored

@@ -6,8 +6,10 @@
 
 #include "core/check.h"
 #include "core/json.h"
+#include "server/anthropic_messages.h"
 #include "server/api_key.h"
 #include "server/chat_page.h"
+#include "server/responses_api.h"
 #include "server/vllm_metrics.h"
 #include "server/worker_routes.h"
 
@@ -106,6 +108,9 @@ void ApiRoutes::install(HttpRouter& router) {
       if (route.open) return std::nullopt;
       const std::optional<std::string_view> auth = head.headers.find("Authorization");
       if (bearer_matches(auth, key)) return std::nullopt;
+      // Anthropic clients send the key as x-api-key.
+      const std::optional<std::string_view> x_api_key = head.headers.find("x-api-key");
+      if (x_api_key && constant_time_equals(*x_api_key, key)) return std::nullopt;
       HttpResponse r = error_response({401, auth ? "invalid API key" : "missing API key (Authorization: Bearer ...)",
                                        "authentication_error", ""});
       r.headers.add("WWW-Authenticate", "Bearer");
@@ -119,6 +124,9 @@ void ApiRoutes::install(HttpRouter& router) {
                  generation_.handle(ex, kind, body);
                }));
   }
+  router.add("POST", "/v1/messages", [this](const auto& ex) { handle_messages(ex, /*count_only=*/false); });
+  router.add("POST", "/v1/messages/count_tokens", [this](const auto& ex) { handle_messages(ex, /*count_only=*/true); });
+  router.add("POST", "/v1/responses", with_json_body([this](const auto& ex, const ojson& b) { handle_responses(ex, b); }));
   router.add("GET", "/v1/models", answer([this] { return models(); }));
   router.add_prefix("GET", "/v1/models/", [this](const std::shared_ptr<HttpExchange>& ex) {
     ex->respond(model_card(percent_decode(ex->request().path.substr(std::string_view("/v1/models/").size()))));
@@ -189,6 +197,35 @@ void ApiRoutes::handle_tokenize(const std::shared_ptr<HttpExchange>& ex, const o
                                   {"max_model_len", engine_.max_context_len()},
                                   {"tokens", ids},
                                   {"token_strs", strs}}));
+}
+
+// The Anthropic Messages API (server/anthropic_messages.h); errors, bad JSON included, in its shape.
+void ApiRoutes::handle_messages(const std::shared_ptr<HttpExchange>& ex, bool count_only) {
+  ApiError err;
+  std::optional<ojson> body = parse_json_body(ex->request().body, &err);
+  std::optional<ParsedRequest> parsed;
+  if (body) parsed = parse_messages_request(*body, count_only, &err);
+  if (!parsed) return ex->respond(anthropic_error_response(err));
+  if (!count_only) return generation_.handle_chat(ex, std::move(*parsed), messages_format(generation_.model_name()));
+  log_ignored_fields(parsed->ignored_fields);
+  if (std::optional<HttpResponse> unknown = unknown_model(*body)) {
+    return ex->respond(anthropic_error_response({404, "The model does not exist.", "not_found_error", "model"}));
+  }
+  auto rendered = render_chat_prompt(engine_, *parsed);
+  if (!rendered.is_ok()) return ex->respond(anthropic_error_response(ApiError::from_status(rendered.status())));
+  const int64_t n = static_cast<int64_t>(engine_.encode(*rendered, /*add_special_tokens=*/false).size());
+  ex->respond(json_response(200, {{"input_tokens", n}}));
+}
+
+// The OpenAI Responses API (server/responses_api.h).
+void ApiRoutes::handle_responses(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {
+  ApiError err;
+  std::optional<ParsedRequest> parsed = parse_responses_request(body, &err);
+  if (!parsed) return ex->respond(error_response(err));
+  auto count = [this](const std::string& text) {
+    return static_cast<int64_t>(engine_.encode(text, /*add_special_tokens=*/false).size());
+  };
+  generation_.handle_chat(ex, std::move(*parsed), responses_format(body, generation_.model_name(), count));
 }
 
 void ApiRoutes::handle_detokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body) {

@@ -1,9 +1,10 @@
 // The HTTP API of `radixlm serve`, as routes on an HttpRouter: OpenAI-compatible /v1/completions,
-// /v1/chat/completions, /v1/models, /v1/models/{id}; SGLang-style /generate; /health and /metrics (open without the
+// /v1/chat/completions, /v1/models, /v1/models/{id}; the OpenAI Responses API /v1/responses and the
+// Anthropic Messages API /v1/messages (+ /count_tokens) over the chat path; SGLang-style /generate; /health and /metrics (open without the
 // API key, as in vLLM/SGLang); /tokenize, /detokenize; operator routes /flush_cache,
 // /abort_request, /debug/kv, /server_info (the limits chosen at start-up). With an API key every
 // route but the open ones needs
-// "Authorization: Bearer KEY". With allowed origins, CORS preflight OPTIONS requests are answered
+// "Authorization: Bearer KEY" (or Anthropic's "x-api-key: KEY"). With allowed origins, CORS preflight OPTIONS requests are answered
 // (open, like vLLM's CORSMiddleware) and every response carries Access-Control-Allow-Origin.
 #pragma once
 
@@ -27,6 +28,8 @@ class ApiRoutes {
  private:
   void handle_tokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body);
   void handle_detokenize(const std::shared_ptr<HttpExchange>& ex, const ojson& body);
+  void handle_messages(const std::shared_ptr<HttpExchange>& ex, bool count_only);
+  void handle_responses(const std::shared_ptr<HttpExchange>& ex, const ojson& body);
   void handle_abort(const std::shared_ptr<HttpExchange>& ex, const ojson& body);
   void handle_flush(const std::shared_ptr<HttpExchange>& ex);
   HttpResponse models() const;

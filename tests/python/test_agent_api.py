@@ -1,6 +1,7 @@
 """The lenient, agent-facing parts of the API on `radixlm serve` (default SmolLM2 model), driven by
 the official `openai` client and raw HTTP: `model` optional and several served names, unknown
-fields ignored (logged once), logit_bias, logprobs 0, system_fingerprint, GET /v1/models/{id},
+fields ignored (logged once), logit_bias, logprobs 0, echo with logprobs and vLLM's
+prompt_logprobs, system_fingerprint, GET /v1/models/{id},
 CORS, vLLM's /tokenize fields (references from the `tokenizers` and `jinja2` packages), any
 message role the template renders."""
 import json
@@ -103,6 +104,61 @@ def test_logprobs_zero_shapes_and_fingerprint(client):
     assert c.system_fingerprint == r.system_fingerprint
     chunks = list(client.chat.completions.create(model=MODEL, messages=PARIS, max_tokens=3, stream=True))
     assert {ch.system_fingerprint for ch in chunks} == {r.system_fingerprint}
+
+
+def test_echo_with_logprobs_and_prompt_logprobs(client, server):
+    prompt = "The capital of France is Paris. The capital of Italy is"
+    ids = TOKENIZER.encode(prompt, add_special_tokens=True).ids
+    body = dict(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, logprobs=2,
+                extra_body={"ignore_eos": True, "prompt_logprobs": 2})
+    plain = client.completions.create(**{**body, "extra_body": {"ignore_eos": True}})
+    r = client.completions.create(echo=True, **body)
+    c = r.choices[0]
+    assert c.text == prompt + plain.choices[0].text
+    assert r.usage.prompt_tokens == len(ids) and r.usage.prompt_tokens_details.cached_tokens == 0
+    lp = c.logprobs
+    n = len(ids)
+    assert len(lp.tokens) == n + 3 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.tokens[n:] == plain.choices[0].logprobs.tokens
+    assert lp.token_logprobs[n:] == pytest.approx(plain.choices[0].logprobs.token_logprobs, abs=1e-6)
+    # vLLM's prompt_logprobs: one entry per prompt token (null first), keyed by token id, holding the
+    # prompt token (whose logprob the echoed logprobs repeat) and the top alternatives.
+    pl = c.model_extra["prompt_logprobs"]
+    assert len(pl) == n and pl[0] is None
+    for j in range(1, n):
+        entry = pl[j]
+        assert str(ids[j]) in entry and lp.token_logprobs[j] == entry[str(ids[j])]["logprob"]
+        ranks = sorted(v["rank"] for v in entry.values() if "rank" in v)
+        assert ranks[:2] == [1, 2] and all(v["logprob"] <= 0 for v in entry.values())
+        best = max(entry.values(), key=lambda v: v["logprob"])
+        assert best["rank"] == 1 and set(lp.top_logprobs[j].values()) <= {v["logprob"] for v in entry.values()}
+    # The prompt's logprob of a token equals the decode step's logprob of the same token after the
+    # same prefix: extend the prompt by the first generated token.
+    code, g = server.post("/generate", {"input_ids": ids, "return_logprob": True,
+                                        "sampling_params": {"max_new_tokens": 1, "temperature": 0}})
+    assert code == 200
+    longer = client.completions.create(model=MODEL, prompt=ids + g["output_ids"], max_tokens=1, temperature=0,
+                                       extra_body={"prompt_logprobs": 0})
+    last = longer.choices[0].model_extra["prompt_logprobs"][-1]
+    assert list(last) == [str(g["output_ids"][0])]
+    assert last[str(g["output_ids"][0])]["logprob"] == pytest.approx(g["meta_info"]["output_token_logprobs"][0][0],
+                                                                     abs=2e-3)
+    # Streamed: the first chunk echoes the prompt with its logprobs; the chunks add up to the whole.
+    chunks = list(client.completions.create(echo=True, stream=True, **body))
+    assert "".join(ch.choices[0].text for ch in chunks) == c.text
+    streamed = [t for ch in chunks if ch.choices[0].logprobs for t in ch.choices[0].logprobs.token_logprobs]
+    assert streamed == lp.token_logprobs
+    assert chunks[0].choices[0].model_extra["prompt_logprobs"] == pl
+    # A second run finds the prompt in the prefix cache, which prompt logprobs do not use.
+    again = client.completions.create(echo=True, **body)
+    assert again.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.choices[0].logprobs.token_logprobs == lp.token_logprobs
+    # Chat: the rendered prompt's logprobs, as vLLM's top-level field.
+    chat = client.chat.completions.create(model=MODEL, messages=PARIS, max_tokens=2, temperature=0,
+                                          extra_body={"prompt_logprobs": 1})
+    assert len(chat.model_extra["prompt_logprobs"]) == chat.usage.prompt_tokens
+    code, err = server.post("/v1/completions", {"prompt": "x", "prompt_logprobs": 21})
+    assert code == 400 and err["error"]["param"] == "prompt_logprobs"
 
 
 def test_any_role_the_template_renders(client, server):
