@@ -55,8 +55,9 @@ fi
 # (ignored by git); CMake compiles them into a static library (src/grammar/, CMakeLists.txt).
 XGRAMMAR_VERSION=0.2.8
 XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+XGRAMMAR_PATCH=+radixlm1  # bumped when the fix below changes: the sources are unpacked again
 xgr_dir=third_party/xgrammar
-if [ "$(cat "$xgr_dir/VERSION.radixlm" 2>/dev/null)" != "$XGRAMMAR_VERSION" ]; then
+if [ "$(cat "$xgr_dir/VERSION.radixlm" 2>/dev/null)" != "$XGRAMMAR_VERSION$XGRAMMAR_PATCH" ]; then
   tmp=$(mktemp -d)
   # --no-binary xgrammar: the sdist of xgrammar itself (pip reads its metadata with wheel build tools).
   .venv/bin/python -m pip download -q --no-deps --no-binary xgrammar -d "$tmp" "xgrammar==$XGRAMMAR_VERSION"
@@ -68,7 +69,20 @@ if [ "$(cat "$xgr_dir/VERSION.radixlm" 2>/dev/null)" != "$XGRAMMAR_VERSION" ]; t
     "xgrammar-$XGRAMMAR_VERSION/3rdparty/picojson/picojson.h" \
     "xgrammar-$XGRAMMAR_VERSION/3rdparty/dlpack/include" \
     "xgrammar-$XGRAMMAR_VERSION/LICENSE" "xgrammar-$XGRAMMAR_VERSION/NOTICE"
-  echo "$XGRAMMAR_VERSION" > "$xgr_dir/VERSION.radixlm"
+  # One fix to xgrammar 0.2.8: a JSON string with minLength/maxLength allowed raw control
+  # characters (tab, U+0000-U+001F but CR/LF), which JSON forbids inside strings; its character
+  # class now excludes them as the unbounded string's does (tests/unit/grammar_test.cpp).
+  .venv/bin/python - "$xgr_dir/cpp/json_schema_converter.cc" <<'PYEOF'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+old = "AddCharacterClass({{'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true)"
+new = "AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}}, true)"
+if src.count(old) != 1:
+    sys.exit("setup: the length-bounded JSON string rule of xgrammar was not found once in " + path)
+open(path, "w").write(src.replace(old, new))
+PYEOF
+  echo "$XGRAMMAR_VERSION$XGRAMMAR_PATCH" > "$xgr_dir/VERSION.radixlm"
   rm -rf "$tmp"
 fi
 

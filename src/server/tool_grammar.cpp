@@ -12,8 +12,8 @@ ojson sequence(ojson elements) { return {{"type", "sequence"}, {"elements", std:
 
 // A JSON value in the structural tag, at most one whitespace character between its tokens (a
 // model that likes spaces cannot pad forever).
-ojson json_value(ojson schema, const char* style = "json") {
-  return {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"style", style}, {"max_whitespace_cnt", 1}};
+ojson json_value(ojson schema) {
+  return {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 1}};
 }
 
 // The tool's parameter schema (an object of anything when it has none).
@@ -36,7 +36,6 @@ ojson call_object(const ojson& tool, const char* args_key) {
 
 // One call of `tool` as the parser of `format` reads it.
 StatusOr<ojson> call_format(ToolFormat format, const ojson& tool) {
-  const std::string name = tool["function"]["name"].get<std::string>();
   switch (format) {
     case ToolFormat::kHermes:
       return sequence({const_string("<tool_call>\n"), json_value(call_object(tool, "arguments")),
@@ -46,14 +45,14 @@ StatusOr<ojson> call_format(ToolFormat format, const ojson& tool) {
     case ToolFormat::kMistral:
       return sequence({const_string("[TOOL_CALLS]["), json_value(call_object(tool, "arguments")), const_string("]")});
     case ToolFormat::kQwen3Coder:
-      return sequence({const_string(str("<tool_call>\n<function=", name, ">\n")), json_value(parameters(tool), "qwen_xml"),
-                       const_string("</function>\n</tool_call>")});
+      // xgrammar's Qwen XML parameters admit whitespace around each raw value (at least one
+      // character's worth), which this parser keeps as part of the value: no exact grammar.
     case ToolFormat::kPythonic:
     case ToolFormat::kNone:
       break;
   }
   return invalid_argument(str("'tool_choice' \"required\" or a named function needs a tool-call parser with JSON "
-                              "arguments (hermes, llama3_json, mistral, qwen3_coder); this server's is '",
+                              "arguments (hermes, llama3_json, mistral); this server's is '",
                               tool_format_name(format), "'"));
 }
 

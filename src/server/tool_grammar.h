@@ -14,7 +14,7 @@ namespace rlm {
 
 // The structural tag (JSON text) for one call of `function` among `tools` (OpenAI's tools array,
 // validated by the request parser), or of any of them when `function` is empty. kInvalidArgument
-// for a format without a JSON form of calls (pythonic, none).
+// for a format without JSON arguments (qwen3_coder's raw XML values, pythonic, none).
 StatusOr<std::string> tool_call_structural_tag(ToolFormat format, const nlohmann::ordered_json& tools,
                                                const std::string& function);
 

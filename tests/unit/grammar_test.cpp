@@ -1,7 +1,8 @@
 // grammar/ on xgrammar's C++ core with real vocabularies (SmolLM2's byte-level BPE, Mistral's
 // SentencePiece): the vocabulary encoding is detected; random walks through JSON-schema, regex and
 // EBNF grammars (each step a random token among those the mask allows) always end in a stop token
-// with text that the grammar describes (parsed with nlohmann::json / matched with std::regex here);
+// with text that the grammar describes (parsed with nlohmann::json, which rejects raw control
+// characters in strings as JSON does, / matched with std::regex here);
 // a stop token is allowed only once the grammar is complete; batched mask fills equal one-by-one
 // fills; bad schemas, regexes and grammars are kInvalidArgument.
 #include "grammar/grammar.h"
@@ -12,6 +13,7 @@
 #include <random>
 #include <regex>
 
+#include "core/utf8.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rlm::grammar {
@@ -96,7 +98,7 @@ TEST(Grammar, RandomWalksMatchTheirGrammars) {
     EXPECT_TRUE(j["n"].is_number_integer() && j["n"] >= -5 && j["n"] <= 40) << w.text;
     EXPECT_TRUE(j["color"] == "red" || j["color"] == "green" || j["color"] == "blue") << w.text;
     EXPECT_TRUE(j["tags"].is_array() && j["tags"].size() <= 3) << w.text;
-    for (const auto& t : j["tags"]) EXPECT_TRUE(t.is_string() && t.get<std::string>().size() <= 6) << w.text;
+    for (const auto& t : j["tags"]) EXPECT_TRUE(t.is_string() && utf8::length(t.get<std::string>()) <= 6) << w.text;
     EXPECT_TRUE(j["ok"].is_boolean()) << w.text;
 
     w = random_walk(*tok, *regex, vocab, seed);

@@ -2,14 +2,16 @@
 // arguments, random walks through the structural tag (random allowed tokens of SmolLM2's
 // vocabulary) give text that the format's own output parser (server/output_parser) reads as
 // exactly one call of an allowed tool, with arguments that are a JSON object holding the
-// parameters' required keys with values of their types (checked here with nlohmann::json); formats
-// without JSON arguments are kInvalidArgument.
+// parameters' required keys with values of their types and bounds (checked here with
+// nlohmann::json; string lengths in code points); formats without JSON arguments (qwen3_coder,
+// pythonic, none) are kInvalidArgument.
 #include "server/tool_grammar.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
+#include "core/utf8.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
@@ -51,7 +53,7 @@ void check_arguments(const std::string& name, const std::string& arguments) {
   ASSERT_TRUE(args.is_object()) << arguments;
   if (name == "get_weather") {
     ASSERT_TRUE(args.contains("city") && args["city"].is_string()) << arguments;
-    EXPECT_LE(args["city"].get<std::string>().size(), 10u) << arguments;
+    EXPECT_LE(utf8::length(args["city"].get<std::string>()), 10u) << arguments;  // maxLength counts code points
     ASSERT_TRUE(args.contains("unit")) << arguments;
     EXPECT_TRUE(args["unit"] == "celsius" || args["unit"] == "fahrenheit") << arguments;
   } else {
@@ -67,7 +69,7 @@ TEST(ToolGrammar, WalksParseAsOneValidCall) {
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
   const int64_t vocab = (*tok)->vocab_size();
   grammar::GrammarCompiler compiler(**tok, vocab, {*(*tok)->token_to_id("<|im_end|>")});
-  for (ToolFormat format : {ToolFormat::kHermes, ToolFormat::kLlama3Json, ToolFormat::kMistral, ToolFormat::kQwen3Coder}) {
+  for (ToolFormat format : {ToolFormat::kHermes, ToolFormat::kLlama3Json, ToolFormat::kMistral}) {
     for (const std::string function : {"", "add", "get_weather"}) {
       StatusOr<std::string> tag = tool_call_structural_tag(format, kTools, function);
       ASSERT_TRUE(tag.is_ok()) << tag.status().to_string();
@@ -87,7 +89,7 @@ TEST(ToolGrammar, WalksParseAsOneValidCall) {
       }
     }
   }
-  for (ToolFormat format : {ToolFormat::kPythonic, ToolFormat::kNone}) {
+  for (ToolFormat format : {ToolFormat::kQwen3Coder, ToolFormat::kPythonic, ToolFormat::kNone}) {
     StatusOr<std::string> tag = tool_call_structural_tag(format, kTools, "");
     ASSERT_FALSE(tag.is_ok());
     EXPECT_EQ(tag.status().code(), StatusCode::kInvalidArgument);
