@@ -14,6 +14,7 @@ same matcher states. Prints the per-token mask-fill and accept times beside radi
 Needs `pip install xgrammar==0.2.8` (it pulls torch and transformers) and `tokenizers`.
 """
 import argparse
+import importlib.metadata
 import json
 import statistics
 import time
@@ -66,7 +67,7 @@ def main():
             fill.append((t1 - t0) * 1e6)
             accept.append((t2 - t1) * 1e6)
     fill_mean, accept_mean = statistics.fmean(fill), statistics.fmean(accept)
-    print(f"xgrammar {xgr.__version__} (Python): {len(fill)} tokens replayed")
+    print(f"xgrammar {importlib.metadata.version('xgrammar')} (Python): {len(fill)} tokens replayed")
     print(f"  mask fill per token: mean {fill_mean:.2f} us, p50 {statistics.median(fill):.2f} us; "
           f"accept mean {accept_mean:.2f} us; compile mean {statistics.fmean(compile_ms):.2f} ms")
     print(f"  radixlm (C++ core, same walks): fill mean {ours['fill_us_mean']:.2f} us, p50 {ours['fill_us_p50']:.2f} us; "

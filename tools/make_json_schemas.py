@@ -12,10 +12,11 @@ import argparse
 import json
 import random
 
-# Formats whose grammar is bounded and agrees with the `jsonschema` checker (xgrammar's "date" also
-# allows days such as 02-31, which jsonschema's date check rejects; an email's local part is
-# unbounded: both left out).
-FORMATS = ["ipv4", "ipv6", "uuid"]
+# Formats whose grammar is bounded and agrees with the `jsonschema` checker. Left out: xgrammar's
+# "date" also allows days such as 02-31 and its "ipv6" embedded IPv4 parts with leading zeros, which
+# the checker rejects; an email's local part is unbounded. ("ipv4" with leading zeros is fixed by
+# scripts/setup.sh.)
+FORMATS = ["ipv4", "uuid"]
 WORDS = ["alpha", "beta", "gamma", "delta", "red", "green", "blue", "north", "south", "x", "y", "id", "name",
          "count", "items", "value", "kind", "tags", "meta", "score", "ok", "level", "unit", "label"]
 

@@ -87,6 +87,9 @@ DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>
   }
   s.tokens = Tensor::empty({n}, DType::kI32, dev);
   ops::sample(logits, sampling, s.tokens);
+  if (dev.is_cuda()) {
+    s.tokens_host = std::make_shared<AsyncDownload>(s.tokens.data_ptr(), dev, static_cast<size_t>(n) * sizeof(int32_t));
+  }
   if (num_lp > 0) {
     Tensor lp_tokens = s.tokens;
     if (num_lp != n) {
@@ -107,9 +110,14 @@ DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>
 }
 
 std::vector<SampleResult> Sampler::read(const DeviceSamples& s) {
-  const Tensor tokens = s.tokens.to(Device::cpu());
-  std::vector<SampleResult> results(static_cast<size_t>(tokens.numel()));
-  for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens.data<int32_t>()[i];
+  std::vector<SampleResult> results(static_cast<size_t>(s.tokens.numel()));
+  if (s.tokens_host) {
+    const auto* tokens = static_cast<const int32_t*>(s.tokens_host->wait());
+    for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens[i];
+  } else {
+    const Tensor tokens = s.tokens.to(Device::cpu());
+    for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens.data<int32_t>()[i];
+  }
   if (!s.chosen.defined()) return results;
   const Tensor chosen = s.chosen.to(Device::cpu());
   const int64_t k = s.top_ids.size(1);

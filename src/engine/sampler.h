@@ -9,10 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "core/async_download.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "ops/sampling_ops.h"
@@ -62,6 +64,9 @@ struct TokenBitmask {
 // What a sampled step leaves on the model's device until it is read.
 struct DeviceSamples {
   Tensor tokens;                     // i32 [num_rows]
+  // tokens' copy to the host, queued right after sampling: read() waits for it alone, not for the
+  // step launched after this one (overlap scheduling). Null on the CPU.
+  std::shared_ptr<AsyncDownload> tokens_host;
   Tensor chosen;                     // f32 [num_logprob_rows]; undefined when no row wants logprobs
   Tensor top_ids;                    // i32 [num_logprob_rows, k] (k: the largest request)
   Tensor top_values;                 // f32 [num_logprob_rows, k]

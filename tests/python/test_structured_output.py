@@ -42,7 +42,7 @@ def tiny_model(path):
 
 def start(model_dir, *extra):
     s = Server("--model", model_dir, "--load-format", "dummy", "--tokenizer", TOKENIZER, "--chat-template",
-               QWEN3_TEMPLATE, "--context-length", "4096", *extra)
+               QWEN3_TEMPLATE, "--context-length", "4096", "--served-model-name", "m", *extra)
     s.client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=600)
     return s
 
@@ -218,11 +218,16 @@ def test_tool_choice_required_and_named(server):
 
 
 def test_without_overlap_and_with_retractions(model_dir):
-    # A KV pool of 1536 tokens for 24 concurrent requests of up to ~600 tokens: requests are
-    # retracted and resumed; their matchers keep their state. Overlap scheduling off here.
+    # A KV pool of 1536 tokens for 24 concurrent requests, half of them forced to write about 330
+    # tokens (an array of exactly 150 digits): requests are retracted and resumed, and their
+    # matchers keep their state. Overlap scheduling off here.
+    long = {"type": "object", "properties": {"v": {"type": "array", "items": {"type": "integer", "minimum": 0,
+                                                                               "maximum": 9},
+                                                    "minItems": 150, "maxItems": 150}},
+            "required": ["v"], "additionalProperties": False}
     s = start(model_dir, "--disable-overlap-schedule", "--max-total-tokens", "1536", "--page-size", "1")
     try:
-        schemas = make_json_schemas.schemas(24, seed=3)
+        schemas = [long if i % 2 == 0 else sc for i, sc in enumerate(make_json_schemas.schemas(24, seed=3))]
         with concurrent.futures.ThreadPoolExecutor(24) as ex:
             futs = [ex.submit(s.client.chat.completions.create, model="m",
                               messages=[{"role": "user", "content": "JSON"}], seed=i, max_tokens=1000,
