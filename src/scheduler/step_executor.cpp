@@ -141,6 +141,9 @@ void ModelStepExecutor::finish_launch(LaunchedStep& step) {
   auto* s = dynamic_cast<ModelLaunchedStep*>(&step);
   RLM_CHECK(s != nullptr) << "finish_launch() on a step this executor did not launch";
   if (s->sampled) return;
+  // The step before this one has been processed: a token its penalties would have read from the
+  // future-token table is in the request's output_ids now, so it must not be counted twice.
+  for (SampleRow& row : s->rows) row.penalty.pending_slot = -1;
   const TokenBitmask masks = fill_masks(s->matchers, s->logits.size(1));
   s->samples = sampler_.launch(s->logits, s->rows, &masks);
   runner_.record_sampled_tokens(s->samples.tokens, s->req_slots);
