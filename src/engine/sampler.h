@@ -9,10 +9,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "core/async_download.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
 #include "ops/sampling_ops.h"
@@ -62,9 +64,24 @@ struct DeviceLogprobs {
   TokenLogprob row(int64_t r, int32_t token, int32_t k) const;
 };
 
+// Grammar-constrained decoding: the allowed-token bitmasks of some rows of a step, filled on the
+// host by the rows' grammar matchers (grammar/grammar.h). Applied after the penalties and
+// logit_bias, before sampling; logprobs stay those of the model's distribution.
+struct TokenBitmask {
+  std::vector<int32_t> rows;   // [m] the masked rows (indices into the step's sampled rows), distinct
+  std::vector<int32_t> words;  // [m, words_per_row]: bit t % 32 of word t / 32 allows token t
+  int64_t words_per_row = 0;   // grammar::bitmask_words(vocab)
+  bool empty() const { return rows.empty(); }
+  // Adds a row and returns its words to fill.
+  int32_t* add_row(int32_t row);
+};
+
 // What a sampled step leaves on the model's device until it is read.
 struct DeviceSamples {
   Tensor tokens;                     // i32 [num_rows]
+  // tokens' copy to the host, queued right after sampling: read() waits for it alone, not for the
+  // step launched after this one (overlap scheduling). Null on the CPU.
+  std::shared_ptr<AsyncDownload> tokens_host;
   DeviceLogprobs logprobs;           // [num_logprob_rows] (k: the largest request); undefined when no row wants them
   std::vector<int32_t> logprob_row;  // [num_rows]: the row's index in logprobs, -1: none
   std::vector<int32_t> logprob_k;    // [num_rows]: top alternatives the row asked for
@@ -78,8 +95,10 @@ class Sampler {
 
   // Queues logprobs (log-softmax of the raw logits, before penalties and temperature, like vLLM),
   // penalties and sampling for every row; nothing waits for the device.
-  //   logits: f32 [rows.size(), vocab], contiguous, penalised in place.
-  DeviceSamples launch(const Tensor& logits, const std::vector<SampleRow>& rows) const;
+  //   logits: f32 [rows.size(), vocab], contiguous, penalised and masked in place; masks: the
+  //   grammar-constrained rows' bitmasks (null or empty: none).
+  DeviceSamples launch(const Tensor& logits, const std::vector<SampleRow>& rows,
+                       const TokenBitmask* masks = nullptr) const;
   // Copies a launched step's samples to the host (waits for the device): one result per row.
   static std::vector<SampleResult> read(const DeviceSamples& samples);
   // launch + read.

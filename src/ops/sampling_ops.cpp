@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/token_bitmask.h"
 #include "kernels/cpu/top_logprobs.h"
 #include "ops/op_check.h"
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/penalties.h"
+#include "kernels/cuda/token_bitmask.h"
 #include "kernels/cuda/top_logprobs.h"
 #endif
 
@@ -136,6 +138,45 @@ void apply_penalties(const Tensor& logits, const PenaltyBatch& batch, const Tens
 #ifdef RADIXLM_WITH_CUDA
     cuda::apply_penalties(d.index, logits.data<float>(), n, vocab, row_stride(logits), batch.token_ids.data(),
                           batch.token_offsets.data(), rows, table, bias);
+#else
+    c.not_built(d);
+#endif
+  } else {
+    c.not_built(d);
+  }
+}
+
+void apply_token_bitmask(const Tensor& logits, const Tensor& bitmask, const Tensor& rows) {
+  OpCheck c("apply_token_bitmask");
+  check_rows_2d(c, "logits", logits, "[n, vocab]");
+  const int64_t n = logits.size(0), vocab = logits.size(1);
+  c.dtype("bitmask", bitmask, {DType::kI32});
+  c.dims("bitmask", bitmask, 2, "[m, words]");
+  c.contiguous("bitmask", bitmask);
+  c.dtype("rows", rows, {DType::kI32});
+  c.dims("rows", rows, 1, "[m]");
+  c.contiguous("rows", rows);
+  c.size("rows", rows, 0, bitmask.size(0), "m (bitmask.size(0))");
+  c.same_device(logits, "bitmask", bitmask);
+  c.same_device(logits, "rows", rows);
+  const int64_t m = bitmask.size(0), words = bitmask.size(1);
+  if (words * 32 < vocab) c.fail_with(str("bitmask ", bitmask.describe(), " has fewer than ", vocab, " bits per row"));
+  if (m > n) c.fail_with(str(m, " mask rows for ", n, " logits rows"));
+  if (m == 0) return;
+  const Device d = logits.device();
+  if (d.is_cpu()) {
+    std::vector<char> seen(static_cast<size_t>(n), 0);
+    for (int64_t j = 0; j < m; ++j) {
+      const int32_t r = rows.data<int32_t>()[j];
+      if (r < 0 || r >= n) c.fail_with(str("rows[", j, "] = ", r, " is outside [0, ", n, ")"));
+      if (seen[r]++) c.fail_with(str("rows lists logits row ", r, " twice"));
+    }
+    cpu::apply_token_bitmask(logits.data<float>(), vocab, row_stride(logits), bitmask.data<int32_t>(), words,
+                             rows.data<int32_t>(), m);
+  } else if (d.is_cuda()) {
+#ifdef RADIXLM_WITH_CUDA
+    cuda::apply_token_bitmask(d.index, logits.data<float>(), vocab, row_stride(logits), bitmask.data<int32_t>(), words,
+                              rows.data<int32_t>(), m);
 #else
     c.not_built(d);
 #endif

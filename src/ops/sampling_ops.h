@@ -50,6 +50,13 @@ struct PenaltyBatch {
 // both devices (one rounding per operation): the CUDA result is bit-identical to the CPU one.
 void apply_penalties(const Tensor& logits, const PenaltyBatch& batch, const Tensor& future_tokens);
 
+// Grammar-constrained decoding: sets logits[rows[j]][t] = -inf for every token t whose bit is 0 in
+// row j of the bitmask (bit t % 32 of word t / 32), in place.
+//   logits: f32 [n, vocab] (unit last stride); bitmask: i32 [m, words] contiguous with words >=
+//   ceil(vocab / 32); rows: i32 [m] contiguous, distinct logits rows in [0, n). All on one device
+//   (CPU or CUDA); on CUDA the rows are checked on the host before upload (the Sampler builds them).
+void apply_token_bitmask(const Tensor& logits, const Tensor& bitmask, const Tensor& rows);
+
 // Logprobs of the sampled tokens and the k best alternatives of every row.
 //   logprobs: f32 [n, vocab] (log-softmaxed; unit last stride); tokens: i32 [n] contiguous (the
 //   sampled tokens); chosen: f32 [n] contiguous, chosen[r] = logprobs[r][tokens[r]];

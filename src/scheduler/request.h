@@ -14,6 +14,10 @@
 
 namespace rlm {
 
+namespace grammar {
+class GrammarMatcher;
+}
+
 enum class ReqState : uint8_t { kQueued, kPending, kRunning, kFinished };
 
 struct Req {
@@ -61,6 +65,8 @@ struct Req {
   int64_t retractions = 0;
   bool abort_requested = false;
   std::unique_ptr<OutputProcessor> output;
+  // params.grammar's matcher, made at admission; it has accepted every token in output_ids.
+  std::shared_ptr<grammar::GrammarMatcher> grammar;
   Clock::time_point first_token_time{};
   Clock::time_point last_token_time{};
 

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "grammar/grammar.h"
+
 namespace rlm {
 
 Status SamplingParams::validate(int64_t vocab_size) const {
@@ -44,6 +46,10 @@ Status SamplingParams::validate(int64_t vocab_size) const {
     for (size_t j = 0; j < i; ++j) {
       if (logit_bias[j].first == id) return invalid_argument(str("logit_bias lists token ", id, " twice"));
     }
+  }
+  if (grammar != nullptr && grammar::grammar_vocab_size(*grammar) != vocab_size) {
+    return invalid_argument(str("the grammar was compiled for a vocabulary of ", grammar::grammar_vocab_size(*grammar),
+                                " tokens, the model has ", vocab_size));
   }
   if (logprobs < -1 || logprobs > 20) return invalid_argument(str("logprobs must be in [0, 20], got ", logprobs));
   if (prompt_logprobs < -1 || prompt_logprobs > 20) {

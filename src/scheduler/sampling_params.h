@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -11,6 +12,10 @@
 #include "core/status.h"
 
 namespace rlm {
+
+namespace grammar {
+class CompiledGrammar;
+}
 
 struct SamplingParams {
   float temperature = 1.0f;       // 0: greedy
@@ -34,6 +39,11 @@ struct SamplingParams {
   // OpenAI logit_bias: (token id, value in [-100, 100]) added to the logit after the penalties;
   // ids distinct.
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // Grammar-constrained decoding (grammar/grammar.h): every token is one the grammar allows, and
+  // the request finishes when the grammar is complete and a stop token is sampled (the only tokens
+  // allowed then), whatever ignore_eos and min_new_tokens say. Null: unconstrained. Shared by the
+  // n > 1 sequences of a request; each gets its own matcher.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 
   // Checks ranges; errors name the parameter (mapped to HTTP 400 by the server).
   Status validate(int64_t vocab_size) const;

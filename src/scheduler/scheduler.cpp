@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "grammar/grammar.h"
 #include "scheduler/prefill_adder.h"
 
 namespace rlm {
@@ -97,6 +98,7 @@ void Scheduler::drain_inbox() {
     req->seed = req->params.seed ? *req->params.seed : seed_rng_();
     req->output = std::make_unique<OutputProcessor>(decoders_(req->params.skip_special_tokens, req->prompt_ids),
                                                     req->params.stop);
+    if (req->params.grammar) req->grammar = std::make_shared<grammar::GrammarMatcher>(req->params.grammar);
     pending_.push_back(std::move(req));
   }
   // An abort names a request id, or the parent id shared by the choices of one API request.
@@ -318,6 +320,15 @@ void Scheduler::on_token(Req& req, const SampleResult& res) {
   req.last_token_time = now;
   req.output_ids.push_back(res.token);
   metrics_->add_generation_tokens(1);
+  // The sampled token was one the grammar allowed (its mask): a refusal is an engine bug, which
+  // ends this request with an error rather than an output that breaks the grammar.
+  if (req.grammar && !req.grammar->accept(res.token)) {
+    FinishInfo info;
+    info.reason = "abort";
+    info.error = str("internal error: the grammar rejected sampled token ", res.token);
+    finish(req, std::move(info));
+    return;
+  }
 
   StreamEvent ev;
   OutputProcessor::Result text = req.output->push(res.token);
@@ -332,6 +343,10 @@ void Scheduler::on_token(Req& req, const SampleResult& res) {
     fin = FinishInfo{};
     fin->reason = "stop";
     fin->matched_stop_str = text.matched_stop;
+  } else if (req.grammar && req.grammar->terminated()) {
+    fin = FinishInfo{};
+    fin->reason = "stop";
+    fin->matched_stop_token = res.token;
   } else if (min_reached && !req.params.ignore_eos &&
              std::find(eos_ids_.begin(), eos_ids_.end(), res.token) != eos_ids_.end()) {
     fin = FinishInfo{};
@@ -425,7 +440,10 @@ bool Scheduler::step() {
     std::unique_ptr<LaunchedStep> launched;
     if (next && !next->empty()) launched = launch(*next);
     complete_inflight();
-    if (launched) inflight_ = Inflight{std::move(launched), std::move(*next)};
+    if (launched) {
+      exec_.finish_launch(*launched);  // grammar masks need the results just processed
+      inflight_ = Inflight{std::move(launched), std::move(*next)};
+    }
   } else {
     const int64_t retractions = metrics_->retractions();
     ScheduledBatch b = std::move(*schedule(/*ahead=*/false));
@@ -433,6 +451,7 @@ bool Scheduler::step() {
       did = metrics_->retractions() != retractions;  // all retracted: they are admitted again next step
     } else if (overlap_ok()) {
       std::unique_ptr<LaunchedStep> launched = launch(b);
+      exec_.finish_launch(*launched);
       inflight_ = Inflight{std::move(launched), std::move(b)};
     } else {
       run_now(b);

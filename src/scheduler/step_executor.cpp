@@ -1,6 +1,7 @@
 #include "scheduler/step_executor.h"
 
 #include <algorithm>
+#include "grammar/grammar.h"
 
 namespace rlm {
 
@@ -64,7 +65,44 @@ class ModelLaunchedStep : public LaunchedStep {
   DeviceLogprobs prompt;
   std::vector<PromptRows::Span> spans;
   std::vector<int32_t> targets;
+  // With grammar-constrained rows the sampling waits for finish_launch(), holding the logits and
+  // each row's matcher (null: free row).
+  bool sampled = false;
+  Tensor logits;  // [rows.size(), vocab] on the device, until sampled
+  std::vector<SampleRow> rows;
+  std::vector<std::shared_ptr<grammar::GrammarMatcher>> matchers;  // [rows.size()]
+  std::vector<int32_t> req_slots;                                  // [rows.size()]
 };
+
+// The grammar matchers of a step's sampled items, in row order; empty when no row has one.
+std::vector<std::shared_ptr<grammar::GrammarMatcher>> row_matchers(const std::vector<StepItem>& items) {
+  std::vector<std::shared_ptr<grammar::GrammarMatcher>> matchers;
+  bool any = false;
+  for (const StepItem& it : items) {
+    if (!it.sample) continue;
+    matchers.push_back(it.req->grammar);
+    any = any || it.req->grammar != nullptr;
+  }
+  if (!any) matchers.clear();
+  return matchers;
+}
+
+// The bitmasks of the constrained rows, filled by their matchers (which must have accepted every
+// token sampled before this step).
+TokenBitmask fill_masks(const std::vector<std::shared_ptr<grammar::GrammarMatcher>>& matchers, int64_t vocab) {
+  TokenBitmask masks;
+  masks.words_per_row = grammar::bitmask_words(vocab);
+  std::vector<grammar::GrammarMatcher*> live;
+  for (size_t i = 0; i < matchers.size(); ++i) {
+    if (matchers[i] == nullptr) continue;
+    RLM_CHECK_EQ(matchers[i]->vocab_size(), vocab) << " grammar vocabulary vs the model's logits";
+    masks.rows.push_back(static_cast<int32_t>(i));
+    live.push_back(matchers[i].get());
+  }
+  masks.words.resize(live.size() * static_cast<size_t>(masks.words_per_row));
+  grammar::GrammarMatcher::fill_batch(live, masks.words.data());
+  return masks;
+}
 
 // The batch entries of a step: items that do not sample get no logits row, prompt-logprob chunks
 // one per token, so the model's logits rows are the sampled items (and those chunks), in order.
@@ -151,9 +189,21 @@ std::unique_ptr<LaunchedStep> ModelStepExecutor::launch(ForwardMode mode, const 
   PromptRows prompt;
   ForwardBatch batch = runner_.build_batch(mode, step_entries(items, rows, req_slots, prompt));
   auto step = std::make_unique<ModelLaunchedStep>();
-  const Tensor logits = split_prompt_logprobs(runner_.forward(batch), prompt, *step);
-  if (rows.empty()) return step;
+  Tensor logits = split_prompt_logprobs(runner_.forward(batch), prompt, *step);  // sampled rows, on the device
+  if (rows.empty()) {
+    step->sampled = true;
+    return step;
+  }
+  step->matchers = row_matchers(items);
+  if (!step->matchers.empty()) {
+    // Constrained rows: sampled by finish_launch() once their matchers are up to date.
+    step->logits = std::move(logits);
+    step->rows = std::move(rows);
+    step->req_slots = std::move(req_slots);
+    return step;
+  }
   step->samples = sampler_.launch(logits, rows);
+  step->sampled = true;
   if (rows.size() == items.size()) {
     runner_.record_sampled_tokens(step->samples.tokens, batch);
   } else {
@@ -162,9 +212,25 @@ std::unique_ptr<LaunchedStep> ModelStepExecutor::launch(ForwardMode mode, const 
   return step;
 }
 
+void ModelStepExecutor::finish_launch(LaunchedStep& step) {
+  auto* s = dynamic_cast<ModelLaunchedStep*>(&step);
+  RLM_CHECK(s != nullptr) << "finish_launch() on a step this executor did not launch";
+  if (s->sampled) return;
+  // The step before this one has been processed: a token its penalties would have read from the
+  // future-token table is in the request's output_ids now, so it must not be counted twice.
+  for (SampleRow& row : s->rows) row.penalty.pending_slot = -1;
+  const TokenBitmask masks = fill_masks(s->matchers, s->logits.size(1));
+  s->samples = sampler_.launch(s->logits, s->rows, &masks);
+  runner_.record_sampled_tokens(s->samples.tokens, s->req_slots);
+  s->sampled = true;
+  s->logits = Tensor();
+  s->matchers.clear();
+}
+
 std::vector<SampleResult> ModelStepExecutor::wait(LaunchedStep& step) {
   auto* s = dynamic_cast<ModelLaunchedStep*>(&step);
   RLM_CHECK(s != nullptr) << "wait() on a step this executor did not launch";
+  finish_launch(*s);
   prompt_logprobs_ = read_prompt_logprobs(*s);
   if (!s->samples.tokens.defined()) return {};  // nothing sampled (prompt chunks only)
   return Sampler::read(s->samples);
@@ -178,7 +244,16 @@ std::vector<SampleResult> ModelStepExecutor::run(ForwardMode mode, const std::ve
   ModelLaunchedStep step;
   const Tensor logits = split_prompt_logprobs(runner_.forward(batch), prompt, step);
   RLM_CHECK_EQ(logits.size(0), static_cast<int64_t>(rows.size())) << " logits rows vs sampled items";
-  if (!rows.empty()) step.samples = sampler_.launch(logits, rows);
+  if (!rows.empty()) {
+    const std::vector<std::shared_ptr<grammar::GrammarMatcher>> matchers = row_matchers(items);
+    if (matchers.empty()) {
+      step.samples = sampler_.launch(logits, rows);
+    } else {
+      const TokenBitmask masks = fill_masks(matchers, logits.size(1));
+      step.samples = sampler_.launch(logits, rows, &masks);
+    }
+  }
+  step.sampled = true;
   return wait(step);
 }
 

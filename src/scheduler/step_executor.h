@@ -63,8 +63,17 @@ class StepExecutor {
   // Penalties and logprobs are computed on the device like everything else. wait() returns the
   // results, one per item with sample == true, in item order. An executor that cannot overlap
   // returns false here.
+  //
+  // Grammar-constrained requests (Req::grammar): the allowed-token mask of such a row needs the
+  // token the previous step sampled for it, which the host sees only once that step is processed.
+  // launch() then queues the forward alone, and finish_launch() — called by the scheduler after it
+  // has processed the step before (the matchers have accepted every earlier token) and before the
+  // next launch() — fills the masks on the host while the device runs the forward, then queues the
+  // masked sampling. Without constrained rows launch() queues the sampling too and finish_launch()
+  // does nothing.
   virtual bool supports_overlap() const { return false; }
   virtual std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items);
+  virtual void finish_launch(LaunchedStep& step) {}
   virtual std::vector<SampleResult> wait(LaunchedStep& step);
 
   // Prompt logprobs (StepItem::prompt_logprobs): after run(), or wait() of a launched step, the
@@ -91,6 +100,7 @@ class ModelStepExecutor : public StepExecutor {
   std::vector<SampleResult> run(ForwardMode mode, const std::vector<StepItem>& items) override;
   bool supports_overlap() const override { return true; }
   std::unique_ptr<LaunchedStep> launch(ForwardMode mode, const std::vector<StepItem>& items) override;
+  void finish_launch(LaunchedStep& step) override;
   std::vector<SampleResult> wait(LaunchedStep& step) override;
   bool supports_prompt_logprobs() const override { return true; }
   std::vector<PromptLogprobs> take_prompt_logprobs() override { return std::move(prompt_logprobs_); }

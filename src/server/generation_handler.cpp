@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "server/http_router.h"
+#include "server/tool_grammar.h"
 
 namespace rlm {
 
@@ -631,6 +632,20 @@ void GenerationHandler::start(const std::shared_ptr<HttpExchange>& ex, ApiKind k
     job->formats = OutputFormats{read_tools ? tool_format_ : ToolFormat::kNone, reasoning_format_, parsed->tools};
   }
   job->format = format;
+  if (parsed->tool_choice == "required" || parsed->tool_choice == "function") {
+    // Constrained to calls in the format of the active parser, which reads them back.
+    StatusOr<std::string> tag = tool_call_structural_tag(tool_format_, parsed->tools, parsed->tool_choice_function);
+    if (!tag.is_ok()) return ex->respond(error_response(ApiError::bad_request(tag.status().message(), "tool_choice")));
+    parsed->grammar = grammar::GrammarSpec{grammar::GrammarKind::kStructuralTag, std::move(*tag)};
+    parsed->grammar_field = "tool_choice";
+  }
+  if (parsed->grammar.active()) {
+    auto compiled = engine_.compile_grammar(parsed->grammar);
+    if (!compiled.is_ok()) {
+      return ex->respond(error_response(ApiError::bad_request(compiled.status().message(), parsed->grammar_field)));
+    }
+    parsed->params.grammar = std::move(*compiled);
+  }
   job->logprobs = parsed->params.logprobs;
   job->echo = parsed->echo;
   job->prompt_logprobs = parsed->prompt_logprobs;

@@ -184,6 +184,115 @@ bool parse_sampling(Fields& f, const ojson& body, ParsedRequest* r) {
   return true;
 }
 
+// ---- output constraints ----------------------------------------------------------------------
+
+// Records the request's one output constraint; a second one is a 400.
+bool set_grammar(Fields& f, ParsedRequest* r, const std::string& field, grammar::GrammarKind kind, std::string source,
+                 bool strict = false) {
+  if (r->grammar.active()) {
+    return f.fail(field, str("'", field, "' and '", r->grammar_field, "' both constrain the output; give one"));
+  }
+  r->grammar = grammar::GrammarSpec{kind, std::move(source), strict};
+  r->grammar_field = field;
+  return true;
+}
+
+// A JSON schema given as an object (or boolean), or as its JSON text.
+bool schema_text(Fields& f, const std::string& field, const ojson& v, std::string* out) {
+  if (v.is_object() || v.is_boolean()) {
+    *out = v.dump();
+    return true;
+  }
+  if (v.is_string()) {
+    ojson parsed = ojson::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object() || parsed.is_boolean()) {
+      *out = parsed.dump();
+      return true;
+    }
+  }
+  return f.fail(field, str("'", field, "' must be a JSON schema (an object, or its JSON text)"));
+}
+
+bool nonempty_text(Fields& f, const std::string& field, const ojson& v, std::string* out) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+    return f.fail(field, str("'", field, "' must be a non-empty string"));
+  }
+  *out = v.get<std::string>();
+  return true;
+}
+
+// OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}.
+bool parse_response_format(Fields& f, const ojson& rf, ParsedRequest* r) {
+  using grammar::GrammarKind;
+  const std::string type = rf.is_object() && rf.contains("type") && rf["type"].is_string() ? rf["type"].get<std::string>() : "";
+  if (type == "text") return true;
+  if (type == "json_object") return set_grammar(f, r, "response_format", GrammarKind::kJsonObject, "");
+  if (type != "json_schema") {
+    return f.fail("response_format", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+  }
+  if (!rf.contains("json_schema") || !rf["json_schema"].is_object()) {
+    return f.fail("response_format", "'response_format.json_schema' must be an object with a 'schema'");
+  }
+  const ojson& js = rf["json_schema"];
+  bool strict = false;
+  if (js.contains("strict") && !js["strict"].is_null()) {
+    if (!js["strict"].is_boolean()) return f.fail("response_format", "'response_format.json_schema.strict' must be a boolean");
+    strict = js["strict"].get<bool>();
+  }
+  if (!js.contains("schema") || js["schema"].is_null()) {
+    return set_grammar(f, r, "response_format", GrammarKind::kJsonObject, "");  // no schema: any object
+  }
+  std::string schema;
+  if (!schema_text(f, "response_format", js["schema"], &schema)) return false;
+  return set_grammar(f, r, "response_format", GrammarKind::kJsonSchema, std::move(schema), strict);
+}
+
+// The constraint fields of chat and completions: response_format, SGLang's regex / ebnf, vLLM's
+// guided_json / guided_regex / guided_grammar and structured_outputs {json, regex, grammar,
+// json_object}.
+bool parse_constraints(Fields& f, const ojson& body, ParsedRequest* r) {
+  using grammar::GrammarKind;
+  std::string text;
+  if (f.has("response_format") && !parse_response_format(f, body["response_format"], r)) return false;
+  for (const auto& [field, kind] : {std::pair<const char*, GrammarKind>{"regex", GrammarKind::kRegex},
+                                    {"guided_regex", GrammarKind::kRegex},
+                                    {"ebnf", GrammarKind::kEbnf},
+                                    {"guided_grammar", GrammarKind::kEbnf}}) {
+    if (f.has(field) && (!nonempty_text(f, field, body[field], &text) || !set_grammar(f, r, field, kind, text))) {
+      return false;
+    }
+  }
+  if (f.has("guided_json") && (!schema_text(f, "guided_json", body["guided_json"], &text) ||
+                               !set_grammar(f, r, "guided_json", GrammarKind::kJsonSchema, text))) {
+    return false;
+  }
+  if (f.has("structured_outputs")) {
+    const ojson& so = body["structured_outputs"];
+    if (!so.is_object()) return f.fail("structured_outputs", "'structured_outputs' must be an object");
+    for (auto it = so.begin(); it != so.end(); ++it) {
+      const std::string field = "structured_outputs." + it.key();
+      const ojson& v = it.value();
+      if (v.is_null()) continue;
+      bool ok = true;
+      if (it.key() == "json") {
+        ok = schema_text(f, field, v, &text) && set_grammar(f, r, field, GrammarKind::kJsonSchema, text);
+      } else if (it.key() == "regex") {
+        ok = nonempty_text(f, field, v, &text) && set_grammar(f, r, field, GrammarKind::kRegex, text);
+      } else if (it.key() == "grammar") {
+        ok = nonempty_text(f, field, v, &text) && set_grammar(f, r, field, GrammarKind::kEbnf, text);
+      } else if (it.key() == "json_object") {
+        if (!v.is_boolean()) return f.fail(field, str("'", field, "' must be a boolean"));
+        ok = !v.get<bool>() || set_grammar(f, r, field, GrammarKind::kJsonObject, "");
+      } else {
+        return f.fail("structured_outputs", str("unsupported 'structured_outputs' field '", it.key(),
+                                                "' (json, regex, grammar or json_object)"));
+      }
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
+
 // Optional, as in vLLM / SGLang: without it the request goes to the served model.
 bool parse_model(Fields& f, ParsedRequest* r) { return f.nonempty_string("model", &r->model); }
 
@@ -262,12 +371,13 @@ std::optional<ParsedRequest> parse_completion_request(const ojson& body, ApiErro
       "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "logprobs", "echo",
       "stop", "presence_penalty", "frequency_penalty", "seed", "user", "best_of", "logit_bias", "suffix", "top_k",
       "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids", "skip_special_tokens",
-      "add_special_tokens", "prompt_logprobs"};
+      "add_special_tokens", "prompt_logprobs", "response_format", "regex", "ebnf", "guided_json", "guided_regex",
+      "guided_grammar", "structured_outputs"};
   ParsedRequest r;
   r.kind = ApiKind::kCompletion;
   r.params.max_new_tokens = 16;  // OpenAI's default for completions
   f.ignore_unknown(allowed, &r.ignored_fields);
-  if (!parse_model(f, &r) || !parse_sampling(f, body, &r)) return std::nullopt;
+  if (!parse_model(f, &r) || !parse_sampling(f, body, &r) || !parse_constraints(f, body, &r)) return std::nullopt;
   int64_t max_tokens = 16, logprobs = -1;
   if (!f.integer("max_tokens", &max_tokens, 1, INT32_MAX) || !f.integer("logprobs", &logprobs, 0, 20) ||
       !f.boolean("echo", &r.echo) || !f.boolean("add_special_tokens", &r.add_special_tokens)) {
@@ -337,7 +447,7 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
       "tools", "tool_choice", "parallel_tool_calls", "response_format", "logit_bias", "metadata", "store",
       "service_tier", "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens", "stop_token_ids",
       "skip_special_tokens", "chat_template_kwargs", "add_generation_prompt", "continue_final_message",
-      "prompt_logprobs"};
+      "prompt_logprobs", "regex", "ebnf", "guided_json", "guided_regex", "guided_grammar", "structured_outputs"};
   ParsedRequest r;
   r.kind = ApiKind::kChat;
   f.ignore_unknown(allowed, &r.ignored_fields);
@@ -409,25 +519,35 @@ std::optional<ParsedRequest> parse_chat_request(const ojson& body, ApiError* err
     const ojson& tc = body["tool_choice"];
     const bool named = tc.is_object() && type_of(tc) == "function" && tc.contains("function") &&
                        tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string();
-    if (tc == "required" || named) {
-      f.fail("tool_choice", "'tool_choice' \"required\" or a named function needs constrained decoding, which this "
-                            "server does not have yet; use \"auto\" or \"none\"");
-      return std::nullopt;
-    }
-    if (!(tc.is_string() && (tc == "none" || tc == "auto"))) {
+    if (!named && !(tc.is_string() && (tc == "none" || tc == "auto" || tc == "required"))) {
       f.fail("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                             "\"function\": {\"name\": ...}}");
       return std::nullopt;
     }
-    r.tool_choice = tc.get<std::string>();
+    r.tool_choice = named ? "function" : tc.get<std::string>();
+    if (named) r.tool_choice_function = tc["function"]["name"].get<std::string>();
     if (tc == "none") r.tools = nullptr;  // hidden from the template, as vLLM does
   }
-  if (f.has("response_format")) {
-    const ojson& rf = body["response_format"];
-    if (type_of(rf) != "text") {
-      f.fail("response_format", "only response_format {\"type\": \"text\"} is supported");
+  if (r.tool_choice == "required" || r.tool_choice == "function") {
+    if (!r.tools.is_array() || r.tools.empty()) {
+      f.fail("tool_choice", str("'tool_choice' \"", r.tool_choice, "\" needs 'tools'"));
       return std::nullopt;
     }
+    if (r.tool_choice == "function") {
+      bool found = false;
+      for (const auto& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_function;
+      if (!found) {
+        f.fail("tool_choice", str("'tool_choice' names the function '", r.tool_choice_function,
+                                  "', which is not among 'tools'"));
+        return std::nullopt;
+      }
+    }
+  }
+  if (!parse_constraints(f, body, &r)) return std::nullopt;
+  if (r.grammar.active() && (r.tool_choice == "required" || r.tool_choice == "function")) {
+    f.fail(r.grammar_field, str("'", r.grammar_field, "' cannot be combined with 'tool_choice' \"", r.tool_choice,
+                                "\", which constrains the output to tool calls"));
+    return std::nullopt;
   }
   if (f.has("chat_template_kwargs")) {
     if (!body["chat_template_kwargs"].is_object()) {
@@ -491,7 +611,7 @@ std::optional<ParsedRequest> parse_generate_request(const ojson& body, ApiError*
     static const std::set<std::string> sp_allowed = {
         "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "stop", "stop_token_ids",
         "ignore_eos", "skip_special_tokens", "frequency_penalty", "presence_penalty", "repetition_penalty", "seed",
-        "n"};
+        "n", "json_schema", "regex", "ebnf"};
     SamplingParams& p = r.params;
     int64_t max_new = 128, min_new = 0, top_k = -1, n = 1;
     if (!g.unknown(sp_allowed) || !g.integer("max_new_tokens", &max_new, 1, INT32_MAX) ||
@@ -503,6 +623,17 @@ std::optional<ParsedRequest> parse_generate_request(const ojson& body, ApiError*
         !g.number("presence_penalty", &p.presence_penalty, -2.0, 2.0) ||
         !g.number("repetition_penalty", &p.repetition_penalty, 1e-6, 2.0) || !g.integer("n", &n, 1, 16)) {
       return std::nullopt;
+    }
+    std::string text;
+    if (g.has("json_schema") && (!schema_text(g, "json_schema", sp["json_schema"], &text) ||
+                                 !set_grammar(g, &r, "json_schema", grammar::GrammarKind::kJsonSchema, text))) {
+      return std::nullopt;
+    }
+    for (const auto& [field, kind] : {std::pair<const char*, grammar::GrammarKind>{"regex", grammar::GrammarKind::kRegex},
+                                      {"ebnf", grammar::GrammarKind::kEbnf}}) {
+      if (g.has(field) && (!nonempty_text(g, field, sp[field], &text) || !set_grammar(g, &r, field, kind, text))) {
+        return std::nullopt;
+      }
     }
     p.max_new_tokens = max_new;
     p.min_new_tokens = min_new;

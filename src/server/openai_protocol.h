@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "grammar/grammar.h"
 #include "scheduler/sampling_params.h"
 #include "server/api_error.h"
 
@@ -28,7 +29,15 @@ struct ParsedRequest {
   std::vector<PromptInput> prompts;  // completions/generate; chat fills it after rendering
   ojson messages;                  // chat
   ojson tools;                     // chat: null or array
-  std::string tool_choice = "auto";  // chat: "auto" or "none" (tools hidden, no tool-call parsing)
+  // chat: "auto", "none" (tools hidden, no tool-call parsing), "required" (at least one call) or
+  // "function" (a call of tool_choice_function); the last two by constrained decoding.
+  std::string tool_choice = "auto";
+  std::string tool_choice_function;
+  // The output constraint (response_format json_object / json_schema, regex, ebnf, vLLM's guided_*
+  // and structured_outputs, /generate's sampling_params json_schema / regex / ebnf) and the field
+  // that gave it; compiled against the vocabulary before submission (grammar/grammar.h).
+  grammar::GrammarSpec grammar;
+  std::string grammar_field;
   ojson chat_template_kwargs;      // chat: null or object (e.g. enable_thinking)
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // chat: the last (assistant) message stays open for the model to continue

@@ -71,6 +71,19 @@ std::string ServingEngine::token_text(int32_t id) const {
   return tokenizer_->decode(std::span<const int32_t>(ids, 1), /*skip_special_tokens=*/false);
 }
 
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> ServingEngine::compile_grammar(
+    const grammar::GrammarSpec& spec) {
+  if (tokenizer_ == nullptr) return invalid_argument("constrained decoding needs the model's tokenizer");
+  std::call_once(grammar_once_, [this] {
+    // Stop tokens: the model's EOS ids and the tokenizer's.
+    std::vector<int32_t> stop;
+    for (int64_t id : runner_->model_config().eos_token_ids) stop.push_back(static_cast<int32_t>(id));
+    if (std::optional<int32_t> eos = tokenizer_->eos_id()) stop.push_back(*eos);
+    grammar_compiler_ = std::make_unique<grammar::GrammarCompiler>(*tokenizer_, vocab_size(), std::move(stop));
+  });
+  return grammar_compiler_->compile(spec);
+}
+
 StatusOr<std::shared_ptr<Req>> ServingEngine::submit(std::vector<int32_t> prompt_ids, const SamplingParams& params,
                                                      const std::string& rid, const std::string& group,
                                                      const std::string& parent_rid) {

@@ -6,11 +6,13 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/model_runner.h"
+#include "grammar/grammar.h"
 #include "scheduler/scheduler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +40,10 @@ class ServingEngine {
   std::vector<int32_t> encode(const std::string& text, bool add_special_tokens) const;
   // Text of one token for logprobs output.
   std::string token_text(int32_t id) const;
+  // Compiles an output constraint against the model's vocabulary (kInvalidArgument for a bad schema,
+  // regex or grammar, or an engine without a tokenizer). The compiler is built on first use (it
+  // indexes the vocabulary once) and caches compiled grammars; thread-safe.
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compile_grammar(const grammar::GrammarSpec& spec);
 
   // Submits one sequence; events arrive on the returned request's stream. `group`: n > 1 siblings
   // of one prompt; `parent_rid`: the API request's id, shared by all its sequences (abort target).
@@ -80,6 +86,8 @@ class ServingEngine {
   std::shared_ptr<ServingMetrics> metrics_;
   std::unique_ptr<ModelStepExecutor> executor_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::once_flag grammar_once_;
+  std::unique_ptr<grammar::GrammarCompiler> grammar_compiler_;
   std::atomic<bool> draining_{false};
   bool started_ = false;
 };

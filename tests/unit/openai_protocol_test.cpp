@@ -1,4 +1,5 @@
-// Request validation (server/openai_protocol): wrong types of content parts, response_format,
+// Request validation (server/openai_protocol): wrong types of content parts, response_format and
+// the other output constraints (regex, ebnf, guided_*, structured_outputs, tool_choice),
 // store, metadata, parallel_tool_calls, user, tools entries, logit_bias and an empty model are 400
 // errors naming the field; the valid forms still parse. Lenient like vLLM / SGLang: `model` may be
 // left out, unknown top-level fields are ignored (and listed), any message role reaches the template.
@@ -62,14 +63,104 @@ TEST(OpenAiProtocol, ContentPartTypeOfAnyJsonType) {
 
 TEST(OpenAiProtocol, ResponseFormatTypeOfAnyJsonType) {
   for (const ojson& type : values_other_than({})) {
+    if (type == "text") continue;
     expect_rejected(chat({{"response_format", {{"type", type}}}}), "response_format", "response_format");
   }
   for (const ojson& rf : values_other_than({ojson::value_t::null})) {
     if (rf == ojson({{"type", "text"}})) continue;
     expect_rejected(chat({{"response_format", rf}}), "response_format", "response_format");
   }
-  expect_rejected(chat({{"response_format", {{"type", "json_object"}}}}), "response_format", "response_format");
+  expect_accepted(chat({{"response_format", {{"type", "json_object"}}}}));
   expect_accepted(chat({{"response_format", {{"type", "text"}}}}));
+  // json_schema needs its object; the schema an object, boolean or JSON text; strict a boolean.
+  for (const ojson& js : values_other_than({ojson::value_t::object})) {
+    expect_rejected(chat({{"response_format", {{"type", "json_schema"}, {"json_schema", js}}}}), "response_format",
+                    "'response_format.json_schema'");
+  }
+  for (const ojson& schema : {ojson(3), ojson("not json"), ojson::array(), ojson("[1]")}) {
+    expect_rejected(chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", schema}}}}}}),
+                    "response_format", "JSON schema");
+  }
+  expect_rejected(
+      chat({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", ojson::object()}, {"strict", 1}}}}}}),
+      "response_format", "strict");
+}
+
+// What each constraint field becomes; two of them, or one with a tool_choice that constrains, are 400s.
+TEST(OpenAiProtocol, OutputConstraints) {
+  using grammar::GrammarKind;
+  const ojson schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  struct Case {
+    ojson extra;
+    GrammarKind kind;
+    std::string source;
+    bool strict;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {{{"response_format", {{"type", "json_object"}}}}, GrammarKind::kJsonObject, "", false, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}}}},
+       GrammarKind::kJsonSchema, schema.dump(), true, "response_format"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", schema.dump()}}}}}},
+       GrammarKind::kJsonSchema, schema.dump(), false, "response_format"},
+      {{{"regex", "[a-z]+"}}, GrammarKind::kRegex, "[a-z]+", false, "regex"},
+      {{{"guided_regex", "x"}}, GrammarKind::kRegex, "x", false, "guided_regex"},
+      {{{"ebnf", "root ::= \"a\""}}, GrammarKind::kEbnf, "root ::= \"a\"", false, "ebnf"},
+      {{{"guided_grammar", "root ::= \"b\""}}, GrammarKind::kEbnf, "root ::= \"b\"", false, "guided_grammar"},
+      {{{"guided_json", schema}}, GrammarKind::kJsonSchema, schema.dump(), false, "guided_json"},
+      {{{"structured_outputs", {{"json", schema}}}}, GrammarKind::kJsonSchema, schema.dump(), false, "structured_outputs.json"},
+      {{{"structured_outputs", {{"regex", "y"}}}}, GrammarKind::kRegex, "y", false, "structured_outputs.regex"},
+      {{{"structured_outputs", {{"json_object", true}}}}, GrammarKind::kJsonObject, "", false, "structured_outputs.json_object"},
+  };
+  for (const Case& c : cases) {
+    ApiError err;
+    auto r = parse_chat_request(chat(c.extra), &err);
+    ASSERT_TRUE(r.has_value()) << c.extra.dump() << ": " << err.message;
+    EXPECT_EQ(r->grammar.kind, c.kind) << c.extra.dump();
+    EXPECT_EQ(r->grammar.source, c.source) << c.extra.dump();
+    EXPECT_EQ(r->grammar.strict, c.strict) << c.extra.dump();
+    EXPECT_EQ(r->grammar_field, c.field) << c.extra.dump();
+    EXPECT_TRUE(r->ignored_fields.empty()) << c.extra.dump();
+    ojson completion = {{"prompt", "hi"}};
+    for (auto it = c.extra.begin(); it != c.extra.end(); ++it) completion[it.key()] = it.value();
+    auto rc = parse_completion_request(completion, &err);
+    ASSERT_TRUE(rc.has_value()) << completion.dump() << ": " << err.message;
+    EXPECT_EQ(rc->grammar.kind, c.kind) << completion.dump();
+  }
+  expect_rejected(chat({{"regex", "a"}, {"ebnf", "root ::= \"a\""}}), "ebnf", "both constrain");
+  expect_rejected(chat({{"regex", ""}}), "regex", "non-empty string");
+  expect_rejected(chat({{"regex", 3}}), "regex", "non-empty string");
+  expect_rejected(chat({{"structured_outputs", {{"choice", ojson::array({"a"})}}}}), "structured_outputs", "unsupported");
+  // /generate: SGLang's sampling_params fields.
+  ApiError err;
+  auto g = parse_generate_request({{"text", "hi"}, {"sampling_params", {{"json_schema", schema.dump()}}}}, &err);
+  ASSERT_TRUE(g.has_value()) << err.message;
+  EXPECT_EQ(g->grammar.kind, GrammarKind::kJsonSchema);
+  EXPECT_EQ(g->grammar.source, schema.dump());
+  g = parse_generate_request({{"text", "hi"}, {"sampling_params", {{"regex", "[0-9]"}}}}, &err);
+  ASSERT_TRUE(g.has_value()) << err.message;
+  EXPECT_EQ(g->grammar.kind, GrammarKind::kRegex);
+  EXPECT_FALSE(parse_generate_request({{"text", "hi"}, {"sampling_params", {{"regex", "a"}, {"ebnf", "b"}}}}, &err));
+  EXPECT_EQ(err.param, "ebnf");
+}
+
+TEST(OpenAiProtocol, ToolChoiceRequiredAndNamed) {
+  const ojson tools = ojson::array({{{"type", "function"}, {"function", {{"name", "get_weather"}}}}});
+  ApiError err;
+  auto r = parse_chat_request(chat({{"tools", tools}, {"tool_choice", "required"}}), &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->tool_choice, "required");
+  r = parse_chat_request(
+      chat({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}), &err);
+  ASSERT_TRUE(r.has_value()) << err.message;
+  EXPECT_EQ(r->tool_choice, "function");
+  EXPECT_EQ(r->tool_choice_function, "get_weather");
+  expect_rejected(chat({{"tool_choice", "required"}}), "tool_choice", "needs 'tools'");
+  expect_rejected(chat({{"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}}),
+                  "tool_choice", "not among 'tools'");
+  expect_rejected(chat({{"tools", tools}, {"tool_choice", "sometimes"}}), "tool_choice", "must be");
+  expect_rejected(chat({{"tools", tools}, {"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}),
+                  "response_format", "cannot be combined");
 }
 
 TEST(OpenAiProtocol, ScalarFieldTypes) {

@@ -2,7 +2,9 @@
 // (before penalties and temperature), the sampled token is the argmax of the raw logits after a
 // reference penalty pass (written here), and a step launched while the request's newest token is
 // still in flight (pending_outputs = 1) counts that token in its penalties: tokens and logprobs
-// equal those of the sequential run, bit for bit.
+// equal those of the sequential run, bit for bit. With a grammar-constrained request the launched
+// step is sampled by finish_launch() after the step before it was read, and then counts that token
+// once (from the request's outputs), not again from the future-token table.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include <numeric>
 
 #include "engine/model_loader.h"
+#include "grammar/grammar.h"
+#include "tokenizer/tokenizer.h"
 #include "ops/ops.h"
 #include "scheduler/step_executor.h"
 
@@ -190,6 +194,70 @@ TEST(StepExecutor, LaunchedStepCountsTheTokenInFlight) {
     EXPECT_EQ(ovl.logprobs[i].top, seq.logprobs[i].top) << "step " << i;
     EXPECT_EQ(ovl.logprobs[i].top.size(), 3u);
   }
+}
+
+// A constrained request (a grammar that allows any text) through two decode steps, the second
+// launched before the first is read, sampled by finish_launch() once it is. With frequency 100 and
+// presence -350 a token found c times among the outputs moves by +150, +50, -50 for c = 2, 3, 4:
+// history [t0, t0], decode 1 picks t0 (c = 2), decode 2 picks t0 again (c = 3); counting the token
+// in flight twice (outputs and table) would make it c = 4 and avoid t0.
+std::vector<int32_t> decode_three_constrained(bool overlap) {
+  auto runner = make_runner();
+  ModelStepExecutor exec(*runner);
+  auto tok = load_tokenizer(std::string(RADIXLM_SOURCE_DIR) + "/tests/data/tokenizer/tiny512/tokenizer.json");
+  EXPECT_TRUE(tok.is_ok()) << tok.status().to_string();
+  const int64_t vocab = runner->model_config().vocab_size;
+  grammar::GrammarCompiler compiler(**tok, vocab, {*(*tok)->token_to_id("<|endoftext|>")});
+  auto g = compiler.compile({grammar::GrammarKind::kRegex, "(.|\\n)*", false});
+  EXPECT_TRUE(g.is_ok()) << g.status().to_string();
+  Req req;
+  for (int i = 0; i < 9; ++i) req.prompt_ids.push_back(static_cast<int32_t>((i * 11 + 3) % std::min<int64_t>(vocab, 23)));
+  req.params.temperature = 0.0f;
+  req.grammar = std::make_shared<grammar::GrammarMatcher>(*g);
+  const int32_t slot = runner->req_to_token().alloc();
+  const int32_t n = static_cast<int32_t>(req.prompt_ids.size());
+  auto item_for = [&](int32_t prefix, std::vector<int32_t> ids, int32_t pending) {
+    StepItem it;
+    it.req = &req;
+    it.entry.req_slot = slot;
+    it.entry.prefix_len = prefix;
+    it.entry.new_slots = iota_slots(prefix, static_cast<int32_t>(ids.size()));
+    it.entry.new_ids = std::move(ids);
+    it.pending_outputs = pending;
+    return it;
+  };
+  std::vector<int32_t> tokens;
+  auto take = [&](const SampleResult& r) {
+    tokens.push_back(r.token);
+    req.output_ids.push_back(r.token);
+    EXPECT_TRUE(req.grammar->accept(r.token)) << "token " << r.token;
+  };
+  take(exec.run(ForwardMode::kExtend, {item_for(0, req.prompt_ids, 0)}).at(0));
+  req.output_ids.push_back(tokens[0]);  // history [t0, t0]
+  EXPECT_TRUE(req.grammar->accept(tokens[0]));
+  req.params.frequency_penalty = 100.0f;
+  req.params.presence_penalty = -350.0f;
+  if (overlap) {
+    auto first = exec.launch(ForwardMode::kDecode, {item_for(n, {req.output_ids.back()}, 0)});
+    exec.finish_launch(*first);
+    auto second = exec.launch(ForwardMode::kDecode, {item_for(n + 1, {kFutureToken}, 1)});
+    take(exec.wait(*first).at(0));
+    exec.finish_launch(*second);
+    take(exec.wait(*second).at(0));
+  } else {
+    take(exec.run(ForwardMode::kDecode, {item_for(n, {req.output_ids.back()}, 0)}).at(0));
+    take(exec.run(ForwardMode::kDecode, {item_for(n + 1, {req.output_ids.back()}, 0)}).at(0));
+  }
+  return tokens;
+}
+
+TEST(StepExecutor, ConstrainedLaunchedStepCountsTheTokenInFlightOnce) {
+  const std::vector<int32_t> seq = decode_three_constrained(false);
+  const std::vector<int32_t> ovl = decode_three_constrained(true);
+  ASSERT_EQ(seq.size(), 3u);
+  EXPECT_EQ(seq[1], seq[0]) << "decode 1 should repeat t0 (count 2: +150)";
+  EXPECT_EQ(seq[2], seq[0]) << "decode 2 should repeat t0 (count 3: +50)";
+  EXPECT_EQ(ovl, seq);
 }
 
 }  // namespace
