@@ -607,7 +607,7 @@ void GenerationHandler::handle_chat(const std::shared_ptr<HttpExchange>& ex, Par
 
 void GenerationHandler::start(const std::shared_ptr<HttpExchange>& ex, ApiKind kind, ParsedRequest& req,
                               std::shared_ptr<ChatAnswerFormat> format) {
-  const ParsedRequest* parsed = &req;
+  ParsedRequest* parsed = &req;
   auto fail = [&](const ApiError& e) { ex->respond(format ? format->error(e) : error_response(e)); };
   log_ignored_fields(parsed->ignored_fields);
   if (engine_.draining()) return fail({503, "the server is shutting down", "service_unavailable", ""});
@@ -635,14 +635,14 @@ void GenerationHandler::start(const std::shared_ptr<HttpExchange>& ex, ApiKind k
   if (parsed->tool_choice == "required" || parsed->tool_choice == "function") {
     // Constrained to calls in the format of the active parser, which reads them back.
     StatusOr<std::string> tag = tool_call_structural_tag(tool_format_, parsed->tools, parsed->tool_choice_function);
-    if (!tag.is_ok()) return ex->respond(error_response(ApiError::bad_request(tag.status().message(), "tool_choice")));
+    if (!tag.is_ok()) return fail(ApiError::bad_request(tag.status().message(), "tool_choice"));
     parsed->grammar = grammar::GrammarSpec{grammar::GrammarKind::kStructuralTag, std::move(*tag)};
     parsed->grammar_field = "tool_choice";
   }
   if (parsed->grammar.active()) {
     auto compiled = engine_.compile_grammar(parsed->grammar);
     if (!compiled.is_ok()) {
-      return ex->respond(error_response(ApiError::bad_request(compiled.status().message(), parsed->grammar_field)));
+      return fail(ApiError::bad_request(compiled.status().message(), parsed->grammar_field));
     }
     parsed->params.grammar = std::move(*compiled);
   }
