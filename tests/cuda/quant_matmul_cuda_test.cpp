@@ -1,20 +1,24 @@
 // CUDA quantized linear and row dequantization (kernels/cuda/quant_matmul) for every GGUF block
 // type against their CPU twins, on fresh random blocks and activations.
-// Twin: the CPU's f32-activation reference mode (weights dequantized by formats/gguf_dequant, f32
-// sgemm). Tolerances, per output, relative to the magnitude of its terms S = sum_k |x_k w_k|:
-//   decode GEMV (m <= 8): f32 dequantization and f32 products, summed in another order:
-//     |gpu - cpu| <= 1e-5 * S;
-//   prefill (m > 8): x and the dequantized weight rounded to bf16 (each to 2^-9 relative), f32
-//     accumulation: |gpu - cpu| <= 2 * 2^-9 * S (+ 1e-5 * S for the order).
+// Decode GEMV (m <= 8): the CUDA kernel quantizes x to 8-bit 32-value blocks exactly as the CPU's
+// cpu::quantize_activations does (same rounding, bit for bit), so its reference is the
+// double-precision dot of the dequantized weights (formats/gguf_dequant) with the dequantized
+// activation blocks d * q; all it may differ by is f32 rounding of the unit scales and the sums:
+//   |gpu - ref| <= 1e-5 * S,  S = |bias_j| + sum_k |w_jk * d_b q_ik|.
+// Prefill (m > 8) against the CPU's f32-activation reference mode (weights dequantized, f32 sgemm):
+// x and the dequantized weight rounded to bf16 (each to 2^-9 relative), f32 accumulation:
+//   |gpu - cpu| <= (2 * 2^-9 + 1e-5) * S,  S = |bias_j| + sum_k |x_ik w_jk|.
 // Rows dequantized on the GPU (embeddings) are bit-identical to the CPU reference. Outputs are
 // poisoned with NaN: padding columns must stay NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "cuda/cuda_test_util.h"
 #include "formats/gguf_dequant.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cuda/quant_matmul.h"
 #include "ops/ops.h"
 
@@ -36,40 +40,71 @@ Tensor random_blocks(DType dtype, int64_t rows, int64_t k, uint64_t seed) {
   return w;
 }
 
-TEST(QuantMatmulCuda, LinearMatchesCpuTwin) {
+// out = x * w^T + bias through ops::linear on the GPU, checked row by row against the reference
+// of the header comment (m <= 8: double on the 8-bit activations; m > 8: the CPU f32 twin).
+void check_linear(TestRng& rng, DType dtype, int64_t m, int64_t k, int64_t n) {
+  SCOPED_TRACE(str(dtype_name(dtype), " m ", m, " k ", k, " n ", n));
+  const Tensor w = random_blocks(dtype, n, k, rng.gen()());
+  const Tensor wf = dequantize(w);
+  const Tensor x = random_normal(rng, {m, k});
+  const Tensor bias = random_normal(rng, {n});
+  const Tensor out_g = to_gpu(poisoned({m, n + 3}, DType::kF32));
+  ops::linear(to_gpu(x), to_gpu(w), to_gpu(bias), out_g.slice(1, 1, n + 1));
+  const Tensor got = to_cpu(out_g);
+  const bool gemv = m <= cuda::kQuantGemvMaxRows;
+  // The activations each path multiplies: 8-bit blocks (GEMV) or x itself (prefill, vs the CPU twin).
+  std::vector<double> xa(static_cast<size_t>(m * k));
+  Tensor twin = poisoned({m, n}, DType::kF32);
+  if (gemv) {
+    cpu::Q8Activations act;
+    cpu::quantize_activations(cpu::CpuIsa::kScalar, x.data<float>(), m, k, k, 32, &act);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < k; ++c) {
+        xa[i * k + c] = static_cast<double>(act.row_d(i)[c / 32]) * act.row_q(i)[c];
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < m * k; ++i) xa[i] = x.data<float>()[i];
+    ops::set_quantized_linear_activations(ops::QuantizedActivations::kF32);
+    ops::linear(x, w, bias, twin);
+    ops::set_quantized_linear_activations(ops::QuantizedActivations::kInt8);
+  }
+  const double rel = gemv ? 1e-5 : 2.0 / 512 + 1e-5;
+  for (int64_t i = 0; i < m; ++i) {
+    ASSERT_TRUE(std::isnan(got.at<float>({i, 0})) && std::isnan(got.at<float>({i, n + 1})) &&
+                std::isnan(got.at<float>({i, n + 2})))
+        << "padding written in row " << i;
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = bias.at<float>({j}), s = std::fabs(ref);
+      for (int64_t c = 0; c < k; ++c) {
+        const double t = xa[i * k + c] * wf.data<float>()[j * k + c];
+        ref += t;
+        s += std::fabs(t);
+      }
+      const double want = gemv ? ref : twin.at<float>({i, j});
+      ASSERT_NEAR(got.at<float>({i, j + 1}), want, rel * s + 1e-6) << "(" << i << ", " << j << ")";
+    }
+  }
+}
+
+TEST(QuantMatmulCuda, LinearMatchesReference) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   for (DType dtype : kTypes) {
-    const int64_t k = dtype_block_size(dtype) == 32 ? 320 : 768, n = 203;
-    const Tensor w = random_blocks(dtype, n, k, rng.gen()());
-    const Tensor wg = to_gpu(w);
-    const Tensor wf = dequantize(w);
-    for (int64_t m : {1, 3, 5, 8, 9, 40}) {
-      SCOPED_TRACE(str(dtype_name(dtype), " m ", m));
-      const Tensor x = random_normal(rng, {m, k});
-      const Tensor bias = random_normal(rng, {n});
-      Tensor want = poisoned({m, n + 3}, DType::kF32);
-      {
-        ops::set_quantized_linear_activations(ops::QuantizedActivations::kF32);
-        ops::linear(x, w, bias, want.slice(1, 1, n + 1));
-        ops::set_quantized_linear_activations(ops::QuantizedActivations::kInt8);
-      }
-      const Tensor out_g = to_gpu(poisoned({m, n + 3}, DType::kF32));
-      ops::linear(to_gpu(x), wg, to_gpu(bias), out_g.slice(1, 1, n + 1));
-      const Tensor got = to_cpu(out_g);
-      const double rel = m <= cuda::kQuantGemvMaxRows ? 1e-5 : 2.0 / 512 + 1e-5;
-      for (int64_t i = 0; i < m; ++i) {
-        ASSERT_TRUE(std::isnan(got.at<float>({i, 0})) && std::isnan(got.at<float>({i, n + 1})) &&
-                    std::isnan(got.at<float>({i, n + 2})))
-            << "padding written in row " << i;
-        for (int64_t j = 0; j < n; ++j) {
-          double s = std::fabs(bias.at<float>({j}));
-          for (int64_t c = 0; c < k; ++c) s += std::fabs(x.at<float>({i, c}) * wf.at<float>({j, c}));
-          ASSERT_NEAR(got.at<float>({i, j + 1}), want.at<float>({i, j + 1}), rel * s + 1e-6) << "(" << i << ", " << j << ")";
-        }
-      }
-    }
+    // Rows of 35 blocks or 6 super-blocks (48 units): lanes take one or two units of a row.
+    const int64_t k = dtype_block_size(dtype) == 32 ? 1120 : 1536;
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 40}) check_linear(rng, dtype, m, k, 203);
+  }
+}
+
+// x too long for 8 (or 4, 2) rows of 8-bit activations in shared memory: fewer rows per launch.
+TEST(QuantMatmulCuda, LongRowsRunInFewerRowsPerLaunch) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (DType dtype : {DType::kQ4_0, DType::kQ4_K}) {
+    for (int64_t m : {3, 8}) check_linear(rng, dtype, m, 65536, 37);
   }
 }
 

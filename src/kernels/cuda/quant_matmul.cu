@@ -7,6 +7,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/index_check.h"
 
 namespace rlm::cuda {
@@ -125,35 +126,301 @@ __device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_
   }
 }
 
-constexpr int kGemvWarps = 4;  // output rows per block
+// ---- decode GEMV (m <= kQuantGemvMaxRows) -------------------------------------------------------
+//
+// Each block quantizes the m rows of x into shared memory once (32-value blocks: int8 q, scale d,
+// d * sum(q); the CPU's quantize_activations arithmetic, bit for bit), then its warps take weight
+// rows in turn (grid-stride). Lane l of a warp takes the 32-value units l, l + 32, ... of the row
+// (a block of a 32-block type, one 32-value group of a K-quant super-block): it loads the unit's
+// quants as 32-bit words, unpacks them to 8 words of 4 signed bytes, and multiplies them with the
+// activation words by __dp4a, one exact integer sum per unit (two for 16-value scales) scaled in f32.
 
-// One warp per output row; lane l takes chunks l, l + 32, ... of the row, for all M rows of x.
+constexpr int kQWarps = 8;  // warps (weight rows in flight) per block
+constexpr int kQThreads = kQWarps * 32;
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t* p) { return ld16(p) | ld16(p + 2) << 16; }  // 2-aligned
+
+// Bytes of alignment the unit loads of type T need (of the weight pointer and the row stride).
+template <DType T>
+constexpr size_t unit_align() {
+  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) return 16;
+  if constexpr (T == DType::kQ4_1 || T == DType::kQ5_1 || T == DType::kQ2_K || T == DType::kIQ4_XS) return 4;
+  return 2;
+}
+
+// Bit i of the low 4 bits of b to bit 4 of byte i.
+__device__ __forceinline__ uint32_t bits_to_b4(uint32_t b) {
+  return (b & 1u) << 4 | (b & 2u) << 11 | (b & 4u) << 18 | (b & 8u) << 25;
+}
+
+constexpr uint32_t pack4(int8_t a, int8_t b, int8_t c, int8_t d) {
+  return static_cast<uint8_t>(a) | static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8 |
+         static_cast<uint32_t>(static_cast<uint8_t>(c)) << 16 | static_cast<uint32_t>(static_cast<uint8_t>(d)) << 24;
+}
+
+// The IQ4_NL codebook entries of 4 bytes holding indices 0..15, by byte permutes of the table.
+__device__ __forceinline__ uint32_t iq4nl_lookup(uint32_t q) {
+  constexpr uint32_t t0 = pack4(-127, -104, -83, -65), t1 = pack4(-49, -35, -22, -10), t2 = pack4(1, 13, 25, 38),
+                     t3 = pack4(53, 69, 89, 113);
+  const uint32_t sel = (q & 0x7u) | (q >> 4 & 0x70u) | (q >> 8 & 0x700u) | (q >> 12 & 0x7000u);
+  const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+  const uint32_t h = q & 0x08080808u;
+  return __byte_perm(lo, hi, 0x3210u | (h >> 1 & 0x4u) | (h >> 5 & 0x40u) | (h >> 9 & 0x400u) | (h >> 13 & 0x4000u));
+}
+
+// One 32-value unit of a weight row: v = its 32 quants as integers (4 signed bytes a word, in
+// element order), with the scales that turn them into the reference's values.
+struct WUnit {
+  int v[8];
+  float d;     // the unit's float scale (value = d * v + m); Q2_K, Q3_K, Q6_K: times s0 / s1
+  int s0, s1;  // Q2_K, Q3_K, Q6_K: integer scales of values 0..15 and 16..31
+  float m;     // Q4_1, Q5_1, Q4_K, Q5_K: the unit's offset; Q2_K: dmin
+  int m0, m1;  // Q2_K: integer minimums of the halves (value = d * s * v - dmin * m)
+};
+
+template <DType T>
+constexpr bool kHalfScales = T == DType::kQ2_K || T == DType::kQ3_K || T == DType::kQ6_K;
+template <DType T>
+constexpr bool kMinSum = T == DType::kQ4_1 || T == DType::kQ5_1 || T == DType::kQ4_K || T == DType::kQ5_K;
+
+// Unit u (values 32u .. 32u+31) of a weight row; the unpacking mirrors formats/gguf_dequant.h.
+template <DType T>
+__device__ __forceinline__ void load_unit(const uint8_t* row, int64_t u, WUnit& o) {
+  if constexpr (T == DType::kQ8_0) {
+    const uint8_t* b = row + u * 34;
+    o.d = f16_at(b);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o.v[i] = static_cast<int>(ld32_a2(b + 2 + 4 * i));
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kIQ4_NL) {
+    const uint8_t* b = row + u * 18;
+    o.d = f16_at(b);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = ld32_a2(b + 2 + 4 * i);
+      if constexpr (T == DType::kQ4_0) {
+        o.v[i] = static_cast<int>(__vsub4(q & 0x0f0f0f0fu, 0x08080808u));
+        o.v[4 + i] = static_cast<int>(__vsub4(q >> 4 & 0x0f0f0f0fu, 0x08080808u));
+      } else {
+        o.v[i] = static_cast<int>(iq4nl_lookup(q & 0x0f0f0f0fu));
+        o.v[4 + i] = static_cast<int>(iq4nl_lookup(q >> 4 & 0x0f0f0f0fu));
+      }
+    }
+  } else if constexpr (T == DType::kQ4_1) {
+    const uint8_t* b = row + u * 20;
+    o.d = f16_at(b);
+    o.m = f16_at(b + 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = ld32(b + 4 + 4 * i);
+      o.v[i] = static_cast<int>(q & 0x0f0f0f0fu);
+      o.v[4 + i] = static_cast<int>(q >> 4 & 0x0f0f0f0fu);
+    }
+  } else if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1) {
+    constexpr int kBytes = T == DType::kQ5_0 ? 22 : 24, kOff = T == DType::kQ5_0 ? 2 : 4;
+    const uint8_t* b = row + u * kBytes;
+    o.d = f16_at(b);
+    uint32_t qh;
+    if constexpr (T == DType::kQ5_1) {
+      o.m = f16_at(b + 2);
+      qh = ld32(b + kOff);
+    } else {
+      qh = ld32_a2(b + kOff);
+    }
+    constexpr uint32_t kSub = T == DType::kQ5_0 ? 0x10101010u : 0u;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = T == DType::kQ5_1 ? ld32(b + kOff + 4 + 4 * i) : ld32_a2(b + kOff + 4 + 4 * i);
+      o.v[i] = static_cast<int>(__vsub4((q & 0x0f0f0f0fu) | bits_to_b4(qh >> (4 * i)), kSub));
+      o.v[4 + i] = static_cast<int>(__vsub4((q >> 4 & 0x0f0f0f0fu) | bits_to_b4(qh >> (16 + 4 * i)), kSub));
+    }
+  } else if constexpr (T == DType::kQ2_K) {
+    const uint8_t* b = row + (u / 8) * 84;
+    const int g = static_cast<int>(u % 8);
+    o.d = f16_at(b + 80);
+    o.m = f16_at(b + 82);
+    const int s0 = b[2 * g], s1 = b[2 * g + 1];
+    o.s0 = s0 & 15, o.s1 = s1 & 15, o.m0 = s0 >> 4, o.m1 = s1 >> 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o.v[i] = static_cast<int>(ld32(b + 16 + 32 * (g / 4) + 4 * i) >> (2 * (g % 4)) & 0x03030303u);
+  } else if constexpr (T == DType::kQ3_K) {
+    const uint8_t* b = row + (u / 8) * 110;
+    const int g = static_cast<int>(u % 8);
+    const uint8_t* s = b + 96;
+    o.d = f16_at(b + 108);
+    int sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 2 * g + h;
+      const int low = i < 8 ? s[i] & 15 : s[i - 8] >> 4;
+      sc[h] = (low | (s[8 + i % 4] >> (2 * (i / 4)) & 3) << 4) - 32;
+    }
+    o.s0 = sc[0], o.s1 = sc[1];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t low = ld32_a2(b + 32 + 32 * (g / 4) + 4 * i) >> (2 * (g % 4)) & 0x03030303u;
+      const uint32_t high = ld32_a2(b + 4 * i) >> g & 0x01010101u;
+      o.v[i] = static_cast<int>(__vsub4(low | high << 2, 0x04040404u));
+    }
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    constexpr int kBytes = T == DType::kQ4_K ? 144 : 176, kQs = T == DType::kQ4_K ? 16 : 48;
+    const uint8_t* b = row + (u / 8) * kBytes;
+    const int g = static_cast<int>(u % 8);
+    int sc, mn;
+    k_scale_min(b + 4, g, &sc, &mn);
+    o.d = mul(f16_at(b), static_cast<float>(sc));
+    o.m = -mul(f16_at(b + 2), static_cast<float>(mn));
+    const uint4* qs = reinterpret_cast<const uint4*>(b + kQs + 32 * (g / 2));
+    const uint4 q0 = qs[0], q1 = qs[1];
+    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    uint32_t qh[8];
+    if constexpr (T == DType::kQ5_K) {
+      const uint4* hp = reinterpret_cast<const uint4*>(b + 16);
+      const uint4 h0 = hp[0], h1 = hp[1];
+      const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) qh[i] = (hw[i] >> g & 0x01010101u) << 4;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      uint32_t v = q[i] >> (4 * (g % 2)) & 0x0f0f0f0fu;
+      if constexpr (T == DType::kQ5_K) v |= qh[i];
+      o.v[i] = static_cast<int>(v);
+    }
+  } else if constexpr (T == DType::kQ6_K) {
+    const uint8_t* b = row + (u / 8) * 210;
+    const int g = static_cast<int>(u % 8), h = g / 4, gg = g % 4;
+    o.d = f16_at(b + 208);
+    o.s0 = static_cast<int8_t>(b[192 + 2 * g]);
+    o.s1 = static_cast<int8_t>(b[193 + 2 * g]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t low = ld32_a2(b + 64 * h + 32 * (gg % 2) + 4 * i) >> (4 * (gg / 2)) & 0x0f0f0f0fu;
+      const uint32_t high = ld32_a2(b + 128 + 32 * h + 4 * i) >> (2 * gg) & 0x03030303u;
+      o.v[i] = static_cast<int>(__vsub4(low | high << 4, 0x20202020u));
+    }
+  } else if constexpr (T == DType::kIQ4_XS) {
+    const uint8_t* b = row + (u / 8) * 136;
+    const int g = static_cast<int>(u % 8);
+    const int sh = static_cast<int>(ld16(b + 2));
+    const int s = ((b[4 + g / 2] >> (4 * (g % 2))) & 15) | ((sh >> (2 * g)) & 3) << 4;
+    o.d = mul(f16_at(b), static_cast<float>(s - 32));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t q = ld32(b + 8 + 16 * g + 4 * i);
+      o.v[i] = static_cast<int>(iq4nl_lookup(q & 0x0f0f0f0fu));
+      o.v[4 + i] = static_cast<int>(iq4nl_lookup(q >> 4 & 0x0f0f0f0fu));
+    }
+  }
+}
+
+// dot(unit, activation block): xw = the block's 8 words of int8 q, xd its scale, xs = xd * sum(q).
+template <DType T>
+__device__ __forceinline__ float unit_dot(const WUnit& w, const int4* xw, float xd, float xs) {
+  const int4 a0 = xw[0], a1 = xw[1];
+  int lo = 0, hi = 0;
+  lo = __dp4a(w.v[0], a0.x, lo);
+  lo = __dp4a(w.v[1], a0.y, lo);
+  lo = __dp4a(w.v[2], a0.z, lo);
+  lo = __dp4a(w.v[3], a0.w, lo);
+  hi = __dp4a(w.v[4], a1.x, kHalfScales<T> ? 0 : lo);
+  hi = __dp4a(w.v[5], a1.y, hi);
+  hi = __dp4a(w.v[6], a1.z, hi);
+  hi = __dp4a(w.v[7], a1.w, hi);
+  if constexpr (kHalfScales<T>) {
+    float r = xd * w.d * static_cast<float>(w.s0 * lo + w.s1 * hi);
+    if constexpr (T == DType::kQ2_K) {
+      constexpr int kOnes = 0x01010101;
+      const int sl = __dp4a(kOnes, a0.w, __dp4a(kOnes, a0.z, __dp4a(kOnes, a0.y, __dp4a(kOnes, a0.x, 0))));
+      const int sh = __dp4a(kOnes, a1.w, __dp4a(kOnes, a1.z, __dp4a(kOnes, a1.y, __dp4a(kOnes, a1.x, 0))));
+      r -= xd * w.m * static_cast<float>(w.m0 * sl + w.m1 * sh);
+    }
+    return r;
+  } else if constexpr (kMinSum<T>) {
+    return fmaf(xd * w.d, static_cast<float>(hi), w.m * xs);
+  } else {
+    return xd * w.d * static_cast<float>(hi);
+  }
+}
+
+// Shared memory of the GEMV for M rows of x of length k: int8 q [M, k], f32 d and d * sum [M, k/32].
+constexpr size_t gemv_smem_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k + 2 * m * (k / 32) * 4); }
+
 template <DType T, int M>
-__global__ void __launch_bounds__(kGemvWarps * 32)
+__global__ void __launch_bounds__(kQThreads, 2)
     quant_gemv_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ w,
                       size_t row_bytes, int64_t n, const void* bias, DType bias_dtype, float* __restrict__ out,
                       int64_t ldo) {
+  extern __shared__ int4 gemv_smem[];
+  const int64_t nb = k / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
-  if (j >= n) return;
-  const uint8_t* row = w + static_cast<size_t>(j) * row_bytes;
-  float acc[M];
-  for (int r = 0; r < M; ++r) acc[r] = 0.0f;
-  for (int64_t c = lane; c < k / 32; c += 32) {
-    float v[32];
-    dequant_chunk<T>(row, c, v);
-    for (int r = 0; r < M; ++r) {
-      const float* xr = x + r * ldx + c * 32;
-      float s = 0.0f;
-#pragma unroll
-      for (int t = 0; t < 32; ++t) s = fmaf(v[t], __ldg(xr + t), s);
-      acc[r] += s;
+  // While x is quantized, the first row of each warp is on its way into L2.
+  if (const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j0 < n) {
+    const uint8_t* row = w + static_cast<size_t>(j0) * row_bytes;
+    for (size_t off = static_cast<size_t>(lane) * 128; off < row_bytes; off += 32 * 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
     }
   }
-  for (int r = 0; r < M; ++r) {
-    float s = acc[r];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) out[r * ldo + j] = s + (bias != nullptr ? load_bias(bias, bias_dtype, j) : 0.0f);
+  int8_t* xq = reinterpret_cast<int8_t*>(gemv_smem);
+  float* xd = reinterpret_cast<float*>(xq + M * k);
+  float* xs = xd + M * nb;
+  // Quantize x: 4 lanes per 32-value block, 8 values each (the CPU's rounding: d = amax / 127,
+  // q = round-to-nearest-even(x * (127 / amax))).
+  // The loop runs whole warps (the shuffles need every lane); lanes past the end quantize zeros.
+  for (int64_t t0 = 0; t0 < M * nb * 4; t0 += kQThreads) {
+    const int64_t t = t0 + threadIdx.x;
+    const bool on = t < M * nb * 4;
+    const int64_t blk = t / 4, r = blk / nb, c = (blk % nb) * 32 + (t % 4) * 8;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = on ? x[r * ldx + c + i] : 0.0f;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    int sum = 0;
+    uint32_t packed[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int q = __float2int_rn(__fmul_rn(v[i], id));
+      sum += q;
+      packed[i / 4] |= static_cast<uint32_t>(q & 0xff) << (8 * (i % 4));
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (!on) continue;
+    *reinterpret_cast<uint2*>(xq + r * k + c) = make_uint2(packed[0], packed[1]);
+    if (t % 4 == 0) {
+      const float d = __fdiv_rn(amax, 127.0f);
+      xd[blk] = d;
+      xs[blk] = mul(d, static_cast<float>(sum));
+    }
+  }
+  __syncthreads();
+  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j < n;
+       j += static_cast<int64_t>(gridDim.x) * kQWarps) {
+    const uint8_t* row = w + static_cast<size_t>(j) * row_bytes;
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.0f;
+#pragma unroll 4
+    for (int64_t u = lane; u < nb; u += 32) {
+      WUnit wu;
+      load_unit<T>(row, u, wu);
+#pragma unroll
+      for (int r = 0; r < M; ++r) {
+        acc[r] += unit_dot<T>(wu, reinterpret_cast<const int4*>(xq + r * k + u * 32), xd[r * nb + u], xs[r * nb + u]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      float s = acc[r];
+      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0) out[r * ldo + j] = s + (bias != nullptr ? load_bias(bias, bias_dtype, j) : 0.0f);
+    }
   }
 }
 
@@ -215,24 +482,50 @@ void dispatch_quant(DType t, F&& f) {
 }
 
 template <DType T, int M>
-void launch_gemv(const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes, int64_t n,
+void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes, int64_t n,
                  const void* bias, DType bias_dtype, float* out, int64_t ldo, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((n + kGemvWarps - 1) / kGemvWarps);
-  quant_gemv_kernel<T, M><<<blocks, kGemvWarps * 32, 0, stream>>>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out,
-                                                                   ldo);
+  const size_t smem = gemv_smem_bytes(M, k);
+  auto* kernel = quant_gemv_kernel<T, M>;
+  if (smem > 48 * 1024) {
+    // Per launch, as the limit is per device and function; not a stream operation (capturable).
+    RLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  int per_sm = 0, sms = 0;
+  RLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kQThreads, smem));
+  RLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // Every block quantizes x once: as many blocks as fit at once, rows grid-strided over their warps,
+  // the warp count shrunk so that every warp gets the same number of rows (the last fewer).
+  const int64_t max_warps = static_cast<int64_t>(sms) * std::max(per_sm, 1) * kQWarps;
+  const int64_t iters = (n + max_warps - 1) / max_warps;
+  const int64_t blocks = ((n + iters - 1) / iters + kQWarps - 1) / kQWarps;
+  kernel<<<static_cast<unsigned>(blocks), kQThreads, smem, stream>>>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out,
+                                                                     ldo);
   RLM_CUDA_CHECK_LAUNCH();
 }
 
 template <DType T>
-void gemv_rows(int64_t m, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes, int64_t n,
-               const void* bias, DType bias_dtype, float* out, int64_t ldo, cudaStream_t stream) {
+void gemv_rows(int device, int64_t m, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes,
+               int64_t n, const void* bias, DType bias_dtype, float* out, int64_t ldo, cudaStream_t stream) {
   switch (m) {
-    case 1: return launch_gemv<T, 1>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    case 2: return launch_gemv<T, 2>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    case 3: return launch_gemv<T, 3>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    case 4: return launch_gemv<T, 4>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    default: return launch_gemv<T, 8>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
+    case 1: return launch_gemv<T, 1>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
+    case 2: return launch_gemv<T, 2>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
+    case 3: return launch_gemv<T, 3>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
+    case 4: return launch_gemv<T, 4>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
+    default: return launch_gemv<T, 8>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
   }
+}
+
+// The most rows of x one GEMV launch takes (8, 4, 2 or 1: x quantized in shared memory must fit),
+// or 0 when the GEMV does not apply (alignment of the weight for its unit loads, or k too long).
+int64_t gemv_launch_rows(int device, DType t, const void* w, size_t row_bytes, int64_t k) {
+  size_t align = 2;
+  dispatch_quant(t, [&](auto tt) { align = unit_align<decltype(tt)::value>(); });
+  if ((reinterpret_cast<uintptr_t>(w) | row_bytes) % align != 0) return 0;
+  const auto limit = static_cast<size_t>(gemv_max_smem_bytes(device));
+  for (int64_t rows = kQuantGemvMaxRows; rows >= 1; rows /= 2) {
+    if (gemv_smem_bytes(rows, k) <= limit) return rows;
+  }
+  return 0;
 }
 
 template <DType T, typename O>
@@ -258,15 +551,18 @@ void quant_linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx,
       << "cuda::quant_linear: weight " << dtype_name(weight_dtype) << " with k = " << k;
   if (m == 0 || n == 0) return;
   const auto* w = static_cast<const uint8_t*>(weight);
-  // Decode: GEMV launches of 8, 4 or fewer rows of x (5..7 rows run as 4 + the rest).
-  if (m <= kQuantGemvMaxRows) {
+  // Decode: GEMV launches of 8, 4 or fewer rows of x (5..7 rows run as 4 + the rest), fewer when
+  // x quantized would not fit in shared memory.
+  const int64_t max_rows = m <= kQuantGemvMaxRows ? gemv_launch_rows(device, weight_dtype, w, w_row_bytes, k) : 0;
+  if (max_rows > 0) {
     const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
     dispatch_quant(weight_dtype, [&](auto t) {
       constexpr DType T = decltype(t)::value;
       int64_t r = 0;
       while (r < m) {
-        const int64_t rows = m - r >= 8 ? 8 : m - r >= 4 ? 4 : m - r;
-        gemv_rows<T>(rows, x + r * ldx, k, ldx, w, w_row_bytes, n, bias, bias_dtype, out + r * ldo, ldo, stream);
+        const int64_t rows = std::min(max_rows, m - r >= 8 ? 8 : m - r >= 4 ? 4 : m - r);
+        gemv_rows<T>(device, rows, x + r * ldx, k, ldx, w, w_row_bytes, n, bias, bias_dtype, out + r * ldo, ldo,
+                     stream);
         r += rows;
       }
     });

@@ -1,8 +1,11 @@
 // CUDA twins of the quantized CPU linear (kernels/cpu/quant_matmul.h) for GGUF block-quantized
 // weights kept in their blocks (pointers on `device`; block layouts: formats/gguf_dequant.h).
 //
-//   m <= kQuantGemvMaxRows (decode): dequantize-in-the-GEMV, one warp per output row; each lane
-//     decodes whole 32-value chunks of the weight row and multiplies them with x in f32.
+//   m <= kQuantGemvMaxRows (decode): each block quantizes the rows of x to 8-bit 32-value blocks in
+//     shared memory (the CPU's quantize_activations arithmetic, bit for bit), then one warp per
+//     weight row: each lane unpacks a 32-value unit of the row into signed bytes and takes exact
+//     integer dot products with __dp4a, scaled once per unit (docs/perf/quant_gemv.md). Weights not
+//     aligned for the unit loads, or x too long for shared memory, take the prefill path.
 //   larger m (prefill): row blocks of the weight are dequantized to a bf16 scratch and multiplied by
 //     cuBLAS with x rounded to bf16 (f32 accumulation), as the bf16 linear does.
 // Dequantization on the GPU rounds each product separately in the reference order (no FMA
