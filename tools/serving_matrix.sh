@@ -4,7 +4,9 @@
 # configuration and runs `radixlm bench serve` over the run list. Prints one row per run — output
 # tok/s, TTFT and ITL (median, p99), median TPOT, failed requests — and the output throughput as a
 # ratio to one-batch decode throughput at the same batch size (the run's concurrency, measured in
-# the same invocation; fixed-concurrency runs over random prompts). Results: $OUT/matrix.txt (the table),
+# the same invocation; fixed-concurrency runs over random prompts), and as a ratio to the same engine's
+# end-to-end rate for one batch of the run's shape (one-batch prefill + output-length decode steps;
+# `e2e`), which counts the prompt work a served request also needs. Results: $OUT/matrix.txt (the table),
 # $OUT/matrix.json, every log and bench JSON under $OUT. docs/perf/serving_matrix.md has the
 # numbers and their analysis.
 #
@@ -110,6 +112,17 @@ one_batch() {
   sed -nE 's/^decode step \(.*\): [0-9.]+ ms \(([0-9]+) tok\/s\).*/\1/p' "$log" | head -1
 }
 
+# The same engine's end-to-end rate for a whole batch of the run's shape (tok/s): batch $2 x output
+# $4 tokens over one-batch's prefill of the batch (input $3) plus $4 decode steps at its median step
+# time — what `serve` would reach if it ran every request of a wave as one batch. Needs one_batch first.
+one_batch_e2e() {
+  local log="$OUT/one_batch_${1//\//_}_b$2_i$3.log"
+  local pre step
+  pre=$(sed -nE 's/^prefill: ([0-9.]+) ms.*/\1/p' "$log" | head -1)
+  step=$(sed -nE 's/^decode step \(.*\): ([0-9.]+) ms.*/\1/p' "$log" | head -1)
+  [ -n "$pre" ] && [ -n "$step" ] && python3 -c "print($2 * $4 * 1000 / ($pre + $4 * $step))"
+}
+
 start_server() {  # model config-flags log -> sets SERVER
   "$RLM" serve $(model_args "$1") $(tokenizer_args "$1") --device "$DEVICE" --port "$PORT" $2 > "$3" 2>&1 &
   SERVER=$!
@@ -154,12 +167,15 @@ for model in $MODELS; do
       [ "$conc" != 0 ] && args+=(--max-concurrency "$conc")
       timeout "$RUN_TIMEOUT" "$RLM" bench serve "${args[@]}" > "$OUT/bench_${tag}_$r.log" 2>&1
       rc=$?
-      ref=0
-      [ "$ds" = random ] && [ "$conc" != 0 ] && ref=$(one_batch "$model" "$conc" "$in")
+      ref=0 e2e=0
+      if [ "$ds" = random ] && [ "$conc" != 0 ]; then
+        ref=$(one_batch "$model" "$conc" "$in")
+        e2e=$(one_batch_e2e "$model" "$conc" "$in" "$outl")
+      fi
       python3 - "$OUT/bench_${tag}_$r.json" "$model" "$cname" "$r" "$rc" "${ref:-0}" "$conc" \
-        "$OUT/server_info_$tag.json" >> "$ROWS" <<'EOF' || FAILED=1
+        "$OUT/server_info_$tag.json" "${e2e:-0}" >> "$ROWS" <<'EOF' || FAILED=1
 import json, sys
-path, model, cfg, run, rc, ref, bs, info = sys.argv[1:9]
+path, model, cfg, run, rc, ref, bs, info, e2e = sys.argv[1:10]
 row = {"model": model, "config": cfg, "run": run, "bench_rc": int(rc)}
 try:
     m = json.load(open(path))
@@ -171,6 +187,9 @@ try:
         row["one_batch_tok_s"] = float(ref)
         row["one_batch_bs"] = int(bs)
         row["ratio"] = m["output_throughput"] / float(ref)
+    if float(e2e) > 0:
+        row["one_batch_e2e_tok_s"] = float(e2e)
+        row["ratio_e2e"] = m["output_throughput"] / float(e2e)
     row["server_max_running_requests"] = json.load(open(info))["max_running_requests"]
 except Exception as e:
     row["error"] = str(e)
@@ -187,7 +206,7 @@ done
 python3 - "$ROWS" > "$TABLE" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-hdr = f"{'model':<14} {'config':<9} {'run':<14} {'out tok/s':>10} {'TTFT med':>9} {'TTFT p99':>9} {'ITL med':>8} {'ITL p99':>8} {'TPOT med':>9} {'failed':>6} {'1-batch tok/s':>13} {'ratio':>6}"
+hdr = f"{'model':<14} {'config':<9} {'run':<14} {'out tok/s':>10} {'TTFT med':>9} {'TTFT p99':>9} {'ITL med':>8} {'ITL p99':>8} {'TPOT med':>9} {'failed':>6} {'1-batch tok/s':>13} {'ratio':>6} {'e2e tok/s':>9} {'ratio':>6}"
 print(hdr)
 def f(v, fmt):
     return format(v, fmt) if isinstance(v, (int, float)) else "-"
@@ -199,7 +218,7 @@ for r in rows:
     print(f"{r['model']:<14} {r['config']:<9} {r['run']:<14} {f(r['output_throughput'], '.0f'):>10} "
           f"{f(r['median_ttft_ms'], '.1f'):>9} {f(r['p99_ttft_ms'], '.1f'):>9} {f(r['median_itl_ms'], '.1f'):>8} "
           f"{f(r['p99_itl_ms'], '.1f'):>8} {f(r['median_tpot_ms'], '.2f'):>9} {f(r['failed'], 'd'):>6} {ob:>13} "
-          f"{f(r.get('ratio'), '.2f'):>6}")
+          f"{f(r.get('ratio'), '.2f'):>6} {f(r.get('one_batch_e2e_tok_s'), '.0f'):>9} {f(r.get('ratio_e2e'), '.2f'):>6}")
 EOF
 python3 -c "import json,sys; print(json.dumps([json.loads(l) for l in open(sys.argv[1]) if l.strip()], indent=1))" \
   "$ROWS" > "$OUT/matrix.json"

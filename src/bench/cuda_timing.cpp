@@ -3,6 +3,10 @@
 #include <cstdio>
 #include <fstream>
 
+#ifdef RADIXLM_WITH_CUDA
+#include <cuda_profiler_api.h>
+#endif
+
 namespace rlm::bench {
 
 int finish_report(const nlohmann::json& report, const std::string& json_path, const char* command) {
@@ -23,6 +27,11 @@ int finish_report(const nlohmann::json& report, const std::string& json_path, co
 
 void cuda_ok(cudaError_t e, const char* what) {
   RLM_CHECK(e == cudaSuccess) << "radixlm bench: " << what << ": " << cudaGetErrorString(e);
+}
+
+void profiler_range(bool open) {
+  cuda_ok(cudaDeviceSynchronize(), "profiler range");
+  cuda_ok(open ? cudaProfilerStart() : cudaProfilerStop(), open ? "cudaProfilerStart" : "cudaProfilerStop");
 }
 
 Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype) {

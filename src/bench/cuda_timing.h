@@ -26,6 +26,11 @@ int finish_report(const nlohmann::json& report, const std::string& json_path, co
 // rlm::Error naming `what` unless e == cudaSuccess.
 void cuda_ok(cudaError_t e, const char* what);
 
+// Opens (true) or closes (false) the profiler's capture range (cudaProfilerStart/Stop): Nsight
+// Compute with --profile-from-start off records only kernels inside it; without a profiler
+// attached, a no-op.
+void profiler_range(bool open);
+
 // A CUDA tensor of `shape` with uniform [-1, 1) values in `dtype` (made on the host, uploaded).
 Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype);
 

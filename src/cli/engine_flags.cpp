@@ -74,6 +74,11 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
   app->add_flag("--enable-mixed-chunk,!--disable-mixed-chunk", a.enable_mixed_chunk,
                 "Mixed steps: the decode tokens of the running requests and prompt chunks in one step (default "
                 "on; --disable-mixed-chunk runs prompt chunks in steps of their own)");
+  app->add_option("--mixed-prefill-tokens", a.mixed_prefill_tokens,
+                  "Most prompt tokens in a mixed step, one that also carries decode tokens (0: 2048 on a GPU, "
+                  "--max-prefill-tokens on the CPU); smaller values shorten the steps running streams wait through "
+                  "while prompts arrive")
+      ->check(CLI::NonNegativeNumber);
   app->add_option("--schedule-policy", a.schedule_policy, "fcfs | lpm")->check(CLI::IsMember({"fcfs", "lpm"}));
   app->add_option("--cache", a.cache, "radix | naive")->check(CLI::IsMember({"radix", "naive"}));
   app->add_option("--max-queued-requests", a.max_queued_requests, "Queue limit (503 beyond)")

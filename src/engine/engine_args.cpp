@@ -93,12 +93,14 @@ EngineArgs EngineArgs::with_limits_for(const HardwareInfo& hw) const {
   given.max_running_requests = max_running_requests;
   given.chunked_prefill_size = chunked_prefill_size;
   given.max_prefill_tokens = max_prefill_tokens;
+  given.mixed_prefill_tokens = mixed_prefill_tokens;
   given.cuda_graph_max_bs = cuda_graph_max_bs;
   const ServingLimits l = default_serving_limits(hw, given);
   EngineArgs out = *this;
   out.max_running_requests = l.max_running_requests;
   out.chunked_prefill_size = l.chunked_prefill_size;
   out.max_prefill_tokens = l.max_prefill_tokens;
+  out.mixed_prefill_tokens = l.mixed_prefill_tokens;
   out.cuda_graph_max_bs = l.cuda_graph_max_bs;
   return out;
 }
@@ -140,6 +142,7 @@ SchedulerConfig EngineArgs::scheduler_config(const ModelConfig& m) const {
   sc.chunked_prefill_size = chunked_prefill_size;
   sc.max_prefill_tokens = max_prefill_tokens;
   sc.enable_mixed_chunk = enable_mixed_chunk;
+  sc.mixed_prefill_tokens = mixed_prefill_tokens;
   StatusOr<SchedulePolicy> policy = parse_schedule_policy(schedule_policy);
   StatusOr<CacheKind> kind = parse_cache_kind(cache);
   RLM_CHECK(policy.is_ok() && kind.is_ok()) << "EngineArgs::validate() was not called";

@@ -52,6 +52,7 @@ struct EngineArgs {
   int64_t chunked_prefill_size = 0;
   int64_t max_prefill_tokens = 0;
   bool enable_mixed_chunk = true;        // mixed steps (scheduler_config.h)
+  int64_t mixed_prefill_tokens = 0;      // most prompt tokens of a mixed step; 0: by the hardware
   std::string schedule_policy = "fcfs";  // fcfs | lpm
   std::string cache = "radix";           // radix | naive
   int64_t max_queued_requests = 4096;

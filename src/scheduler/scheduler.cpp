@@ -49,6 +49,7 @@ Scheduler::Scheduler(StepExecutor& executor, const SchedulerConfig& config, Toke
     config_.max_context_len = exec_.req_to_token().max_context_len();
   }
   RLM_CHECK(config_.chunked_prefill_size > 0 && config_.max_prefill_tokens > 0) << "prefill budgets must be positive";
+  RLM_CHECK(config_.mixed_prefill_tokens >= 0) << "mixed_prefill_tokens must not be negative";
   publish_gauges();
 }
 
@@ -146,7 +147,9 @@ std::optional<ScheduledBatch> Scheduler::schedule(bool ahead) {
   // Mixed step: prompt chunks share the token budget with the decode items. Not after a
   // retraction, which means KV is short.
   if (config_.enable_mixed_chunk && room == DecodeRoom::kFits) {
-    add_prefill_chunks(b, config_.max_prefill_tokens - b.num_decode);
+    int64_t budget = config_.max_prefill_tokens - b.num_decode;
+    if (config_.mixed_prefill_tokens > 0 && b.num_decode > 0) budget = std::min(budget, config_.mixed_prefill_tokens);
+    add_prefill_chunks(b, budget);
   }
   return b;
 }

@@ -36,6 +36,10 @@ struct SchedulerConfig {
   // within max_prefill_tokens, so arriving prompts never stall running streams for a whole step.
   // Off: prefill-first (a step with prompt chunks carries no decode tokens).
   bool enable_mixed_chunk = true;
+  // Most prompt tokens of a mixed step (one that carries decode tokens); 0: no limit of its own
+  // (max_prefill_tokens less the decode tokens). A smaller value shortens the steps running streams
+  // wait through while prompts arrive; steps without decode tokens still take max_prefill_tokens.
+  int64_t mixed_prefill_tokens = 0;
   int64_t mamba_chunk_size = 64;        // hybrid models: recurrent-state snapshot granularity
   int64_t max_context_len = 0;          // prompt + max_tokens limit; 0: the req_to_token width
   int64_t max_queued_requests = 4096;   // submit() answers kUnavailable beyond this

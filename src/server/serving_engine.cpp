@@ -104,7 +104,9 @@ std::string ServingEngine::describe_limits() const {
   const std::vector<int64_t> graphs = runner_->cuda_graph_batch_sizes();
   return str("max-running-requests ", c.max_running_requests, ", max-total-tokens ", runner_->kv_pool().num_slots(),
              ", chunked-prefill-size ", c.chunked_prefill_size, ", max-prefill-tokens ", c.max_prefill_tokens,
-             ", mixed steps ", c.enable_mixed_chunk ? "on" : "off", ", overlap ", c.overlap_schedule ? "on" : "off",
+             ", mixed steps ", c.enable_mixed_chunk ? "on" : "off",
+             c.enable_mixed_chunk && c.mixed_prefill_tokens > 0 ? str(" (<= ", c.mixed_prefill_tokens, " prompt tokens)") : std::string(),
+             ", overlap ", c.overlap_schedule ? "on" : "off",
              ", CUDA graphs ", graphs.empty() ? std::string("off") : str("up to batch ", graphs.back()));
 }
 
@@ -121,6 +123,7 @@ nlohmann::ordered_json ServingEngine::server_info() const {
   j["chunked_prefill_size"] = c.chunked_prefill_size;
   j["max_prefill_tokens"] = c.max_prefill_tokens;
   j["enable_mixed_chunk"] = c.enable_mixed_chunk;
+  j["mixed_prefill_tokens"] = c.mixed_prefill_tokens;
   j["overlap_schedule"] = c.overlap_schedule;
   j["schedule_policy"] = schedule_policy_name(c.policy);
   j["cache"] = cache_kind_name(c.cache);

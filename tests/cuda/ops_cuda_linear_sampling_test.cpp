@@ -104,6 +104,12 @@ TEST(OpsCudaLinear, LargerShapeWithBias) {
   SCOPED_TRACE(rng.trace());
   check_linear(rng, 300, 1024, 2048, DType::kF32, DType::kF32);
   check_linear(rng, 300, 1024, 2048, DType::kBF16, DType::kBF16);
+  // x rows on 16 bytes (row stride k + 8 from column 4): the float4 conversion to the weight dtype.
+  LinearLayout aligned;
+  aligned.x_pad = 8;
+  aligned.x_off = 4;
+  check_linear(rng, 300, 1024, 2048, DType::kBF16, DType::kBF16, aligned);
+  check_linear(rng, 77, 1028, 520, DType::kF16, std::nullopt, aligned);
 }
 
 // Small m with 16-bit weights: the GEMV kernel (aligned weight rows, x of m * k 16-bit values in the
@@ -201,7 +207,9 @@ TEST(OpsCudaSample, SameTokensAsCpuForGreedyAndSeededRows) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
-  for (int64_t v : {1, 3, 17, 129, 4097, 50000, 256000}) {
+  // Rows are v + 3 apart: 16-byte aligned for v = 1, 17, 129, 4097 and 65537 (the kernels' float4
+  // path; 65537 runs its unrolled loop and a scalar tail), unaligned for the others.
+  for (int64_t v : {1, 3, 17, 129, 4097, 50000, 65537, 256000}) {
     const int64_t n = v >= 50000 ? 24 : 64;
     SCOPED_TRACE(str("v ", v));
     const Tensor logits_base = grid_logits(rng, n, v, v + 3);

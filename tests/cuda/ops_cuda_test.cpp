@@ -69,18 +69,21 @@ TEST(OpsCuda, EmbeddingRejectsOutOfRangeIdsAndWritesNothing) {
 }
 
 // Runs rms_norm (or fused_add_rms_norm) on CPU and GPU over views into identical bases.
-void check_norm(TestRng& rng, bool fused, bool three_d, bool in_place, int64_t n, int64_t d, DType wd) {
+// `aligned`: 2-D views whose rows start on 16 bytes (the kernels' float4 path when d % 4 == 0).
+void check_norm(TestRng& rng, bool fused, bool three_d, bool in_place, int64_t n, int64_t d, DType wd,
+                bool aligned = false) {
   SCOPED_TRACE(str(fused ? "fused" : "rms_norm", three_d ? " 3-D" : " 2-D", in_place ? " in place" : "", " n ", n,
-                   " d ", d, " weight ", dtype_name(wd)));
+                   " d ", d, " weight ", dtype_name(wd), aligned ? " aligned" : ""));
   const float eps = 1e-6f;
   const Tensor w = random_dtype(rng, {d}, wd);
   // Bases: 3-D [n, 5, d] with the view on heads [1, 4) (a per-head slice of a fused QKV buffer);
-  // 2-D [n, d + 3] with the view on columns [2, 2 + d).
+  // 2-D [n, d + 3] with the view on columns [2, 2 + d) ([n, d + 8] and [4, 4 + d) when aligned).
+  const int64_t pad = aligned ? 8 : 3, off = aligned ? 4 : 2;
   auto make = [&](bool poison) {
-    Shape s = three_d ? Shape{n, 5, d} : Shape{n, d + 3};
+    Shape s = three_d ? Shape{n, 5, d} : Shape{n, d + pad};
     return poison ? poisoned(s, DType::kF32) : random_normal(rng, s, 2.0f);
   };
-  auto view = [&](const Tensor& b) { return three_d ? b.slice(1, 1, 4) : b.slice(1, 2, 2 + d); };
+  auto view = [&](const Tensor& b) { return three_d ? b.slice(1, 1, 4) : b.slice(1, off, off + d); };
   const Tensor xb = make(false), ob = make(!fused && !in_place);
   const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
   if (fused) {
@@ -109,6 +112,26 @@ TEST(OpsCuda, RmsNormMatchesCpu) {
           check_norm(rng, false, three_d, false, n, d, wd);
           check_norm(rng, false, three_d, true, n, d, wd);
           check_norm(rng, true, three_d, false, n, d, wd);
+        }
+      }
+    }
+  }
+}
+
+// Rows of float4s (d % 4 == 0, aligned): the register path for d up to 8 * 4 * 256 floats per row,
+// the scalar loop beyond (8196) and for the unaligned 2-D views of the test above.
+TEST(OpsCuda, RmsNormFloat4RowsMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t n : {1, 5, 33}) {
+    for (int64_t d : {4, 12, 64, 128, 1028, 2048, 4096, 8192, 8196}) {
+      for (DType wd : {DType::kF32, DType::kBF16}) {
+        for (bool three_d : {false, true}) {
+          if (three_d && d > 1028) continue;
+          check_norm(rng, false, three_d, false, n, d, wd, true);
+          check_norm(rng, false, three_d, true, n, d, wd, true);
+          check_norm(rng, true, three_d, false, n, d, wd, true);
         }
       }
     }
@@ -178,6 +201,25 @@ TEST(OpsCuda, SiluAndMulMatchesCpu) {
       const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
       ops::silu_and_mul(xb.slice(1, 0, 2 * inter), ob.slice(1, 1, 1 + inter));
       ops::silu_and_mul(gxb.slice(1, 0, 2 * inter), gob.slice(1, 1, 1 + inter));
+      EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, kF32Tol), "");
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, 0.0), "") << "x must not change";
+    }
+  }
+}
+
+// Rows of float4s (inter and both row strides multiples of 4, aligned views): the vector kernel.
+TEST(OpsCuda, SiluAndMulFloat4RowsMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t n : {1, 7, 64}) {
+    for (int64_t inter : {4, 12, 256, 1024, 14336}) {
+      SCOPED_TRACE(str("n ", n, " inter ", inter));
+      const Tensor xb = random_normal(rng, {n, 2 * inter + 8}, 3.0f);
+      const Tensor ob = poisoned({n, inter + 8}, DType::kF32);
+      const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
+      ops::silu_and_mul(xb.slice(1, 0, 2 * inter), ob.slice(1, 4, 4 + inter));
+      ops::silu_and_mul(gxb.slice(1, 0, 2 * inter), gob.slice(1, 4, 4 + inter));
       EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, kF32Tol), "");
       EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, 0.0), "") << "x must not change";
     }

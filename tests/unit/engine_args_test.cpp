@@ -128,6 +128,8 @@ TEST(EngineArgs, LimitsForTheHardware) {
   EXPECT_EQ(a.max_running_requests, want.max_running_requests);
   EXPECT_EQ(a.chunked_prefill_size, want.chunked_prefill_size);
   EXPECT_EQ(a.max_prefill_tokens, want.max_prefill_tokens);
+  EXPECT_EQ(a.mixed_prefill_tokens, want.mixed_prefill_tokens);
+  EXPECT_EQ(a.scheduler_config(ModelConfig{}).mixed_prefill_tokens, want.mixed_prefill_tokens);
   EXPECT_EQ(a.cuda_graph_max_bs, want.cuda_graph_max_bs);
   EXPECT_GE(a.cuda_graph_max_bs, 256);
   EngineArgs given;
@@ -135,8 +137,10 @@ TEST(EngineArgs, LimitsForTheHardware) {
   given.chunked_prefill_size = 5;
   given.max_prefill_tokens = 7;
   given.cuda_graph_max_bs = 11;
+  given.mixed_prefill_tokens = 13;
   for (const HardwareInfo& hw : {h100, HardwareInfo{}}) {
     const EngineArgs g = given.with_limits_for(hw);
+    EXPECT_EQ(g.mixed_prefill_tokens, 13);
     EXPECT_EQ(g.max_running_requests, 3);
     EXPECT_EQ(g.chunked_prefill_size, 5);
     EXPECT_EQ(g.max_prefill_tokens, 7);

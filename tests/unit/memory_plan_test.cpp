@@ -127,6 +127,8 @@ TEST(ServingLimits, DefaultsFollowTheGpuAndKeepWhatIsGiven) {
     SCOPED_TRACE(str(mem, " GiB"));
     EXPECT_GT(l.chunked_prefill_size, 0);
     EXPECT_GE(l.max_prefill_tokens, l.chunked_prefill_size);
+    EXPECT_GT(l.mixed_prefill_tokens, 0);
+    EXPECT_LE(l.mixed_prefill_tokens, l.max_prefill_tokens);
     EXPECT_GT(l.cuda_graph_max_bs, 0);
     EXPECT_GE(l.max_running_requests, l.cuda_graph_max_bs) << "graphs beyond the running limit are never used";
     // More memory never lowers a limit.
@@ -143,17 +145,20 @@ TEST(ServingLimits, DefaultsFollowTheGpuAndKeepWhatIsGiven) {
   EXPECT_EQ(c.cuda_graph_max_bs, 0);
   EXPECT_GT(c.max_running_requests, 0);
   EXPECT_GE(c.max_prefill_tokens, c.chunked_prefill_size);
+  EXPECT_EQ(c.mixed_prefill_tokens, c.max_prefill_tokens) << "the CPU gives mixed steps the whole budget";
   // Given values stay, whatever the hardware.
   ServingLimits given;
   given.max_running_requests = 3;
   given.chunked_prefill_size = 5;
   given.max_prefill_tokens = 4;  // below the chunk: it bounds the chunk
   given.cuda_graph_max_bs = 7;
+  given.mixed_prefill_tokens = 6;
   for (const HardwareInfo& hw : {cpu, HardwareInfo{true, 80 * gib}}) {
     const ServingLimits l = default_serving_limits(hw, given);
     EXPECT_EQ(l.max_running_requests, 3);
     EXPECT_EQ(l.chunked_prefill_size, 5);
     EXPECT_EQ(l.max_prefill_tokens, 4);
+    EXPECT_EQ(l.mixed_prefill_tokens, 6);
     EXPECT_EQ(l.cuda_graph_max_bs, 7);
   }
 }

@@ -182,6 +182,38 @@ TEST_P(MixedSteps, StepsStayWithinTheTokenBudget) {
   for (auto& r : reqs) EXPECT_EQ(drain(*r->stream).tokens, reference(r->prompt_ids, 30)) << r->rid;
 }
 
+// --mixed-prefill-tokens: a step that carries decode tokens takes at most that many prompt tokens,
+// while a step without decodes still fills max_prefill_tokens; outputs are unchanged.
+TEST_P(MixedSteps, MixedPromptBudgetCapsStepsThatDecode) {
+  const Mode m = GetParam();
+  FakeExecutor exec(4096, 1, 16, 256, -1, m.overlap);
+  SchedulerConfig cfg;
+  cfg.enable_mixed_chunk = m.mixed;
+  cfg.overlap_schedule = m.overlap;
+  cfg.chunked_prefill_size = 64;
+  cfg.max_prefill_tokens = 96;
+  cfg.mixed_prefill_tokens = 24;
+  cfg.max_running_requests = 12;
+  Scheduler s(exec, cfg, letters());
+  std::mt19937 rng(37);
+  std::vector<std::shared_ptr<Req>> reqs;
+  for (int i = 0; i < 12; ++i) {
+    reqs.push_back(make_req("c" + std::to_string(i), random_ids(rng, 30 + 11 * i), 20));
+    ASSERT_TRUE(s.submit(reqs.back()).is_ok());
+    if (i % 3 == 2) s.step();
+  }
+  run_to_completion(s);
+  if (m.mixed) {
+    EXPECT_GT(exec.mixed_steps, 0);
+    EXPECT_LE(exec.max_mixed_prompt_tokens, 24);
+    EXPECT_EQ(exec.max_mixed_prompt_tokens, 24) << "no mixed step used its prompt budget";
+  } else {
+    EXPECT_EQ(exec.max_mixed_prompt_tokens, 0);  // prefill-first: prompt steps never decode
+  }
+  EXPECT_GT(exec.max_step_tokens, 64) << "a step without decodes took less than max_prefill_tokens allows";
+  for (auto& r : reqs) EXPECT_EQ(drain(*r->stream).tokens, reference(r->prompt_ids, 20)) << r->rid;
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, MixedSteps,
                          ::testing::Values(Mode{true, false}, Mode{true, true}, Mode{false, false}, Mode{false, true}),
                          [](const auto& info) { return mode_name(info.param); });

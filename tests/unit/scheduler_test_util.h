@@ -117,13 +117,18 @@ class FakeExecutor : public StepExecutor {
       out.push_back(r);
     }
     if (prompt_seen && decode_seen) ++mixed_steps;
-    int64_t tokens = 0;
-    for (const StepItem& it : items) tokens += static_cast<int64_t>(it.entry.new_ids.size());
+    int64_t tokens = 0, prompt_tokens = 0;
+    for (const StepItem& it : items) {
+      tokens += static_cast<int64_t>(it.entry.new_ids.size());
+      if (!it.decode) prompt_tokens += static_cast<int64_t>(it.entry.new_ids.size());
+    }
     max_step_tokens = std::max(max_step_tokens, tokens);
+    if (decode_seen) max_mixed_prompt_tokens = std::max(max_mixed_prompt_tokens, prompt_tokens);
     return out;
   }
   int64_t steps = 0, extend_tokens = 0, chunk_items = 0, launched_steps = 0, future_tokens = 0,
-          launched_penalty_items = 0, launched_prefill_items = 0, mixed_steps = 0, max_step_tokens = 0;
+          launched_penalty_items = 0, launched_prefill_items = 0, mixed_steps = 0, max_step_tokens = 0,
+          max_mixed_prompt_tokens = 0;  // most prompt tokens of a step that also decodes
 
  private:
   struct FakeLaunched : LaunchedStep {

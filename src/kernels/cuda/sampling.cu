@@ -55,7 +55,7 @@ __device__ int64_t block_pick(F value, int64_t len, double target) {
 // Row max of logits * inv_t the CPU way: max of the raw logits (NaNs skipped), then * inv_t.
 __device__ float scaled_max(const float* x, int64_t v, float inv_t) {
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < v; j += blockDim.x) m = fmaxf(m, x[j]);
+  for_each_in_row(x, v, [&](float xj, int64_t) { m = fmaxf(m, xj); });
   return block_max(m) * inv_t;
 }
 
