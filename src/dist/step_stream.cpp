@@ -100,6 +100,14 @@ void StepSender::record_tokens(const std::vector<int32_t>& tokens, const std::ve
   send(w.bytes);
 }
 
+void StepSender::copy_state_slot(int32_t src, int32_t dst) {
+  Writer w;
+  w.put(StepOp::kCopyStateSlot);
+  w.put(src);
+  w.put(dst);
+  send(w.bytes);
+}
+
 void StepSender::shutdown() {
   Writer w;
   w.put(StepOp::kShutdown);
@@ -130,6 +138,9 @@ void run_step_receiver(TcpGroup& group, ModelRunner& runner) {
           e.mamba_track_slot = r.get<int32_t>();
           e.mamba_track_pos = r.get<int32_t>();
           runner.req_to_token().adopt(e.req_slot);
+          for (const int32_t m : {e.mamba_slot, e.mamba_track_slot}) {
+            if (m >= 0) runner.mamba_pool()->adopt(m);
+          }
           if (!prefix_tail.empty()) runner.req_to_token().write(e.req_slot, static_cast<int64_t>(same), prefix_tail);
         }
         batch = runner.build_batch(mode, entries);
@@ -144,6 +155,13 @@ void run_step_receiver(TcpGroup& group, ModelRunner& runner) {
         const std::vector<int32_t> tokens = r.get_ints();
         const std::vector<int32_t> slots = r.get_ints();
         runner.record_sampled_tokens(Tensor::from_vector(tokens).to(runner.config().device), slots);
+        break;
+      }
+      case StepOp::kCopyStateSlot: {
+        const int32_t src = r.get<int32_t>(), dst = r.get<int32_t>();
+        runner.mamba_pool()->adopt(src);
+        runner.mamba_pool()->adopt(dst);
+        runner.mamba_pool()->copy_slot(src, dst);
         break;
       }
       case StepOp::kShutdown:

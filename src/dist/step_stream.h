@@ -18,7 +18,7 @@ namespace rlm {
 class ModelRunner;
 class ReqToTokenPool;
 
-enum class StepOp : uint8_t { kBuild = 1, kForward = 2, kRecordTokens = 3, kShutdown = 4 };
+enum class StepOp : uint8_t { kBuild = 1, kForward = 2, kRecordTokens = 3, kShutdown = 4, kCopyStateSlot = 5 };
 
 // Rank 0's side.
 class StepSender {
@@ -29,6 +29,8 @@ class StepSender {
   void forward();
   // tokens[i] was sampled for request slot req_slots[i].
   void record_tokens(const std::vector<int32_t>& tokens, const std::vector<int32_t>& req_slots);
+  // Rank 0's hybrid cache copied recurrent-state slot src into dst (MambaPool::copy_slot).
+  void copy_state_slot(int32_t src, int32_t dst);
   void shutdown();
 
  private:

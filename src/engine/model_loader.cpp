@@ -24,18 +24,19 @@ Status check_fp8_architecture(const ModelConfig& config, const std::string& what
                            config.architecture));
 }
 
-// Tensor-parallel shards: the Llama-family decoder, float or GGUF weights (not FP8 yet).
+// Tensor-parallel shards: the Llama-family decoder and Qwen3-Next, float or GGUF weights (not FP8 yet).
 Status check_tp(const ModelConfig& config, const LoadOptions& options) {
   if (!options.tp.active()) return Status::ok();
   if (!options.quantization.empty()) {
     return unimplemented(str("--tp ", options.tp.size, " with --quantization ", options.quantization,
                              " is not supported yet"));
   }
-  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3NextForCausalLM"}) {
     if (config.architecture == arch) return Status::ok();
   }
-  return unimplemented(str("--tp ", options.tp.size, " is supported for LlamaForCausalLM, Qwen2ForCausalLM and "
-                           "Qwen3ForCausalLM, not yet for ", config.architecture, " (run with --tp 1)"));
+  return unimplemented(str("--tp ", options.tp.size, " is supported for LlamaForCausalLM, Qwen2ForCausalLM, "
+                           "Qwen3ForCausalLM and Qwen3NextForCausalLM, not yet for ", config.architecture,
+                           " (run with --tp 1)"));
 }
 
 }  // namespace

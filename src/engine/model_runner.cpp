@@ -288,6 +288,11 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   // ran on every rank by themselves, in the same order).
   if (r->config_.tp_group != nullptr && r->config_.tp_group->rank() == 0 && r->config_.tp_group->size() > 1) {
     r->step_sender_ = &r->config_.tp_group->steps();
+    if (r->mamba_pool_ != nullptr) {
+      StepSender* sender = r->step_sender_;
+      r->mamba_pool_->set_copy_listener(
+          [sender](int32_t src, int32_t dst) { or_end_group([&] { sender->copy_state_slot(src, dst); }); });
+    }
   }
   return r;
 }

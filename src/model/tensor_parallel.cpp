@@ -152,6 +152,23 @@ StatusOr<Tensor> load_vocab_parallel(WeightSource& ws, const std::string& name, 
   return shard;
 }
 
+Status shard_experts(const TpShard& tp, Tensor& w_gate_up, Tensor& w_down) {
+  if (!tp.active()) return Status::ok();
+  const int64_t e = w_down.size(0), hidden = w_down.size(1), inter = w_down.size(2);
+  RLM_ASSIGN_OR_RETURN(const int64_t local, shard_size(inter, tp, "moe_intermediate_size"));
+  const int64_t start = tp.rank * local;
+  std::vector<Tensor> gate_up, down;
+  for (int64_t x = 0; x < e; ++x) {
+    const Tensor gu = w_gate_up.select(0, x);
+    gate_up.push_back(gu.slice(0, start, start + local));
+    gate_up.push_back(gu.slice(0, inter + start, inter + start + local));
+    down.push_back(w_down.select(0, x).slice(1, start, start + local).contiguous());
+  }
+  w_gate_up = concat_rows(gate_up).view({e, 2 * local, hidden});
+  w_down = concat_rows(down).view({e, hidden, local});
+  return Status::ok();
+}
+
 void tp_all_reduce(const TpShard& tp, const Tensor& x) {
   if (tp.active()) tp.comm->all_reduce_sum(x);
 }

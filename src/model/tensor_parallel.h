@@ -61,6 +61,12 @@ StatusOr<Linear> load_row_parallel(WeightSource& ws, const std::string& prefix, 
 // The embedding's vocabulary shard [shard.rows(), hidden] (the whole table when not sharded).
 StatusOr<Tensor> load_vocab_parallel(WeightSource& ws, const std::string& name, int64_t vocab, int64_t hidden);
 
+// Stacked MoE experts split along each expert's intermediate size (every rank holds every expert,
+// as SGLang's default MoE tensor parallelism does): gate and up rows [r*inter/N, (r+1)*inter/N) of
+// each expert, and the same columns of its down projection (a row-parallel sum over ranks).
+//   w_gate_up: [num_experts, 2 * inter, hidden]; w_down: [num_experts, hidden, inter] (replaced by the shard's).
+Status shard_experts(const TpShard& tp, Tensor& w_gate_up, Tensor& w_down);
+
 // The forward's collectives (no-ops with a group of one).
 // x = sum over ranks of x (after a row-parallel projection).
 void tp_all_reduce(const TpShard& tp, const Tensor& x);
