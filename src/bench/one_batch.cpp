@@ -150,7 +150,7 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   if (!files.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", files.status().to_string().c_str()), 1;
   const ModelConfig cfg = files->model.config;
   const ModelRunnerConfig rc = e.runner_config(cfg, device);  // CUDA: the pool is sized like serve's
-  auto runner = ModelRunner::create(std::move(files->model.model), rc);
+  auto runner = create_runner(e, *files, device);
   if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
   ModelRunner& r = **runner;
   const int64_t page_size = e.page_size;

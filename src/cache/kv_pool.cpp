@@ -76,6 +76,13 @@ int32_t ReqToTokenPool::alloc() {
   return s;
 }
 
+void ReqToTokenPool::adopt(int32_t req_slot) {
+  RLM_CHECK(req_slot >= 0 && req_slot < max_requests()) << "request slot " << req_slot << " out of range";
+  if (in_use_[req_slot]) return;
+  in_use_[req_slot] = true;
+  free_.erase(std::find(free_.begin(), free_.end(), req_slot));
+}
+
 void ReqToTokenPool::free(int32_t req_slot) {
   RLM_CHECK(req_slot >= 0 && req_slot < max_requests()) << "request slot " << req_slot << " out of range";
   RLM_CHECK(in_use_[req_slot]) << "double free of request slot " << req_slot;

@@ -61,6 +61,8 @@ class ReqToTokenPool {
   // A free request slot, or -1 when all are taken (state unchanged).
   int32_t alloc();
   void free(int32_t req_slot);
+  // Marks `req_slot` in use if it is free (a tensor-parallel rank mirroring rank 0's table).
+  void adopt(int32_t req_slot);
   int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
   int64_t max_requests() const { return table_.size(0); }
   int64_t max_context_len() const { return table_.size(1); }

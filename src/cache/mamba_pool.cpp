@@ -1,5 +1,7 @@
 #include "cache/mamba_pool.h"
 
+#include <algorithm>
+
 namespace rlm {
 
 MambaPool::MambaPool(const MambaShape& shape, int64_t num_slots, Device device)
@@ -57,9 +59,17 @@ void MambaPool::check_slot(int32_t slot, const char* what) const {
   RLM_CHECK(in_use_[slot]) << "mamba " << what << ": slot " << slot << " is not allocated";
 }
 
+void MambaPool::adopt(int32_t slot) {
+  RLM_CHECK(slot >= 0 && slot < num_slots_) << "state slot " << slot << " out of range";
+  if (in_use_[slot]) return;
+  in_use_[slot] = true;
+  free_.erase(std::find(free_.begin(), free_.end(), slot));
+}
+
 void MambaPool::copy_slot(int32_t src, int32_t dst) {
   check_slot(src, "copy source");
   check_slot(dst, "copy destination");
+  if (on_copy_) on_copy_(src, dst);
   if (src == dst) return;
   for (int64_t l = 0; l < shape_.num_layers; ++l) {
     conv_[l].select(0, dst).copy_(conv_[l].select(0, src));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -43,8 +44,12 @@ class MambaPool {
   int64_t num_free() const { return static_cast<int64_t>(free_.size()); }
   bool in_use(int32_t slot) const;
 
+  // Marks `slot` in use if it is free (a tensor-parallel rank mirroring rank 0's pool).
+  void adopt(int32_t slot);
   // Copies every layer's conv and SSM state of slot src into slot dst (copy-on-write).
   void copy_slot(int32_t src, int32_t dst);
+  // Told of every copy_slot (tensor parallelism: rank 0's copies go to the other ranks).
+  void set_copy_listener(std::function<void(int32_t src, int32_t dst)> listener) { on_copy_ = std::move(listener); }
   // Sets every layer's state of `slot` to zero (the state before the first token).
   void zero_slot(int32_t slot);
 
@@ -58,6 +63,7 @@ class MambaPool {
   std::vector<Tensor> ssm_;   // per layer [num_slots, num_v_heads, head_k_dim, head_v_dim]
   std::vector<int32_t> free_;
   std::vector<bool> in_use_;
+  std::function<void(int32_t, int32_t)> on_copy_;
 };
 
 }  // namespace rlm

@@ -14,6 +14,7 @@ void register_commands(CLI::App& app) {
   add_generate_command(app, runners());
   add_serve_command(app, runners());
   add_chat_command(app, runners());
+  add_tp_worker_command(app, runners());
   add_bench_command(app, runners());
   add_bench_attention_command(*app.get_subcommand("bench"), runners());  // `bench attention`
   add_bench_gemv_command(*app.get_subcommand("bench"), runners());       // `bench gemv`

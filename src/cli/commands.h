@@ -17,6 +17,7 @@ void add_info_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& 
 void add_generate_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_serve_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_chat_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
+void add_tp_worker_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 // `bench` with its modes; add_bench_command calls add_bench_serve_command (and later modes).
 void add_bench_command(CLI::App& app, std::vector<std::pair<CLI::App*, Runner>>& out);
 void add_bench_serve_command(CLI::App& bench, std::vector<std::pair<CLI::App*, Runner>>& out);

@@ -59,6 +59,20 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
       ->check(CLI::NonNegativeNumber);
   app->add_option("--threads", a.threads, "CPU threads for the kernels (default: every core)")
       ->check(CLI::PositiveNumber);
+
+  // Tensor parallelism.
+  app->add_option("--tp,--tensor-parallel-size", a.tp,
+                  "Tensor-parallel ranks: the model split over N processes, one per GPU (CUDA: cuda:0..N-1 from "
+                  "--device; CPU: N processes). Rank 0 runs the scheduler (default 1)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--nnodes", a.nnodes, "Machines the --tp ranks are spread over (tp / nnodes on each; default 1)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--node-rank", a.node_rank,
+                  "This machine's index among --nnodes (0 serves; the others run ranks only; default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--dist-init-addr", a.dist_init_addr,
+                  "HOST:PORT where rank 0 listens for the other ranks (needed with --nnodes > 1; default: a free "
+                  "port on 127.0.0.1)");
   if (!o.scheduler) return;
 
   // Scheduler.

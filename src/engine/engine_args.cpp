@@ -37,8 +37,18 @@ LoadOptions EngineArgs::load_options() const {
   return lo;
 }
 
+TpOptions EngineArgs::tp_options() const {
+  TpOptions o;
+  o.tp = tp;
+  o.nnodes = nnodes;
+  o.node_rank = node_rank;
+  o.dist_init_addr = dist_init_addr;
+  return o;
+}
+
 Status EngineArgs::validate() const {
   RLM_RETURN_IF_ERROR(resolve_device(device).status());
+  RLM_RETURN_IF_ERROR(tp_options().validate());
   RLM_RETURN_IF_ERROR(kv_cache_dtype_of(kv_cache_dtype).status());
   if (!quantization.empty() && quantization != "fp8") {
     return invalid_argument(str("--quantization must be fp8, got '", quantization, "'"));

@@ -13,6 +13,7 @@
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 #include "engine/serving_limits.h"
+#include "dist/tp_group.h"
 
 namespace rlm {
 
@@ -45,6 +46,12 @@ struct EngineArgs {
   int64_t cuda_graph_max_bs = 0;            // 0: by GPU memory (engine/serving_limits.h)
   int threads = 0;                          // CPU kernel threads (process-wide); 0: every core
 
+  // --- tensor parallelism (dist/tp_group.h) ---
+  int tp = 1;                  // --tp / --tensor-parallel-size: ranks (processes, one per GPU)
+  int nnodes = 1;              // machines the ranks are spread over
+  int node_rank = 0;           // this machine's index (0 runs the scheduler)
+  std::string dist_init_addr;  // rank 0's HOST:PORT; "": a free local port (one node)
+
   // --- scheduler ---
   // 0: chosen for the hardware by with_limits_for() (engine/serving_limits.h); the running-request
   // limit is then also lowered to what the KV pool holds (build_engine).
@@ -65,6 +72,7 @@ struct EngineArgs {
   bool kv_from_memory = true;
   int64_t cpu_total_tokens = 0;
 
+  TpOptions tp_options() const;
   // The model path to load: `model`, or the embedded default.
   std::string model_path() const;
   // The tokenizer (and chat template) path: `tokenizer`, or the model path.

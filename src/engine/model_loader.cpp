@@ -24,6 +24,21 @@ Status check_fp8_architecture(const ModelConfig& config, const std::string& what
                            config.architecture));
 }
 
+// Tensor-parallel shards: the Llama-family decoder and Qwen3-Next, float or GGUF weights (not FP8 yet).
+Status check_tp(const ModelConfig& config, const LoadOptions& options) {
+  if (!options.tp.active()) return Status::ok();
+  if (!options.quantization.empty()) {
+    return unimplemented(str("--tp ", options.tp.size, " with --quantization ", options.quantization,
+                             " is not supported yet"));
+  }
+  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3NextForCausalLM"}) {
+    if (config.architecture == arch) return Status::ok();
+  }
+  return unimplemented(str("--tp ", options.tp.size, " is supported for LlamaForCausalLM, Qwen2ForCausalLM, "
+                           "Qwen3ForCausalLM and Qwen3NextForCausalLM, not yet for ", config.architecture,
+                           " (run with --tp 1)"));
+}
+
 }  // namespace
 
 StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
@@ -37,6 +52,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
   if (fs::is_regular_file(path) && fs::path(path).extension() == ".gguf") {
     RLM_ASSIGN_OR_RETURN(out.gguf, GgufFile::open(path));
     RLM_ASSIGN_OR_RETURN(out.config, gguf_model_config(*out.gguf));
+    RLM_RETURN_IF_ERROR(check_tp(out.config, options));
     if (options.load_format == "dummy") {
       weights = make_dummy_weights(DType::kF32, options.dummy_seed, 0.02f, options.dummy_weight_type);
     } else if (options.load_format == "auto" || options.load_format == "gguf") {
@@ -53,10 +69,12 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
       RLM_RETURN_IF_ERROR(check_fp8_architecture(out.config, "--quantization fp8"));
       weights->load_options.quantize_fp8 = true;
     }
+    weights->load_options.tp = options.tp;
     RLM_ASSIGN_OR_RETURN(out.model, create_model(out.config, *weights));
     return out;
   }
   RLM_ASSIGN_OR_RETURN(out.config, load_model_config(path));
+  RLM_RETURN_IF_ERROR(check_tp(out.config, options));
   if (options.load_format == "dummy") {
     weights = make_dummy_weights(out.config.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, options.dummy_seed,
                                  0.02f, options.dummy_weight_type);
@@ -83,6 +101,7 @@ StatusOr<LoadedModel> load_model(const std::string& path, const LoadOptions& opt
     RLM_RETURN_IF_ERROR(check_fp8_architecture(out.config, "--quantization fp8"));
     weights->load_options.quantize_fp8 = true;
   }
+  weights->load_options.tp = options.tp;
   RLM_ASSIGN_OR_RETURN(out.model, create_model(out.config, *weights));
   return out;
 }

@@ -24,6 +24,8 @@ struct LoadOptions {
   // GGUF projections are quantized from their dequantized f32 values, whatever gguf_keep_quantized says).
   // Checkpoints that declare an FP8 quantization_config load as they are either way.
   std::string quantization;
+  // Tensor parallelism: load this rank's shard (model/tensor_parallel.h); Llama, Qwen2, Qwen3.
+  TpShard tp;
 };
 
 struct LoadedModel {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 
 #include "core/caching_allocator.h"
+#include "dist/tp_group.h"
 #include "engine/cuda_graph_runner.h"
 #include "engine/sampler.h"
 #ifdef RADIXLM_WITH_CUDA
@@ -57,6 +59,19 @@ size_t ModelRunner::kv_reserve_bytes(const KVShape& kv) {
 }
 
 namespace {
+
+// A tensor-parallel rank is gone: no step can run any more, so the process ends (the other ranks
+// see its connections close and end too) rather than answer every later request with an error.
+template <typename F>
+auto or_end_group(F&& f) {
+  try {
+    return f();
+  } catch (const GroupError& e) {
+    std::fprintf(stderr, "radixlm: the tensor-parallel group failed, exiting: %s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
 
 // Device memory in use once queued work is done and the general pool's cached blocks are released.
 size_t settled_used_bytes(Device dev) {
@@ -265,13 +280,42 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
   r->future_tokens_ = Tensor::zeros({r->config_.max_requests}, DType::kI32, config.device);
   r->model_ = std::move(model);
   if (from_memory) RLM_RETURN_IF_ERROR(r->plan_memory(kv));  // the profile run; sets num_pages
+  if (r->config_.tp_group != nullptr) r->agree_on_num_pages();
   r->kv_pool_ = r->make_kv_pool(kv, r->config_.num_pages);
   r->req_to_token_->set_slot_limit(r->kv_pool_->num_slots());
   r->capture_cuda_graphs();
+  // From here on rank 0's calls go to the other ranks too (the profile run and the captures above
+  // ran on every rank by themselves, in the same order).
+  if (r->config_.tp_group != nullptr && r->config_.tp_group->rank() == 0 && r->config_.tp_group->size() > 1) {
+    r->step_sender_ = &r->config_.tp_group->steps();
+    if (r->mamba_pool_ != nullptr) {
+      StepSender* sender = r->step_sender_;
+      r->mamba_pool_->set_copy_listener(
+          [sender](int32_t src, int32_t dst) { or_end_group([&] { sender->copy_state_slot(src, dst); }); });
+    }
+  }
   return r;
 }
 
+void ModelRunner::agree_on_num_pages() {
+  TcpGroup& group = config_.tp_group->control();
+  const int64_t mine = config_.num_pages;
+  const std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(&mine),
+                                   reinterpret_cast<const uint8_t*>(&mine) + sizeof(mine));
+  for (const std::vector<uint8_t>& other : group.all_gather(bytes)) {
+    int64_t pages = 0;
+    RLM_CHECK_EQ(other.size(), sizeof(pages));
+    std::memcpy(&pages, other.data(), sizeof(pages));
+    config_.num_pages = std::min(config_.num_pages, pages);
+  }
+  if (memory_plan_ && memory_plan_->num_pages != config_.num_pages) {
+    memory_plan_->kv_bytes = static_cast<size_t>(config_.num_pages) * memory_plan_->kv_bytes / memory_plan_->num_pages;
+    memory_plan_->num_pages = config_.num_pages;
+  }
+}
+
 ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchEntry>& entries) {
+  if (step_sender_ != nullptr) or_end_group([&] { step_sender_->build(mode, entries, *req_to_token_); });
   ForwardBatch b;
   b.mode = mode;
   b.batch_size = static_cast<int64_t>(entries.size());
@@ -362,6 +406,16 @@ ForwardBatch ModelRunner::build_batch(ForwardMode mode, const std::vector<BatchE
 }
 
 Tensor ModelRunner::forward(ForwardBatch& batch) {
+  if (config_.tp_group != nullptr) {
+    return or_end_group([&] {
+      if (step_sender_ != nullptr) step_sender_->forward();
+      return forward_local(batch);
+    });
+  }
+  return forward_local(batch);
+}
+
+Tensor ModelRunner::forward_local(ForwardBatch& batch) {
   batch.attn_backend = backend_.get();
   batch.kv_pool = kv_pool_.get();
   batch.req_to_token = req_to_token_.get();
@@ -403,13 +457,21 @@ void ModelRunner::synchronize() {
 void ModelRunner::record_sampled_tokens(const Tensor& tokens, const ForwardBatch& batch) {
   RLM_CHECK(tokens.numel() == batch.batch_size) << "record_sampled_tokens: " << tokens.describe() << " for "
                                                 << batch.batch_size << " requests";
+  if (step_sender_ != nullptr) send_sampled_tokens(tokens, batch.req_pool_indices_cpu);
   ops::scatter_tokens(tokens, batch.req_pool_indices, future_tokens_);
+}
+
+void ModelRunner::send_sampled_tokens(const Tensor& tokens, const std::vector<int32_t>& req_slots) {
+  const Tensor host = tokens.to(Device::cpu()).contiguous();
+  const int32_t* t = host.data<int32_t>();
+  or_end_group([&] { step_sender_->record_tokens(std::vector<int32_t>(t, t + host.numel()), req_slots); });
 }
 
 void ModelRunner::record_sampled_tokens(const Tensor& tokens, const std::vector<int32_t>& req_slots) {
   RLM_CHECK(tokens.numel() == static_cast<int64_t>(req_slots.size()))
       << "record_sampled_tokens: " << tokens.describe() << " for " << req_slots.size() << " request slots";
   if (req_slots.empty()) return;
+  if (step_sender_ != nullptr) send_sampled_tokens(tokens, req_slots);
   ops::scatter_tokens(tokens, Tensor::from_vector(req_slots).to(config_.device), future_tokens_);
 }
 

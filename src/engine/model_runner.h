@@ -18,6 +18,9 @@
 
 namespace rlm {
 
+class StepSender;
+class TpGroup;
+
 struct ModelRunnerConfig {
   std::string attention_backend = "cpu";
   std::string prefill_attention_backend;  // "": attention_backend; differing names give `hybrid`
@@ -42,6 +45,10 @@ struct ModelRunnerConfig {
   int64_t cuda_graph_max_bs = 160;
   // Cascade attention for extend steps (attention/cascade_plan.h): auto / on / off.
   CascadeMode cascade_attention = CascadeMode::kAuto;
+  // Tensor parallelism (dist/tp_group.h): the group this runner's model is a shard of; null at
+  // --tp 1. Rank 0's runner sends every state-changing call to the other ranks' runners; every
+  // rank's KV pool holds its own KV heads, with the same number of pages on every rank.
+  std::shared_ptr<TpGroup> tp_group;
 };
 
 class CudaGraphRunner;
@@ -116,6 +123,11 @@ class ModelRunner {
   // Captures decode CUDA graphs when configured and possible (a failure is reported on stderr and
   // leaves graph_runner_ null: decode runs eagerly).
   void capture_cuda_graphs();
+  // Tensor parallelism: every rank takes the smallest KV page count any rank planned.
+  void agree_on_num_pages();
+  Tensor forward_local(ForwardBatch& batch);
+  // Rank 0: the tokens sampled for req_slots, to the other ranks' future-token tables.
+  void send_sampled_tokens(const Tensor& tokens, const std::vector<int32_t>& req_slots);
 
   ModelRunnerConfig config_;
   std::unique_ptr<CausalLM> model_;
@@ -124,6 +136,7 @@ class ModelRunner {
   std::unique_ptr<MambaPool> mamba_pool_;
   Tensor future_tokens_;  // i32 [max_requests] on the device: last token sampled per request slot
   std::unique_ptr<AttentionBackend> backend_;
+  StepSender* step_sender_ = nullptr;  // rank 0 of a tensor-parallel group: the other ranks' step stream
   bool use_cuda_graph_ = true;
   std::optional<MemoryPlan> memory_plan_;
   std::unique_ptr<CudaGraphRunner> graph_runner_;  // last: destroyed first (its graphs use the rest)

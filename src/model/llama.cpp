@@ -27,37 +27,42 @@ StatusOr<std::unique_ptr<CausalLM>> LlamaForCausalLM::create(const ModelConfig& 
 }
 
 KVShape LlamaForCausalLM::kv_shape() const {
-  return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
+  return {config_.num_hidden_layers, num_kv_heads_, config_.head_dim};
 }
 
 Status LlamaForCausalLM::load(WeightSource& ws) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads, hk = c.num_key_value_heads;
-  RLM_ASSIGN_OR_RETURN(embed_tokens_, ws.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+  tp_ = ws.load_options.tp;
+  RLM_ASSIGN_OR_RETURN(const HeadShard q_shard, shard_heads(hq, tp_, "attention heads"));
+  RLM_ASSIGN_OR_RETURN(const HeadShard kv_shard, shard_heads(hk, tp_, "KV heads"));
+  RLM_ASSIGN_OR_RETURN(intermediate_, shard_size(c.intermediate_size, tp_, "intermediate_size"));
+  num_qo_heads_ = q_shard.count;
+  num_kv_heads_ = kv_shard.count;
+  RLM_ASSIGN_OR_RETURN(embed_tokens_, load_vocab_parallel(ws, "model.embed_tokens.weight", c.vocab_size, hidden));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     DecoderLayer layer;
     RLM_ASSIGN_OR_RETURN(layer.input_layernorm, ws.get(p + ".input_layernorm.weight", {hidden}));
     RLM_ASSIGN_OR_RETURN(layer.post_attention_layernorm, ws.get(p + ".post_attention_layernorm.weight", {hidden}));
-    RLM_ASSIGN_OR_RETURN(layer.qkv_proj, load_fused_linear(ws,
-                                                           {p + ".self_attn.q_proj", p + ".self_attn.k_proj",
-                                                            p + ".self_attn.v_proj"},
-                                                           {hq * d, hk * d, hk * d}, hidden, variant_.qkv_bias));
-    RLM_ASSIGN_OR_RETURN(layer.o_proj, load_linear(ws, p + ".self_attn.o_proj", hidden, hq * d, variant_.o_bias));
+    RLM_ASSIGN_OR_RETURN(layer.qkv_proj, load_qkv_parallel(ws, p + ".self_attn", hq, hk, q_shard, kv_shard, d, hidden,
+                                                           variant_.qkv_bias));
+    RLM_ASSIGN_OR_RETURN(layer.o_proj, load_row_parallel(ws, p + ".self_attn.o_proj", hidden, hq * d, q_shard.first * d,
+                                                         q_shard.count * d, variant_.o_bias, q_shard.replica_leader));
     if (variant_.qk_norm) {
       RLM_ASSIGN_OR_RETURN(layer.q_norm, ws.get(p + ".self_attn.q_norm.weight", {d}));
       RLM_ASSIGN_OR_RETURN(layer.k_norm, ws.get(p + ".self_attn.k_norm.weight", {d}));
     }
-    RLM_ASSIGN_OR_RETURN(layer.gate_up_proj,
-                         load_fused_linear(ws, {p + ".mlp.gate_proj", p + ".mlp.up_proj"},
-                                           {c.intermediate_size, c.intermediate_size}, hidden, variant_.mlp_bias));
+    RLM_ASSIGN_OR_RETURN(layer.gate_up_proj, load_gate_up_parallel(ws, p + ".mlp", c.intermediate_size, intermediate_,
+                                                                   hidden, variant_.mlp_bias));
     RLM_ASSIGN_OR_RETURN(layer.down_proj,
-                         load_linear(ws, p + ".mlp.down_proj", hidden, c.intermediate_size, variant_.mlp_bias));
+                         load_row_parallel(ws, p + ".mlp.down_proj", hidden, c.intermediate_size,
+                                           tp_.rank * intermediate_, intermediate_, variant_.mlp_bias));
     RLM_ASSIGN_OR_RETURN(const KvScales kvs, load_kv_scales(ws, p + ".self_attn"));
     kv_scales_.push_back(kvs);
     layer.attn.layer_id = l;
-    layer.attn.num_qo_heads = hq;
-    layer.attn.num_kv_heads = hk;
+    layer.attn.num_qo_heads = num_qo_heads_;
+    layer.attn.num_kv_heads = num_kv_heads_;
     layer.attn.head_dim = d;
     layer.attn.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
     layer.attn.params.sliding_window = layer_sliding_window(c, l);
@@ -71,7 +76,7 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
     }
     lm_head_ = embed_tokens_;
   } else {
-    RLM_ASSIGN_OR_RETURN(lm_head_, ws.get("lm_head.weight", {c.vocab_size, hidden}));
+    RLM_ASSIGN_OR_RETURN(lm_head_, load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, hidden));
   }
   // Norm weights in f32 so the elementwise kernels see one dtype.
   for (DecoderLayer& layer : layers_) {
@@ -128,7 +133,7 @@ void LlamaForCausalLM::to(Device device) {
 Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens, hidden = c.hidden_size, d = c.head_dim;
-  const int64_t hq = c.num_attention_heads, hk = c.num_key_value_heads;
+  const int64_t hq = num_qo_heads_, hk = num_kv_heads_, inter = intermediate_;  // this rank's
   RLM_CHECK(batch.attn_backend != nullptr) << "ForwardBatch without an attention backend";
   const Device dev = batch.input_ids.device();
   RLM_CHECK(dev == device_) << "batch on " << dev.to_string() << " but the model is on " << device_.to_string();
@@ -136,10 +141,10 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   Tensor hidden_states = Tensor::empty({n, hidden}, DType::kF32, dev);  // [num_tokens, hidden]
   Tensor residual = Tensor::empty({n, hidden}, DType::kF32, dev);       // [num_tokens, hidden]
   Tensor qkv = Tensor::empty({n, (hq + 2 * hk) * d}, DType::kF32, dev);
-  Tensor gate_up = Tensor::empty({n, 2 * c.intermediate_size}, DType::kF32, dev);
-  Tensor act = Tensor::empty({n, c.intermediate_size}, DType::kF32, dev);
+  Tensor gate_up = Tensor::empty({n, 2 * inter}, DType::kF32, dev);
+  Tensor act = Tensor::empty({n, inter}, DType::kF32, dev);
 
-  ops::embedding(batch.input_ids, embed_tokens_, hidden_states);
+  tp_embedding(tp_, batch.input_ids, embed_tokens_, c.vocab_size, hidden_states);
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
@@ -162,20 +167,20 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
     Tensor attn = batch.attn_backend->forward(q, k, v, layer.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
     apply_linear(layer.o_proj, attn.view({n, hq * d}), hidden_states);
+    tp_all_reduce(tp_, hidden_states);
     // MLP.
     ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
     apply_linear(layer.gate_up_proj, hidden_states, gate_up);
     ops::silu_and_mul(gate_up, act);
     apply_linear(layer.down_proj, act, hidden_states);
+    tp_all_reduce(tp_, hidden_states);
   }
   ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
 
   const int64_t num_out = batch.logits_indices.numel();
   Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]
   ops::embedding(batch.logits_indices, hidden_states, selected);
-  Tensor logits = Tensor::empty({num_out, c.vocab_size}, DType::kF32, dev);
-  ops::linear(selected, lm_head_, std::nullopt, logits);
-  return logits;
+  return tp_lm_head(tp_, selected, lm_head_, c.vocab_size);
 }
 
 }  // namespace rlm

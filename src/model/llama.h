@@ -8,6 +8,7 @@
 #include "attention/attention_backend.h"
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "model/tensor_parallel.h"
 
 namespace rlm {
 
@@ -34,11 +35,11 @@ class LlamaForCausalLM : public CausalLM {
   struct DecoderLayer {
     Tensor input_layernorm;           // [hidden]
     Tensor post_attention_layernorm;  // [hidden]
-    Linear qkv_proj;                  // [(num_qo_heads + 2 * num_kv_heads) * head_dim, hidden]
-    Linear o_proj;                    // [hidden, num_qo_heads * head_dim]
+    Linear qkv_proj;                  // [(num_qo_heads + 2 * num_kv_heads) * head_dim, hidden] (this rank's heads)
+    Linear o_proj;                    // [hidden, num_qo_heads * head_dim] (row-parallel)
     Tensor q_norm, k_norm;            // [head_dim] (Qwen3)
-    Linear gate_up_proj;              // [2 * intermediate, hidden]
-    Linear down_proj;                 // [hidden, intermediate]
+    Linear gate_up_proj;              // [2 * intermediate, hidden] (column-parallel)
+    Linear down_proj;                 // [hidden, intermediate] (row-parallel)
     AttentionLayer attn;
   };
 
@@ -47,7 +48,11 @@ class LlamaForCausalLM : public CausalLM {
 
   ModelConfig config_;
   LlamaVariant variant_;
-  Tensor embed_tokens_;  // [vocab, hidden] (GGUF: may stay block-quantized, like every matrix)
+  TpShard tp_;             // this rank's shard (size 1: the whole model)
+  int64_t num_qo_heads_ = 0;  // this rank's heads and MLP width (the config's at --tp 1)
+  int64_t num_kv_heads_ = 0;
+  int64_t intermediate_ = 0;
+  Tensor embed_tokens_;  // [vocab, hidden] (GGUF: may stay block-quantized, like every matrix); tp: its vocab shard
   std::vector<DecoderLayer> layers_;
   Tensor norm_;     // [hidden]
   Tensor lm_head_;  // [vocab, hidden] (the embedding when tied)

@@ -142,7 +142,7 @@ StatusOr<std::unique_ptr<CausalLM>> create_qwen3_next(const ModelConfig& config,
 }
 
 KVShape Qwen3NextForCausalLM::kv_shape() const {
-  return {num_full_layers_, config_.num_key_value_heads, config_.head_dim};
+  return {num_full_layers_, num_kv_heads_, config_.head_dim};
 }
 
 std::optional<MambaShape> Qwen3NextForCausalLM::mamba_shape() const {
@@ -150,9 +150,10 @@ std::optional<MambaShape> Qwen3NextForCausalLM::mamba_shape() const {
   const Qwen3NextSpec& s = spec_;
   MambaShape m;
   m.num_layers = num_linear_layers_;
-  m.conv_dim = 2 * s.linear_num_key_heads * s.linear_key_head_dim + s.linear_num_value_heads * s.linear_value_head_dim;
+  const int64_t hk = linear_k_.count, hv = hk * (s.linear_num_value_heads / s.linear_num_key_heads);  // this rank's
+  m.conv_dim = 2 * hk * s.linear_key_head_dim + hv * s.linear_value_head_dim;
   m.conv_width = s.linear_conv_kernel_dim - 1;
-  m.num_v_heads = s.linear_num_value_heads;
+  m.num_v_heads = hv;
   m.head_k_dim = s.linear_key_head_dim;
   m.head_v_dim = s.linear_value_head_dim;
   return m;
@@ -162,16 +163,20 @@ Status Qwen3NextForCausalLM::load_full_attention(WeightSource& ws, const std::st
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads, hk = c.num_key_value_heads;
   const bool bias = c.attention_bias;
-  // q_proj holds [q_h | gate_h] per head; regroup as q (all heads) | k | v | gate (all heads).
+  RLM_ASSIGN_OR_RETURN(const HeadShard qs, shard_heads(hq, tp_, "attention heads"));
+  RLM_ASSIGN_OR_RETURN(const HeadShard kvs, shard_heads(hk, tp_, "KV heads"));
+  num_kv_heads_ = kvs.count;
+  // q_proj holds [q_h | gate_h] per head; regroup as q (this rank's heads) | k | v | gate.
   RLM_ASSIGN_OR_RETURN(Linear q, load_linear(ws, p + ".q_proj", 2 * hq * d, hidden, bias));
   RLM_ASSIGN_OR_RETURN(Linear k, load_linear(ws, p + ".k_proj", hk * d, hidden, bias));
   RLM_ASSIGN_OR_RETURN(Linear v, load_linear(ws, p + ".v_proj", hk * d, hidden, bias));
   auto regroup = [&](const Tensor& qw, const Tensor& kw, const Tensor& vw) {
     std::vector<Tensor> parts;
-    for (int64_t h = 0; h < hq; ++h) parts.push_back(rows(qw, 2 * h * d, 2 * h * d + d));
-    parts.push_back(kw);
-    parts.push_back(vw);
-    for (int64_t h = 0; h < hq; ++h) parts.push_back(rows(qw, 2 * h * d + d, 2 * (h + 1) * d));
+    const int64_t h0 = qs.first, h1 = qs.first + qs.count, k0 = kvs.first * d, k1 = (kvs.first + kvs.count) * d;
+    for (int64_t h = h0; h < h1; ++h) parts.push_back(rows(qw, 2 * h * d, 2 * h * d + d));
+    parts.push_back(rows(kw, k0, k1));
+    parts.push_back(rows(vw, k0, k1));
+    for (int64_t h = h0; h < h1; ++h) parts.push_back(rows(qw, 2 * h * d + d, 2 * (h + 1) * d));
     return concat_rows(parts);
   };
   if (q.weight.dtype() != k.weight.dtype() || q.weight.dtype() != v.weight.dtype()) {
@@ -179,12 +184,13 @@ Status Qwen3NextForCausalLM::load_full_attention(WeightSource& ws, const std::st
   }
   a.qkvg_proj.weight = regroup(q.weight, k.weight, v.weight);
   if (bias) a.qkvg_proj.bias = regroup(*q.bias, *k.bias, *v.bias);
-  RLM_ASSIGN_OR_RETURN(a.o_proj, load_linear(ws, p + ".o_proj", hidden, hq * d, bias));
+  RLM_ASSIGN_OR_RETURN(a.o_proj, load_row_parallel(ws, p + ".o_proj", hidden, hq * d, qs.first * d, qs.count * d, bias,
+                                                    qs.replica_leader));
   RLM_ASSIGN_OR_RETURN(a.q_norm, load_zero_centred(ws, p + ".q_norm.weight", d));
   RLM_ASSIGN_OR_RETURN(a.k_norm, load_zero_centred(ws, p + ".k_norm.weight", d));
   a.attn.layer_id = num_full_layers_++;
-  a.attn.num_qo_heads = hq;
-  a.attn.num_kv_heads = hk;
+  a.attn.num_qo_heads = qs.count;
+  a.attn.num_kv_heads = kvs.count;
   a.attn.head_dim = d;
   a.attn.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   return Status::ok();
@@ -194,9 +200,11 @@ Status Qwen3NextForCausalLM::load_linear_attention(WeightSource& ws, const std::
   const Qwen3NextSpec& s = spec_;
   const int64_t hidden = config_.hidden_size, hk = s.linear_num_key_heads, hv = s.linear_num_value_heads;
   const int64_t dk = s.linear_key_head_dim, dv = s.linear_value_head_dim, r = hv / hk;
+  RLM_ASSIGN_OR_RETURN(linear_k_, shard_heads(hk, tp_, "linear-attention key heads"));
+  const int64_t k0 = linear_k_.first, k1 = linear_k_.first + linear_k_.count;  // this rank's key heads
   LinearAttentionLayer& L = g.layer;
-  L.num_k_heads = hk;
-  L.num_v_heads = hv;
+  L.num_k_heads = linear_k_.count;
+  L.num_v_heads = linear_k_.count * r;
   L.head_k_dim = dk;
   L.head_v_dim = dv;
   // in_proj_qkvz / in_proj_ba are grouped per key head (HF fix_query_key_value_ordering):
@@ -207,28 +215,34 @@ Status Qwen3NextForCausalLM::load_linear_attention(WeightSource& ws, const std::
   RLM_ASSIGN_OR_RETURN(Tensor ba, ws.get(p + ".in_proj_ba.weight", {2 * hv, hidden}));
   std::vector<Tensor> qkv_parts, z_parts, ba_parts;
   for (int64_t part = 0; part < 3; ++part) {
-    for (int64_t h = 0; h < hk; ++h) {
+    for (int64_t h = k0; h < k1; ++h) {
       const int64_t b0 = h * blk;
       if (part == 0) qkv_parts.push_back(rows(qkvz, b0, b0 + dk));
       if (part == 1) qkv_parts.push_back(rows(qkvz, b0 + dk, b0 + 2 * dk));
       if (part == 2) qkv_parts.push_back(rows(qkvz, b0 + 2 * dk, b0 + 2 * dk + r * dv));
     }
   }
-  for (int64_t h = 0; h < hk; ++h) z_parts.push_back(rows(qkvz, h * blk + 2 * dk + r * dv, (h + 1) * blk));
-  for (int64_t h = 0; h < hk; ++h) ba_parts.push_back(rows(ba, 2 * r * h, 2 * r * h + r));
-  for (int64_t h = 0; h < hk; ++h) ba_parts.push_back(rows(ba, 2 * r * h + r, 2 * r * (h + 1)));
+  for (int64_t h = k0; h < k1; ++h) z_parts.push_back(rows(qkvz, h * blk + 2 * dk + r * dv, (h + 1) * blk));
+  for (int64_t h = k0; h < k1; ++h) ba_parts.push_back(rows(ba, 2 * r * h, 2 * r * h + r));
+  for (int64_t h = k0; h < k1; ++h) ba_parts.push_back(rows(ba, 2 * r * h + r, 2 * r * (h + 1)));
   g.qkv_proj.weight = concat_rows(qkv_parts);
   g.z_proj.weight = concat_rows(z_parts);
   g.ba_proj.weight = concat_rows(ba_parts);
-  RLM_ASSIGN_OR_RETURN(Tensor conv, ws.get(p + ".conv1d.weight", {L.conv_dim(), 1, s.linear_conv_kernel_dim}));
-  L.conv_weight = conv.contiguous().view({L.conv_dim(), s.linear_conv_kernel_dim});
-  RLM_ASSIGN_OR_RETURN(L.A_log, ws.get(p + ".A_log", {hv}));
-  RLM_ASSIGN_OR_RETURN(L.dt_bias, ws.get(p + ".dt_bias", {hv}));
-  L.A_log = L.A_log.to(DType::kF32);
-  L.dt_bias = L.dt_bias.to(DType::kF32);
+  const int64_t conv_dim = 2 * hk * dk + hv * dv;
+  RLM_ASSIGN_OR_RETURN(Tensor conv, ws.get(p + ".conv1d.weight", {conv_dim, 1, s.linear_conv_kernel_dim}));
+  // The conv's channels are q | k | v of every head: keep this rank's.
+  const Tensor cw = conv.contiguous().view({conv_dim, s.linear_conv_kernel_dim});
+  L.conv_weight = linear_k_.count == hk ? cw
+                                        : concat_rows({rows(cw, k0 * dk, k1 * dk), rows(cw, (hk + k0) * dk, (hk + k1) * dk),
+                                                       rows(cw, 2 * hk * dk + k0 * r * dv, 2 * hk * dk + k1 * r * dv)});
+  RLM_ASSIGN_OR_RETURN(Tensor a_log, ws.get(p + ".A_log", {hv}));
+  RLM_ASSIGN_OR_RETURN(Tensor dt_bias, ws.get(p + ".dt_bias", {hv}));
+  L.A_log = a_log.slice(0, k0 * r, k1 * r).to(DType::kF32).contiguous();
+  L.dt_bias = dt_bias.slice(0, k0 * r, k1 * r).to(DType::kF32).contiguous();
   RLM_ASSIGN_OR_RETURN(Tensor norm, ws.get(p + ".norm.weight", {dv}));
   g.norm = norm.to(DType::kF32);
-  RLM_ASSIGN_OR_RETURN(g.out_proj, load_linear(ws, p + ".out_proj", hidden, hv * dv, false));
+  RLM_ASSIGN_OR_RETURN(g.out_proj, load_row_parallel(ws, p + ".out_proj", hidden, hv * dv, k0 * r * dv, k1 * r * dv - k0 * r * dv,
+                                                      false, linear_k_.replica_leader));
   L.layer_id = num_linear_layers_++;
   return Status::ok();
 }
@@ -264,21 +278,30 @@ Status Qwen3NextForCausalLM::load_moe(WeightSource& ws, const std::string& p, Sp
     m.w_gate_up = m.w_gate_up.contiguous();
     m.w_down = m.w_down.contiguous();
   }
+  RLM_RETURN_IF_ERROR(shard_experts(tp_, m.w_gate_up, m.w_down));
   const int64_t shared = s.shared_expert_intermediate_size;
   if (shared > 0) {
-    RLM_ASSIGN_OR_RETURN(m.shared_expert.gate_up_proj,
-                         load_fused_linear(ws, {p + ".shared_expert.gate_proj", p + ".shared_expert.up_proj"},
-                                           {shared, shared}, hidden, false));
-    RLM_ASSIGN_OR_RETURN(m.shared_expert.down_proj, load_linear(ws, p + ".shared_expert.down_proj", hidden, shared, false));
+    RLM_RETURN_IF_ERROR(load_mlp(ws, p + ".shared_expert", shared, m.shared_expert));
     RLM_ASSIGN_OR_RETURN(m.shared_expert_gate, ws.get(p + ".shared_expert_gate.weight", {1, hidden}));
   }
+  return Status::ok();
+}
+
+Status Qwen3NextForCausalLM::load_mlp(WeightSource& ws, const std::string& p, int64_t inter, Mlp& m) {
+  const int64_t hidden = config_.hidden_size;
+  RLM_ASSIGN_OR_RETURN(const int64_t local, shard_size(inter, tp_, p + " intermediate size"));
+  RLM_ASSIGN_OR_RETURN(m.gate_up_proj, load_gate_up_parallel(ws, p, inter, local, hidden, false));
+  RLM_ASSIGN_OR_RETURN(m.down_proj, load_row_parallel(ws, p + ".down_proj", hidden, inter, tp_.rank * local, local, false));
   return Status::ok();
 }
 
 Status Qwen3NextForCausalLM::load(WeightSource& ws) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size;
-  RLM_ASSIGN_OR_RETURN(embed_tokens_, ws.get("model.embed_tokens.weight", {c.vocab_size, hidden}));
+  tp_ = ws.load_options.tp;
+  num_kv_heads_ = c.num_key_value_heads;
+  RLM_ASSIGN_OR_RETURN(linear_k_, shard_heads(spec_.linear_num_key_heads, tp_, "linear-attention key heads"));
+  RLM_ASSIGN_OR_RETURN(embed_tokens_, load_vocab_parallel(ws, "model.embed_tokens.weight", c.vocab_size, hidden));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
     DecoderLayer layer;
@@ -295,16 +318,13 @@ Status Qwen3NextForCausalLM::load(WeightSource& ws) {
     if (layer.is_moe) {
       RLM_RETURN_IF_ERROR(load_moe(ws, p + ".mlp", layer.moe));
     } else {
-      RLM_ASSIGN_OR_RETURN(layer.mlp.gate_up_proj,
-                           load_fused_linear(ws, {p + ".mlp.gate_proj", p + ".mlp.up_proj"},
-                                             {c.intermediate_size, c.intermediate_size}, hidden, false));
-      RLM_ASSIGN_OR_RETURN(layer.mlp.down_proj, load_linear(ws, p + ".mlp.down_proj", hidden, c.intermediate_size, false));
+      RLM_RETURN_IF_ERROR(load_mlp(ws, p + ".mlp", c.intermediate_size, layer.mlp));
     }
     layers_.push_back(std::move(layer));
   }
   RLM_ASSIGN_OR_RETURN(norm_, load_zero_centred(ws, "model.norm.weight", hidden));
   if (ws.has("lm_head.weight")) {
-    RLM_ASSIGN_OR_RETURN(lm_head_, ws.get("lm_head.weight", {c.vocab_size, hidden}));
+    RLM_ASSIGN_OR_RETURN(lm_head_, load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, hidden));
   } else if (c.tie_word_embeddings) {
     lm_head_ = embed_tokens_;
   } else {
@@ -360,7 +380,7 @@ void Qwen3NextForCausalLM::to(Device device) {
 
 void Qwen3NextForCausalLM::full_attention(const FullAttention& a, const Tensor& x, const ForwardBatch& batch,
                                           const Tensor& out) {
-  const int64_t n = x.size(0), d = config_.head_dim, hq = config_.num_attention_heads, hk = config_.num_key_value_heads;
+  const int64_t n = x.size(0), d = config_.head_dim, hq = a.attn.num_qo_heads, hk = a.attn.num_kv_heads;  // this rank's
   const float eps = static_cast<float>(config_.rms_norm_eps);
   Tensor qkvg = Tensor::empty({n, (2 * hq + 2 * hk) * d}, DType::kF32, x.device());
   ops::linear(x, a.qkvg_proj.weight, a.qkvg_proj.bias, qkvg);
@@ -430,7 +450,7 @@ Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
   Tensor hidden_states = Tensor::empty({n, hidden}, DType::kF32, dev);  // [num_tokens, hidden]
   Tensor residual = Tensor::empty({n, hidden}, DType::kF32, dev);       // [num_tokens, hidden]
   Tensor out = Tensor::empty({n, hidden}, DType::kF32, dev);            // [num_tokens, hidden] sublayer output
-  ops::embedding(batch.input_ids, embed_tokens_, hidden_states);
+  tp_embedding(tp_, batch.input_ids, embed_tokens_, c.vocab_size, hidden_states);
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
@@ -445,6 +465,7 @@ Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
     } else {
       full_attention(layer.attn, hidden_states, batch, out);
     }
+    tp_all_reduce(tp_, out);
     std::swap(hidden_states, out);
     ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
     if (layer.is_moe) {
@@ -452,6 +473,7 @@ Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
     } else {
       mlp(layer.mlp, hidden_states, out);
     }
+    tp_all_reduce(tp_, out);
     std::swap(hidden_states, out);
   }
   ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
@@ -459,9 +481,7 @@ Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
   const int64_t num_out = batch.logits_indices.numel();
   Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]
   ops::embedding(batch.logits_indices, hidden_states, selected);
-  Tensor logits = Tensor::empty({num_out, c.vocab_size}, DType::kF32, dev);
-  ops::linear(selected, lm_head_, std::nullopt, logits);
-  return logits;
+  return tp_lm_head(tp_, selected, lm_head_, c.vocab_size);
 }
 
 }  // namespace rlm

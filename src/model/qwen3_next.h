@@ -12,6 +12,7 @@
 #include "attention/gdn_backend.h"
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "model/tensor_parallel.h"
 
 namespace rlm {
 
@@ -87,6 +88,8 @@ class Qwen3NextForCausalLM : public CausalLM {
   Status load_full_attention(WeightSource& ws, const std::string& p, FullAttention& a);
   Status load_linear_attention(WeightSource& ws, const std::string& p, GatedDeltaNet& g);
   Status load_moe(WeightSource& ws, const std::string& p, SparseMoe& m);
+  // A gate_up + down MLP of width `inter` (column- / row-parallel under tensor parallelism).
+  Status load_mlp(WeightSource& ws, const std::string& p, int64_t inter, Mlp& m);
   void full_attention(const FullAttention& a, const Tensor& x, const ForwardBatch& batch, const Tensor& out);
   void linear_attention(const GatedDeltaNet& g, const Tensor& x, const ForwardBatch& batch, const Tensor& out);
   void mlp(const Mlp& m, const Tensor& x, const Tensor& out) const;
@@ -95,7 +98,10 @@ class Qwen3NextForCausalLM : public CausalLM {
   ModelConfig config_;
   Qwen3NextSpec spec_;
   int64_t num_full_layers_ = 0, num_linear_layers_ = 0;
-  Tensor embed_tokens_;  // [vocab, hidden]
+  TpShard tp_;           // this rank's shard (size 1: the whole model)
+  HeadShard linear_k_;   // this rank's Gated DeltaNet key heads (with their value heads)
+  int64_t num_kv_heads_ = 0;  // this rank's KV heads of the full-attention layers
+  Tensor embed_tokens_;  // [vocab, hidden] (tp: its vocab shard)
   std::vector<DecoderLayer> layers_;
   Tensor norm_;          // f32 [hidden], (1 + w) folded
   Tensor lm_head_;       // [vocab, hidden]

@@ -14,6 +14,18 @@
 
 namespace rlm {
 
+class Communicator;
+
+// This process's place in a tensor-parallel group: which shard of every split weight it loads,
+// and the communicator its model's forward reduces and gathers through (model/tensor_parallel.h).
+// size 1: the whole model, no communicator.
+struct TpShard {
+  int rank = 0;
+  int size = 1;
+  Communicator* comm = nullptr;  // not owned; set when size > 1
+  bool active() const { return size > 1; }
+};
+
 // How load_linear (model/layers.h) stores the projections it loads, and whether models read
 // FP8 KV-cache scales; load_model sets it.
 struct WeightLoadOptions {
@@ -26,6 +38,8 @@ struct WeightLoadOptions {
   // Per-layer k/v scales of an FP8 KV cache (`self_attn.k_scale`, ...) are read when present
   // (checkpoints only: a dummy source "has" every name).
   bool read_kv_scales = false;
+  // Tensor parallelism: the models load their shard through model/tensor_parallel.h.
+  TpShard tp;
 };
 
 class WeightSource {

@@ -63,4 +63,21 @@ void resolve_future_tokens(const Tensor& ids, const Tensor& slots, const Tensor&
   }
 }
 
+void shard_token_ids(const Tensor& ids, int32_t start, int32_t count, int32_t outside, const Tensor& out) {
+  check_i32_vector("shard_token_ids", "ids", ids);
+  check_i32_vector("shard_token_ids", "out", out);
+  RLM_CHECK(ids.numel() == out.numel() && ids.device() == out.device())
+      << "ops::shard_token_ids: ids " << ids.describe() << ", out " << out.describe();
+  const Device d = ids.device();
+  if (d.is_cpu()) {
+    cpu::shard_token_ids(ids.data<int32_t>(), ids.numel(), start, count, outside, out.data<int32_t>());
+  } else {
+#ifdef RADIXLM_WITH_CUDA
+    cuda::shard_token_ids(d.index, ids.data<int32_t>(), ids.numel(), start, count, outside, out.data<int32_t>());
+#else
+    fail("ops::shard_token_ids: not built for " + d.to_string());
+#endif
+  }
+}
+
 }  // namespace rlm::ops

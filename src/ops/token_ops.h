@@ -16,4 +16,9 @@ void scatter_tokens(const Tensor& values, const Tensor& slots, const Tensor& tab
 // otherwise unchanged.   ids, slots: i32 [n] contiguous; table: i32 [m] contiguous; one device.
 void resolve_future_tokens(const Tensor& ids, const Tensor& slots, const Tensor& table);
 
+// Token ids into a vocabulary shard's rows (tensor parallelism): out[i] = ids[i] - start when
+// ids[i] is in [start, start + count), else `outside` (the shard's zero row).
+//   ids, out: i32 [n] contiguous, one device.
+void shard_token_ids(const Tensor& ids, int32_t start, int32_t count, int32_t outside, const Tensor& out);
+
 }  // namespace rlm::ops

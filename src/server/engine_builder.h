@@ -28,10 +28,18 @@ struct EngineFiles {
   LoadedModel model;
   std::unique_ptr<Tokenizer> tokenizer;       // null when not loaded (see TokenizerUse)
   std::optional<ChatTemplate> chat_template;  // the model's, or --chat-template's; nullopt: none
+  std::shared_ptr<TpGroup> tp_group;          // --tp > 1: the group the model is a shard of
 };
 
 // Errors name what failed to load; a tokenizer error starts with "tokenizer: ".
+// With --tp > 1 it starts the tensor-parallel group first (dist/tp_group.h) and every rank loads
+// its shard. On a machine with --node-rank > 0 the process serves nothing: it runs its ranks until
+// rank 0 ends the group and exits.
 StatusOr<EngineFiles> load_engine_files(const EngineArgs& args, TokenizerUse use);
+
+// The ModelRunner over `files` (its model moved out) with resolved args on `device`; with a
+// tensor-parallel group, the other ranks build theirs from the same config.
+StatusOr<std::unique_ptr<ModelRunner>> create_runner(const EngineArgs& resolved, EngineFiles& files, Device device);
 
 // The engine over `files` (its scheduler not started). `model_name` is what the engine reports
 // (/v1/models); "": the model file or directory name.

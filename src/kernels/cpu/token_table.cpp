@@ -12,4 +12,11 @@ void resolve_future_tokens(int32_t* ids, const int32_t* slots, int64_t n, const 
   }
 }
 
+void shard_token_ids(const int32_t* ids, int64_t n, int32_t start, int32_t count, int32_t outside, int32_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t local = ids[i] - start;
+    out[i] = local >= 0 && local < count ? local : outside;
+  }
+}
+
 }  // namespace rlm::cpu

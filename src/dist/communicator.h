@@ -1,0 +1,36 @@
+// Communicator: the collectives a tensor-parallel model needs, on the tensors of one rank. Every
+// rank of the group calls the same collectives in the same order. Implementations: CpuCommunicator
+// (host tensors, over the TcpGroup; bit-identical sums on every rank) and NcclCommunicator (CUDA
+// tensors, NCCL on the device's stream; compiled when NCCL is found). A rank that is gone makes
+// the call throw GroupError (dist/tcp_group.h) instead of waiting forever.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace rlm {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // t = sum over ranks of t, in place. t: contiguous f32/bf16/f16 on this rank's device.
+  virtual void all_reduce_sum(const Tensor& t) = 0;
+  // out = the ranks' `in` stacked along dim 0 in rank order.
+  //   in: contiguous [m, ...]; out: contiguous [size * m, ...] of in's dtype and device.
+  virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // Rank 0's bytes to every rank (in place; the others' input is ignored).
+  virtual void broadcast_bytes(std::vector<uint8_t>& bytes) = 0;
+  // Returns once every rank has called it (and, on a device, its queued work is done).
+  virtual void barrier() = 0;
+};
+
+// out = the ranks' `in` side by side along the last dimension (the vocab-parallel LM head's
+// logits): all_gather into a [size, m, k] buffer, then one strided copy.
+//   in: contiguous [m, k]; out: [m, size * k] of in's dtype and device.
+void all_gather_last_dim(Communicator& comm, const Tensor& in, const Tensor& out);
+
+}  // namespace rlm

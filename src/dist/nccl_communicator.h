@@ -1,0 +1,23 @@
+// NcclCommunicator: collectives on CUDA tensors through NCCL, enqueued on the device's stream
+// (so CUDA graphs capture them). The NCCL unique id is made by rank 0 and sent over the group's
+// TCP control plane (no other rendezvous). A watchdog thread watches the control connections and
+// NCCL's asynchronous errors: when a rank is gone it aborts the NCCL communicator, so collectives
+// waiting on it fail instead of hanging, and the process ends with an error naming the rank.
+// Compiled when CMake finds NCCL (RADIXLM_WITH_NCCL); without it make_nccl_communicator says so.
+#pragma once
+
+#include <memory>
+
+#include "core/device.h"
+#include "dist/communicator.h"
+#include "dist/tcp_group.h"
+
+namespace rlm {
+
+// Collective: every rank of `group` calls it with its own CUDA device.
+StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device);
+
+// Whether this build has NCCL.
+bool nccl_compiled();
+
+}  // namespace rlm

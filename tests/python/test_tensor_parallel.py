@@ -1,0 +1,145 @@
+"""Tensor parallelism through `radixlm serve` on the CPU: each tiny golden model (tests/golden:
+Llama, Qwen2, Qwen3, Qwen3-Next) served with --tp 2 and --tp 4 (rank processes over loopback) answers the same
+greedy tokens as --tp 1, with logprobs within 1e-4, for prompts that share prefixes (the radix
+cache serves them: cached_tokens > 0). A rank process that dies ends the server with a clear error
+instead of a hang."""
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from server_util import DEFAULT_MODEL, ROOT, Server
+
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model (tokenizer) not installed")
+
+
+def goldens():
+    return json.load(open(os.path.join(GOLDEN, "index.json")))["models"]
+
+
+def is_hybrid(name):
+    return json.load(open(os.path.join(GOLDEN, name, "config.json")))["model_type"] == "qwen3_next"
+
+
+# Token-id prompts (the tiny models' vocabulary is 512): a shared 40-token prefix and its branches.
+PREFIX = [(7 * i + 3) % 500 + 1 for i in range(40)]
+PROMPTS = [PREFIX + [11, 12, 13], PREFIX + [11, 12, 14, 15], PREFIX[:20] + [99], PREFIX + [200] * 5]
+
+
+def serve(model, tp):
+    # The golden directories have no tokenizer: the SmolLM2 one (ids below 512 decode to text).
+    server = Server("--model", os.path.join(GOLDEN, model), "--tokenizer", DEFAULT_MODEL, "--device", "cpu",
+                    "--threads", "1", "--tp", str(tp))
+    server.model = model
+    return server
+
+
+def complete(server, prompt):
+    status, body = server.post("/v1/completions", {"model": server.model, "prompt": prompt, "max_tokens": 8, "temperature": 0,
+                                                   "ignore_eos": True, "logprobs": 1})
+    assert status == 200, body
+    choice = body["choices"][0]
+    return choice["text"], choice["logprobs"]["token_logprobs"], body["usage"]
+
+
+def run(server):
+    """The prompts one after another (the later ones hit the cache), then all at once."""
+    sequential = [complete(server, p) for p in PROMPTS]
+    with concurrent.futures.ThreadPoolExecutor(len(PROMPTS)) as ex:
+        concurrent_ = list(ex.map(lambda p: complete(server, p), PROMPTS))
+    server.assert_kv_free()
+    return sequential, concurrent_
+
+
+@pytest.mark.parametrize("model", goldens())
+def test_tp_serves_the_same_tokens_as_tp1(model):
+    results = {}
+    for tp in (1, 2, 4):
+        server = serve(model, tp)
+        try:
+            results[tp] = run(server)
+        finally:
+            assert server.stop() == 0
+    want_seq, want_conc = results[1]
+    if not is_hybrid(model):  # the hybrid cache keeps recurrent states at 64-token boundaries only
+        assert want_seq[1][2]["prompt_tokens_details"]["cached_tokens"] >= len(PREFIX)
+    for tp in (2, 4):
+        got_seq, got_conc = results[tp]
+        for want, got in zip(want_seq + want_conc, got_seq + got_conc):
+            assert got[0] == want[0], f"--tp {tp}"
+            assert max(abs(a - b) for a, b in zip(got[1], want[1])) <= 1e-4, f"--tp {tp}"
+            assert got[2]["prompt_tokens_details"]["cached_tokens"] == want[2]["prompt_tokens_details"]["cached_tokens"]
+
+
+def children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_a_dead_rank_ends_the_server_with_an_error():
+    server = serve(goldens()[0], 2)
+    try:
+        workers = children(server.proc.pid)
+        assert len(workers) == 1
+        complete(server, PROMPTS[0])
+        os.kill(workers[0], signal.SIGKILL)
+        with pytest.raises(Exception):
+            complete(server, PROMPTS[1])
+        server.proc.wait(timeout=30)
+        output = "".join(server.lines) + server.proc.stdout.read()
+        assert server.proc.returncode != 0
+        assert "tensor-parallel group failed" in output and "rank 1" in output, output
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+
+
+def test_tp_flags_errors():
+    """A split that does not divide, FP8 and a missing address are clear errors at start-up."""
+    for args, message in [(["--model", DEFAULT_MODEL, "--tp", "2"], "9 attention heads do not split over --tp 2"),
+                          (["--model", DEFAULT_MODEL, "--quantization", "fp8", "--tp", "3"],
+                           "--tp 3 with --quantization fp8 is not supported yet"),
+                          (["--tp", "2", "--nnodes", "2"], "--dist-init-addr")]:
+        proc = subprocess.run([os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm")), "serve",
+                               "--port", "0", "--device", "cpu", *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode != 0
+        assert message in proc.stderr, proc.stderr
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_one_machine():
+    """--nnodes 2: machine 0 (rank 0 and its rank 1) and machine 1 (ranks 2, 3) meet at
+    --dist-init-addr; `generate` on machine 0 gives the tokens of --tp 1, machine 1 exits 0 when
+    rank 0 ends the group."""
+    binary = os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm"))
+    model = os.path.join(GOLDEN, goldens()[1])
+    common = ["generate", "--model", model, "--device", "cpu", "--threads", "1", "--prompt-ids", "5,6,7,8",
+              "--max-tokens", "8", "--ignore-eos"]
+    want = subprocess.run([binary, *common], capture_output=True, text=True, timeout=120)
+    assert want.returncode == 0, want.stderr
+    addr = f"127.0.0.1:{free_port()}"
+    tp = ["--tp", "4", "--nnodes", "2", "--dist-init-addr", addr]
+    node1 = subprocess.Popen([binary, *common, *tp, "--node-rank", "1"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        got = subprocess.run([binary, *common, *tp, "--node-rank", "0"], capture_output=True, text=True, timeout=120)
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout.splitlines()[-1])["output_ids"] == json.loads(want.stdout.splitlines()[-1])["output_ids"]
+        assert node1.wait(timeout=60) == 0, node1.stderr.read()
+        assert node1.stdout.read() == ""  # the worker machine prints nothing on stdout
+    finally:
+        if node1.poll() is None:
+            node1.kill()
+            node1.wait()
