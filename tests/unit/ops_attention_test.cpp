@@ -8,6 +8,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "cache/kv_pool.h"
 #include "ops/ops.h"
 #include "unit/ops_test_util.h"
 
@@ -178,7 +179,8 @@ TEST(OpsPagedAttention, LongSequenceManyHeads) {
 }
 
 // Split head sizes: q/k of one size, v (and out) of another (MLA's 192/128, and the reverse and
-// sizes that are not multiples of 8, which take the scalar loops); stores through store_kv_cache.
+// sizes that are not multiples of 8, which take the scalar loops); caches from a KVPool with its
+// own v_head_dim, filled through store_kv_cache.
 TEST(OpsPagedAttention, SplitValueHeadDim) {
   TestRng rng;
   SCOPED_TRACE(rng.trace());
@@ -194,7 +196,19 @@ TEST(OpsPagedAttention, SplitValueHeadDim) {
     p.scale = 1.0f / std::sqrt(static_cast<float>(d));
     for (DType cache_dtype : {DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(rlm::str("head_dim ", d, " v_head_dim ", dv, " cache ", dtype_name(cache_dtype)));
-      const Tensor kc = Tensor::zeros({slots, hk, d}, cache_dtype), vc = Tensor::zeros({slots, hk, dv}, cache_dtype);
+      KVPoolConfig pc;
+      pc.num_layers = 1;
+      pc.num_pages = 24;
+      pc.page_size = page_size;
+      pc.num_kv_heads = hk;
+      pc.head_dim = d;
+      pc.v_head_dim = dv;
+      pc.dtype = cache_dtype;
+      const KVPool pool(pc);
+      const Tensor& kc = pool.k_buffer(0);
+      const Tensor& vc = pool.v_buffer(0);
+      EXPECT_EQ(vc.shape(), (Shape{slots, hk, dv}));
+      EXPECT_EQ(pool.bytes_per_token(), static_cast<size_t>(hk * (d + dv)) * dtype_size(cache_dtype));
       ops::store_kv_cache(k_new, v_new, kc, vc, Tensor::from_vector(all));
       const Tensor out = run(q, kc, vc, b, page_size, p);
       EXPECT_EQ(out.shape(), (Shape{b.num_tokens, hq, dv}));
