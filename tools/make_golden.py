@@ -183,6 +183,47 @@ MODELS = [
               covers="Qwen3-Next: explicit layer_types starting with full attention, MHA with "
                      "q/k/v/o bias, 3 value heads per key head, conv kernel 3, MoE only on odd "
                      "layers (decoder_sparse_step 2) with top-1, tied embeddings, eps 1e-5"),
+    # Head sizes other than 64 / 128 / 256 (the GPU's padded attention kernels).
+    ModelSpec("llama_gqa2_hd32", "LlamaForCausalLM", 1005,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              covers="head_dim 32 = hidden/heads, GQA 2, untied"),
+    ModelSpec("qwen2_gqa3_hd48", "Qwen2ForCausalLM", 2003,
+              dict(hidden_size=96, intermediate_size=192, num_hidden_layers=2,
+                   num_attention_heads=6, num_key_value_heads=2, head_dim=48,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              covers="Qwen2 q/k/v bias, head_dim 48, GQA 3 (heads-per-block 1 on the GPU)"),
+    ModelSpec("qwen3_gqa2_hd80", "Qwen3ForCausalLM", 3003,
+              dict(hidden_size=160, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=80,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              covers="Qwen3 q/k RMSNorm over head_dim 80 (Phi-2's size), GQA 2"),
+    ModelSpec("llama_gqa1_hd96_bf16", "LlamaForCausalLM", 1006,
+              dict(hidden_size=192, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=2, head_dim=96,
+                   tie_word_embeddings=False, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              disk_dtype="bfloat16",
+              covers="MHA with head_dim 96 (Phi-3/Phi-4-mini's size), bf16 on disk"),
+    ModelSpec("qwen3next_gqa2_hd48_int2", "Qwen3NextForCausalLM", 4004,
+              dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=48,
+                   linear_num_key_heads=2, linear_num_value_heads=2,
+                   linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                   full_attention_interval=2, num_experts=4, num_experts_per_tok=2,
+                   norm_topk_prob=True, moe_intermediate_size=32,
+                   shared_expert_intermediate_size=48, tie_word_embeddings=False,
+                   rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                    "partial_rotary_factor": 0.5}),
+              prompt_lengths=PROMPT_LENGTHS + [100],
+              covers="Qwen3-Next gated attention with head_dim 48 and partial rotary 0.5 "
+                     "(rotary_dim 24), GDN then full attention, GQA 2, prompt up to 100 "
+                     "(2 GDN chunks)"),
 ]
 
 

@@ -14,16 +14,18 @@ namespace rlm {
 
 KVPool::KVPool(const KVPoolConfig& config) : config_(config) {
   RLM_CHECK(config.num_layers > 0 && config.num_pages > 0 && config.page_size > 0 && config.num_kv_heads > 0 &&
-            config.head_dim > 0)
+            config.head_dim > 0 && config.v_head_dim >= 0)
       << "bad KV pool config: layers " << config.num_layers << " pages " << config.num_pages << " page_size "
-      << config.page_size << " kv_heads " << config.num_kv_heads << " head_dim " << config.head_dim;
+      << config.page_size << " kv_heads " << config.num_kv_heads << " head_dim " << config.head_dim << " v_head_dim "
+      << config.v_head_dim;
   RLM_CHECK(is_floating(config.dtype) || config.dtype == DType::kF8E4M3)
       << "KV pool dtype must be f32, bf16, f16 or f8e4m3, got " << dtype_name(config.dtype);
   scales_.assign(static_cast<size_t>(config.num_layers), KvScales{});
-  const Shape shape{num_slots(), config.num_kv_heads, config.head_dim};
+  const Shape k_shape{num_slots(), config.num_kv_heads, config.head_dim};
+  const Shape v_shape{num_slots(), config.num_kv_heads, config.v_dim()};
   for (int64_t l = 0; l < config.num_layers; ++l) {
-    k_.push_back(Tensor::zeros(shape, config.dtype, config.device));
-    v_.push_back(Tensor::zeros(shape, config.dtype, config.device));
+    k_.push_back(Tensor::zeros(k_shape, config.dtype, config.device));
+    v_.push_back(Tensor::zeros(v_shape, config.dtype, config.device));
   }
 }
 
@@ -56,7 +58,7 @@ void KVPool::set_scales(const std::vector<KvScales>& scales) {
 }
 
 size_t KVPool::bytes_per_token() const {
-  return 2 * static_cast<size_t>(config_.num_layers * config_.num_kv_heads * config_.head_dim) *
+  return static_cast<size_t>(config_.num_layers * config_.num_kv_heads * (config_.head_dim + config_.v_dim())) *
          dtype_size(config_.dtype);
 }
 

@@ -22,8 +22,11 @@ struct KVPoolConfig {
   int64_t num_pages = 0;
   int64_t page_size = 1;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
+  int64_t head_dim = 0;    // of the keys
+  int64_t v_head_dim = 0;  // of the values; 0: head_dim (split sizes, e.g. MLA's 192/128)
   DType dtype = DType::kF32;  // f32, bf16, f16 or f8e4m3
+
+  int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
   Device device = Device::cpu();
 };
 
@@ -34,7 +37,7 @@ class KVPool {
   const KVPoolConfig& config() const { return config_; }
   int64_t num_slots() const { return config_.num_pages * config_.page_size; }
   int64_t page_size() const { return config_.page_size; }
-  // [num_slots, num_kv_heads, head_dim]
+  // [num_slots, num_kv_heads, head_dim] (k) and [num_slots, num_kv_heads, v_dim()] (v)
   const Tensor& k_buffer(int64_t layer) const;
   const Tensor& v_buffer(int64_t layer) const;
   size_t bytes_per_token() const;  // over all layers, K and V
@@ -46,7 +49,7 @@ class KVPool {
  private:
   KVPoolConfig config_;
   std::vector<Tensor> k_;  // per layer [num_slots, num_kv_heads, head_dim]
-  std::vector<Tensor> v_;  // per layer [num_slots, num_kv_heads, head_dim]
+  std::vector<Tensor> v_;  // per layer [num_slots, num_kv_heads, v_dim()]
   std::vector<KvScales> scales_;  // [num_layers]
 };
 

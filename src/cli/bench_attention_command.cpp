@@ -17,7 +17,7 @@ void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App
       ->check(CLI::PositiveNumber);
   s->add_option("--num-qo-heads", a->num_qo_heads, "Query heads")->check(CLI::PositiveNumber);
   s->add_option("--num-kv-heads", a->num_kv_heads, "KV heads")->check(CLI::PositiveNumber);
-  s->add_option("--head-dim", a->head_dim, "64, 128 or 256");
+  s->add_option("--head-dim", a->head_dim, "a multiple of 16 up to 256 (64, 128, 256: the tuned kernels)");
   add_page_size_flag(s, a->page_size);
   s->add_option("--dtype", a->dtype, "Cache dtype: bf16 (default), f16, f32");
   s->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::PositiveNumber);

@@ -480,17 +480,21 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
   const std::initializer_list<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
   const std::initializer_list<DType> caches = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
   check_heads(c, "k", k, floats, "[num_tokens, num_kv_heads, head_dim]");
-  check_heads(c, "v", v, floats, "[num_tokens, num_kv_heads, head_dim]");
+  check_heads(c, "v", v, floats, "[num_tokens, num_kv_heads, v_head_dim]");
   check_heads(c, "k_cache", k_cache, caches, "[num_slots, num_kv_heads, head_dim]");
-  check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, head_dim]");
+  check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, v_head_dim]");
   if (v_cache.dtype() != k_cache.dtype()) c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe()));
   check_kv_scales(c, k_cache, k_scale, v_scale);
-  if (v.shape() != k.shape()) c.fail_with(str("v ", v.describe(), " must have the shape of k ", k.describe()));
-  if (v_cache.shape() != k_cache.shape()) {
-    c.fail_with(str("v_cache ", v_cache.describe(), " must have the shape of k_cache ", k_cache.describe()));
+  // v may have its own head size (v_head_dim = v.size(2)); everything else matches k.
+  if (v.size(0) != k.size(0) || v.size(1) != k.size(1)) {
+    c.fail_with(str("v ", v.describe(), " must have the tokens and heads of k ", k.describe()));
+  }
+  if (v_cache.size(0) != k_cache.size(0) || v_cache.size(1) != k_cache.size(1)) {
+    c.fail_with(str("v_cache ", v_cache.describe(), " must have the slots and heads of k_cache ", k_cache.describe()));
   }
   c.size("k_cache", k_cache, 1, k.size(1), "num_kv_heads (k.size(1))");
   c.size("k_cache", k_cache, 2, k.size(2), "head_dim (k.size(2))");
+  c.size("v_cache", v_cache, 2, v.size(2), "v_head_dim (v.size(2))");
   c.dtype("out_cache_loc", out_cache_loc, {DType::kI32, DType::kI64});
   c.dims("out_cache_loc", out_cache_loc, 1, "[num_tokens]");
   c.size("out_cache_loc", out_cache_loc, 0, k.size(0), "num_tokens (k.size(0))");
@@ -501,13 +505,13 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
   if (k.device().is_cpu()) {
     const std::vector<int64_t> loc = index_values(out_cache_loc);
     cpu::store_kv_cache(kv_rows(k), kv_rows(v), kv_rows(k_cache), kv_rows(v_cache), loc.data(), k.size(0),
-                        k.size(1), k.size(2), k_cache.size(0), k_scale, v_scale);
+                        k.size(1), k.size(2), k_cache.size(0), k_scale, v_scale, v.size(2));
   } else if (k.device().is_cuda()) {
 #ifdef RADIXLM_WITH_CUDA
     auto rows = [](const Tensor& t) { return cuda::KvRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; };
     cuda::store_kv_cache(k.device().index, rows(k), rows(v), rows(k_cache), rows(v_cache), out_cache_loc.data_ptr(),
                          out_cache_loc.dtype(), out_cache_loc.stride(0), k.size(0), k.size(1), k.size(2),
-                         k_cache.size(0), k_scale, v_scale);
+                         k_cache.size(0), k_scale, v_scale, v.size(2));
 #else
     c.not_built(k.device());
 #endif
@@ -525,13 +529,19 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
                           const Tensor* kv_end = nullptr, const Tensor* lse = nullptr) {
   OpCheck c(lse != nullptr ? "paged_attention_partial" : "paged_attention");
   check_heads(c, "q", q, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
-  check_heads(c, "out", out, {DType::kF32}, "[num_tokens, num_qo_heads, head_dim]");
-  if (out.shape() != q.shape()) c.fail_with(str("out ", out.describe(), " must have the shape of q ", q.describe()));
+  check_heads(c, "out", out, {DType::kF32}, "[num_tokens, num_qo_heads, v_head_dim]");
   const std::initializer_list<DType> caches = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
   check_heads(c, "k_cache", k_cache, caches, "[num_slots, num_kv_heads, head_dim]");
-  check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, head_dim]");
-  if (v_cache.shape() != k_cache.shape() || v_cache.dtype() != k_cache.dtype()) {
-    c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe()));
+  check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, v_head_dim]");
+  // The value head size (v_cache.size(2), the output's) may differ from q/k's (split sizes).
+  if (v_cache.size(0) != k_cache.size(0) || v_cache.size(1) != k_cache.size(1) ||
+      v_cache.dtype() != k_cache.dtype()) {
+    c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe(),
+                    " (its head size may differ)"));
+  }
+  if (out.shape() != Shape{q.size(0), q.size(1), v_cache.size(2)}) {
+    c.fail_with(str("out ", out.describe(), " must have q's tokens and heads (q ", q.describe(),
+                    ") and v_cache's head size (v_cache ", v_cache.describe(), ")"));
   }
   check_kv_scales(c, k_cache, params.k_scale, params.v_scale);
   c.size("k_cache", k_cache, 2, q.size(2), "head_dim (q.size(2))");
@@ -602,6 +612,7 @@ void paged_attention_impl(const Tensor& q, const Tensor& k_cache, const Tensor& 
   cfg.num_qo_heads = num_qo_heads;
   cfg.num_kv_heads = num_kv_heads;
   cfg.head_dim = q.size(2);
+  cfg.v_head_dim = v_cache.size(2);
   cfg.scale = params.scale;
   cfg.sliding_window = params.sliding_window;
   cfg.logit_soft_cap = params.logit_soft_cap;

@@ -96,7 +96,8 @@ void silu_and_mul(const Tensor& x, const Tensor& out);
 
 // Writes new keys/values into the paged pool at slot indices (converting to the cache's dtype).
 //   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16/f8e4m3
-//   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout);
+//   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout); v and
+//   v_cache may have their own head size v_head_dim (split sizes);
 //   out_cache_loc: i32/i64 [num_tokens]. A slot outside [0, num_slots) is an error (nothing written).
 // On CUDA inside a ModelRunner step (deferred checks, kernels/cuda/index_check.h) a bad slot is
 // skipped and reported at the step's end instead, and -1 marks a padded CUDA-graph row (skipped).
@@ -121,10 +122,12 @@ struct AttentionParams {
 // seq_lens[r] tokens stored in pages kv_indices[kv_indptr[r] .. kv_indptr[r+1]) of `page_size`
 // slots each (slot = page * page_size + offset). The queries are the LAST (qo_len) tokens of the
 // sequence: query j sits at position seq_len - qo_len + j and sees keys at positions <= its own.
-//   q: [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: [num_slots, num_kv_heads, head_dim];
+//   q: [num_tokens, num_qo_heads, head_dim]; k_cache: [num_slots, num_kv_heads, head_dim];
+//   v_cache: [num_slots, num_kv_heads, v_head_dim] (v_head_dim = head_dim, or a size of its own);
 //   qo_indptr, kv_indptr: i32 [bs + 1]; kv_indices: i32 [nnz_pages]; seq_lens: i32 [bs];
-//   out: [num_tokens, num_qo_heads, head_dim]. num_qo_heads must be a multiple of num_kv_heads
-//   (qo head h reads kv head h / (num_qo_heads / num_kv_heads)).
+//   out: [num_tokens, num_qo_heads, v_head_dim]. num_qo_heads must be a multiple of num_kv_heads
+//   (qo head h reads kv head h / (num_qo_heads / num_kv_heads)). On CUDA head_dim and v_head_dim
+//   must be multiples of 16 from 16 to 256.
 // q and out are f32; the caches f32/bf16/f16/f8e4m3 (same dtype; f8e4m3 values are scaled by
 // params.k_scale / v_scale on load). Scores, softmax (max-subtracted) and
 // the weighted sum are in f32; s = scale * q.k, then the soft-cap. Each output row depends only on

@@ -8,7 +8,8 @@
 //    the cache's type (8 significant bits for bf16, 11 for f16) before the matrix products, so
 //    2e-2 for bf16 and 5e-3 for f16. A float64 simulation of that rounding on these tests' inputs
 //    (q scale up to 4, soft-cap, window) gave 2-3e-3 for bf16 and 3-4e-4 for f16.
-// The fallback kernels (cache strides not 16-byte aligned) are covered by MisalignedCachesUseFallbacks.
+// The fallback kernels (cache strides not 16-byte aligned) are covered by MisalignedCachesUseFallbacks,
+// every head size (the padded instantiations, split q/k and v sizes) by AllHeadDimsMatchCpu.
 // Timings: --gtest_also_run_disabled_tests --gtest_filter='*Timing*'; `radixlm bench attention`
 // is the benchmark.
 #include <cuda_runtime.h>
@@ -48,8 +49,10 @@ struct Problem {
 };
 
 // Requests (seq_len, qo_len); pages drawn without replacement from a shuffled pool (+ spare pages).
+// dv > 0: the values (and the output) have head size dv instead of d.
 Problem make_problem(TestRng& rng, const std::vector<std::pair<int32_t, int32_t>>& reqs, int64_t page_size,
-                     int64_t hk, int64_t group, int64_t d, DType cache_dtype, float q_scale = 1.0f) {
+                     int64_t hk, int64_t group, int64_t d, DType cache_dtype, float q_scale = 1.0f, int64_t dv = 0) {
+  if (dv == 0) dv = d;
   Problem pr;
   pr.page_size = page_size;
   pr.hk = hk;
@@ -71,7 +74,7 @@ Problem make_problem(TestRng& rng, const std::vector<std::pair<int32_t, int32_t>
   }
   b.num_tokens = b.qo_indptr.back();
   const int64_t slots = num_pages * page_size;
-  Tensor kc = Tensor::empty({slots, hk, d}, DType::kF32), vc = Tensor::empty({slots, hk, d}, DType::kF32);
+  Tensor kc = Tensor::empty({slots, hk, d}, DType::kF32), vc = Tensor::empty({slots, hk, dv}, DType::kF32);
   testing::poison(kc);
   testing::poison(vc);
   float* kp = kc.data<float>();
@@ -79,10 +82,8 @@ Problem make_problem(TestRng& rng, const std::vector<std::pair<int32_t, int32_t>
   for (size_t r = 0; r < reqs.size(); ++r) {
     for (int64_t pos = 0; pos < b.seq_lens[r]; ++pos) {
       const int64_t s = b.kv_indices[b.kv_indptr[r] + pos / page_size] * page_size + pos % page_size;
-      for (int64_t i = 0; i < hk * d; ++i) {
-        kp[s * hk * d + i] = rng.normal();
-        vp[s * hk * d + i] = rng.normal();
-      }
+      for (int64_t i = 0; i < hk * d; ++i) kp[s * hk * d + i] = rng.normal();
+      for (int64_t i = 0; i < hk * dv; ++i) vp[s * hk * dv + i] = rng.normal();
     }
   }
   pr.k = cache_dtype == DType::kF32 ? kc : kc.to(cache_dtype);
@@ -92,8 +93,11 @@ Problem make_problem(TestRng& rng, const std::vector<std::pair<int32_t, int32_t>
   return pr;
 }
 
+// [num_tokens, hq, v head size]
+Shape out_shape(const Problem& pr) { return {pr.q.size(0), pr.q.size(1), pr.v.size(2)}; }
+
 Tensor cpu_out(const Problem& pr) {
-  Tensor out = Tensor::empty(pr.q.shape(), DType::kF32);
+  Tensor out = Tensor::empty(out_shape(pr), DType::kF32);
   testing::poison(out);
   ops::paged_attention(pr.q, pr.k, pr.v, Tensor::from_vector(pr.b.qo_indptr), Tensor::from_vector(pr.b.kv_indptr),
                        Tensor::from_vector(pr.b.kv_indices), Tensor::from_vector(pr.b.seq_lens), pr.page_size, pr.p,
@@ -113,7 +117,7 @@ struct GpuProblem {
 };
 
 Tensor poisoned_gpu_out(const Problem& pr) {
-  Tensor out = Tensor::empty(pr.q.shape(), DType::kF32);
+  Tensor out = Tensor::empty(out_shape(pr), DType::kF32);
   testing::poison(out);
   return on_gpu(out);
 }
@@ -166,6 +170,7 @@ Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0, i
   cfg.num_qo_heads = pr.hq;
   cfg.num_kv_heads = pr.hk;
   cfg.head_dim = pr.d;
+  cfg.v_head_dim = pr.v.size(2);
   cfg.scale = pr.p.scale;
   cfg.sliding_window = pr.p.sliding_window;
   cfg.logit_soft_cap = pr.p.logit_soft_cap;
@@ -197,7 +202,7 @@ void expect_close(const Tensor& got, const Tensor& want, double tol, const std::
 }
 
 std::string describe(const Problem& pr) {
-  return str("page_size ", pr.page_size, " hq ", pr.hq, " hk ", pr.hk, " head_dim ", pr.d, " cache ",
+  return str("page_size ", pr.page_size, " hq ", pr.hq, " hk ", pr.hk, " head_dim ", pr.d, " v_head_dim ", pr.v.size(2), " cache ",
              dtype_name(pr.k.dtype()), " window ", pr.p.sliding_window, " soft_cap ", pr.p.logit_soft_cap);
 }
 
@@ -402,6 +407,58 @@ TEST(AttentionCuda, TensorCorePrefillVariants) {
   }
 }
 
+// Every head size the kernels take -- the tuned 64 / 128 / 256 and the padded instantiations of
+// the other multiples of 16 -- and q/k 192 with v 128, on every cache dtype: the dispatcher, the
+// decode kernels (vectorised for bf16/f16, scalar for f32 and for misaligned caches, with 1, 5
+// and 3 splits) and the prefill kernels (tensor-core for bf16/f16, FMA for f32 and for misaligned
+// caches), with sliding window / soft-cap, GQA group and page size rotating over the sizes.
+TEST(AttentionCuda, AllHeadDimsMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
+  const std::pair<int64_t, int64_t> sizes[] = {{16, 16},   {32, 32},   {48, 48},   {64, 64},
+                                               {80, 80},   {96, 96},   {112, 112}, {128, 128},
+                                               {160, 160}, {192, 192}, {256, 256}, {192, 128}};
+  const int64_t page_sizes[] = {1, 16, 24};
+  const int64_t groups[] = {1, 3, 4, 8};
+  int i = 0;
+  for (auto [d, dv] : sizes) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const int variant = i % 4;
+      const int64_t page_size = page_sizes[i % 3], group = groups[(i / 3) % 4];
+      ++i;
+      const int64_t pad = dt == DType::kF32 ? 1 : 4;  // misaligned cache rows: the scalar kernels
+      const float q_scale = variant & 2 ? 4.0f : 1.0f;
+      auto set_variant = [&](Problem& pr) {
+        if (variant & 1) pr.p.sliding_window = rng.randint(1, 300);
+        if (variant & 2) pr.p.logit_soft_cap = 5.0f;
+      };
+      Problem dec = make_problem(rng, decode_requests(rng, 4, 1500), page_size, 2, group, d, dt, q_scale, dv);
+      set_variant(dec);
+      SCOPED_TRACE(describe(dec));
+      const Tensor want_dec = cpu_out(dec);
+      expect_close(gpu_out(dec), want_dec, tolerance(dec), "dispatcher, decode");
+      for (int splits : {1, 5}) {
+        expect_close(gpu_kernel_out(dec, Kernel::kDecode, splits), want_dec, tolerance(dec), str("decode, splits ", splits));
+      }
+      expect_close(gpu_kernel_out(dec, Kernel::kDecode, 3, pad), want_dec, tolerance(dec), "scalar decode, 3 splits");
+
+      const int32_t fresh = static_cast<int32_t>(rng.randint(100, 300));
+      const int32_t ext = static_cast<int32_t>(rng.randint(30, 150));
+      const std::vector<std::pair<int32_t, int32_t>> reqs = {
+          {fresh, fresh}, {static_cast<int32_t>(rng.randint(600, 1200)) + ext, ext}, {64, 64}, {129, 65},
+          {static_cast<int32_t>(rng.randint(2, 50)), 1}};
+      Problem pre = make_problem(rng, reqs, page_size, 2, group, d, dt, q_scale, dv);
+      set_variant(pre);
+      SCOPED_TRACE(describe(pre));
+      const Tensor want_pre = cpu_out(pre);
+      expect_close(gpu_out(pre), want_pre, prefill_tolerance(pre), "dispatcher, prefill");
+      expect_close(gpu_kernel_out(pre, Kernel::kPrefill, 0, pad), want_pre, tolerance(pre), "FMA prefill");
+    }
+  }
+}
+
 // Caches whose head stride is not a multiple of 16 bytes take the scalar fallback kernels (decode
 // and prefill); the padding columns are NaN, so a read past head_dim shows.
 TEST(AttentionCuda, MisalignedCachesUseFallbacks) {
@@ -435,12 +492,18 @@ TEST(AttentionCuda, BadIndexDataIsAnError) {
     ops::paged_attention(q, kc, kc, g({0, 3}), g({0, 2}), g({0, 2}), g({5}), 4, ops::AttentionParams{}, out);
   });
   EXPECT_NE(msg.find("page index 2 (kv_indices[1]) is outside the KV pool of 8 slots"), std::string::npos) << msg;
-  const Tensor q96 = on_gpu(Tensor::zeros({3, 2, 96}, DType::kF32)), o96 = on_gpu(Tensor::zeros({3, 2, 96}, DType::kF32));
-  const Tensor k96 = on_gpu(Tensor::zeros({8, 1, 96}, DType::kF32));
-  const std::string msg96 = testing::error_of([&] {
-    ops::paged_attention(q96, k96, k96, g({0, 3}), g({0, 2}), g({0, 1}), g({5}), 4, ops::AttentionParams{}, o96);
-  });
-  EXPECT_NE(msg96.find("head_dim 96 is not supported"), std::string::npos) << msg96;
+  // Head sizes that are not multiples of 16, or above 256 (q/k or v).
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{24, 24}, {272, 272}, {64, 40}, {8, 64}}) {
+    const Tensor qd = on_gpu(Tensor::zeros({3, 2, d}, DType::kF32)), od = on_gpu(Tensor::zeros({3, 2, dv}, DType::kF32));
+    const Tensor kd = on_gpu(Tensor::zeros({8, 1, d}, DType::kF32)), vd = on_gpu(Tensor::zeros({8, 1, dv}, DType::kF32));
+    for (auto qo : {std::vector<int32_t>{0, 1}, std::vector<int32_t>{0, 3}}) {  // decode, prefill
+      const Tensor qs = qd.slice(0, 0, qo.back()), os = od.slice(0, 0, qo.back());
+      const std::string msg_d = testing::error_of([&] {
+        ops::paged_attention(qs, kd, vd, g(qo), g({0, 2}), g({0, 1}), g({5}), 4, ops::AttentionParams{}, os);
+      });
+      EXPECT_NE(msg_d.find(str("head_dim ", d, " / v_head_dim ", dv, " is not supported")), std::string::npos) << msg_d;
+    }
+  }
 }
 
 // ---- kv_indices builder ----------------------------------------------------------------------------
@@ -575,45 +638,51 @@ struct DirectCall {
   }
 };
 
+// The tuned head sizes 128 and 64 next to the padded 96 and 80 (which do the arithmetic of 128).
 TEST(AttentionCudaTiming, DISABLED_Decode) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
-  // bf16, 8 kv heads x 128: 4 KiB of K+V per token; 32 requests x 2048 tokens = 256 MiB.
-  const int64_t bs = 32, len = 2048;
-  const Problem pr = make_problem(rng, std::vector<std::pair<int32_t, int32_t>>(bs, {len, 1}), 16, 8, 4, 128,
-                                  DType::kBF16);
-  const double kv_bytes = 2.0 * bs * len * pr.hk * pr.d * 2;
-  DirectCall call(pr);
-  GpuTimer timer;
-  const double t_attn = timer.seconds_per_run(20, call);
-  void *src = nullptr, *dst = nullptr;
-  cuda_ok(cudaMalloc(&src, static_cast<size_t>(kv_bytes)), "cudaMalloc");
-  cuda_ok(cudaMalloc(&dst, static_cast<size_t>(kv_bytes)), "cudaMalloc");
-  const double t_copy = timer.seconds_per_run(20, [&] {
-    cuda_ok(cudaMemcpyAsync(dst, src, static_cast<size_t>(kv_bytes), cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
-  });
-  cudaFree(src);
-  cudaFree(dst);
-  const double attn_gbs = kv_bytes / t_attn / 1e9, copy_gbs = 2 * kv_bytes / t_copy / 1e9;
-  std::printf("decode bs %lld len %lld hq %lld hk %lld d 128 bf16: %.3f ms, KV read %.1f GB/s; memcpy d2d of the "
-              "same bytes %.3f ms, %.1f GB/s (read+write); ratio %.2f\n",
-              static_cast<long long>(bs), static_cast<long long>(len), static_cast<long long>(pr.hq),
-              static_cast<long long>(pr.hk), t_attn * 1e3, attn_gbs, t_copy * 1e3, copy_gbs, attn_gbs / copy_gbs);
+  for (int64_t d : {128, 96, 80, 64}) {
+    // bf16, 8 kv heads x d; 32 requests x 2048 tokens (256 MiB of K+V at d = 128).
+    const int64_t bs = 32, len = 2048;
+    const Problem pr = make_problem(rng, std::vector<std::pair<int32_t, int32_t>>(bs, {len, 1}), 16, 8, 4, d,
+                                    DType::kBF16);
+    const double kv_bytes = 2.0 * bs * len * pr.hk * pr.d * 2;
+    DirectCall call(pr);
+    GpuTimer timer;
+    const double t_attn = timer.seconds_per_run(20, call);
+    void *src = nullptr, *dst = nullptr;
+    cuda_ok(cudaMalloc(&src, static_cast<size_t>(kv_bytes)), "cudaMalloc");
+    cuda_ok(cudaMalloc(&dst, static_cast<size_t>(kv_bytes)), "cudaMalloc");
+    const double t_copy = timer.seconds_per_run(20, [&] {
+      cuda_ok(cudaMemcpyAsync(dst, src, static_cast<size_t>(kv_bytes), cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    });
+    cudaFree(src);
+    cudaFree(dst);
+    const double attn_gbs = kv_bytes / t_attn / 1e9, copy_gbs = 2 * kv_bytes / t_copy / 1e9;
+    std::printf("decode bs %lld len %lld hq %lld hk %lld d %lld bf16: %.3f ms, KV read %.1f GB/s; memcpy d2d of the "
+                "same bytes %.3f ms, %.1f GB/s (read+write); ratio %.2f\n",
+                static_cast<long long>(bs), static_cast<long long>(len), static_cast<long long>(pr.hq),
+                static_cast<long long>(pr.hk), static_cast<long long>(d), t_attn * 1e3, attn_gbs, t_copy * 1e3,
+                copy_gbs, attn_gbs / copy_gbs);
+  }
 }
 
 TEST(AttentionCudaTiming, DISABLED_Prefill4k) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
-  const int64_t len = 4096;
-  const Problem pr = make_problem(rng, {{static_cast<int32_t>(len), static_cast<int32_t>(len)}}, 16, 8, 4, 128,
-                                  DType::kBF16);
-  DirectCall call(pr);
-  GpuTimer timer;
-  const double t = timer.seconds_per_run(5, call);
-  const double flops = 4.0 * pr.hq * pr.d * (static_cast<double>(len) * (len + 1) / 2);
-  std::printf("prefill causal %lld tokens hq %lld hk %lld d 128 bf16: %.3f ms, %.2f TFLOPS\n",
-              static_cast<long long>(len), static_cast<long long>(pr.hq), static_cast<long long>(pr.hk), t * 1e3,
-              flops / t / 1e12);
+  for (int64_t d : {128, 96, 80, 64}) {
+    const int64_t len = 4096;
+    const Problem pr = make_problem(rng, {{static_cast<int32_t>(len), static_cast<int32_t>(len)}}, 16, 8, 4, d,
+                                    DType::kBF16);
+    DirectCall call(pr);
+    GpuTimer timer;
+    const double t = timer.seconds_per_run(5, call);
+    const double flops = 4.0 * pr.hq * pr.d * (static_cast<double>(len) * (len + 1) / 2);
+    std::printf("prefill causal %lld tokens hq %lld hk %lld d %lld bf16: %.3f ms, %.2f TFLOPS\n",
+                static_cast<long long>(len), static_cast<long long>(pr.hq), static_cast<long long>(pr.hk),
+                static_cast<long long>(d), t * 1e3, flops / t / 1e12);
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // kernels (key ranges + log-sum-exp; the tensor-core kernel for bf16/f16 caches, the FMA kernel for
 // f32) through ops::paged_attention_partial, with and without a host plan; the merge kernel; and
 // level 1 + level 2 + merge against the single pass. Odd page sizes, GQA ratios 1/4/8, head dims
-// 64/128/256, sliding window and soft-cap, empty key ranges; outputs poisoned with NaN first.
+// 64/128/256 (the tuned kernels) and every other tested size (16 ... 192, and q/k 192 with v 128:
+// the padded kernels), sliding window and soft-cap, empty key ranges; outputs poisoned with NaN
+// first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,11 +30,14 @@ struct Case {
   DType cache;
   int64_t window;
   float cap;
+  int64_t dv = 0;  // v head size; 0: d
+
+  int64_t v_dim() const { return dv > 0 ? dv : d; }
 };
 
 std::string describe(const Case& c) {
-  return str("page ", c.page_size, " hk ", c.hk, " group ", c.group, " d ", c.d, " ", dtype_name(c.cache), " window ",
-             c.window, " cap ", c.cap);
+  return str("page ", c.page_size, " hk ", c.hk, " group ", c.group, " d ", c.d, " dv ", c.v_dim(), " ",
+             dtype_name(c.cache), " window ", c.window, " cap ", c.cap);
 }
 
 struct Problem {
@@ -63,7 +68,7 @@ Problem make_problem(TestRng& rng, const Case& c, const std::vector<std::array<i
   }
   const int64_t slots = num_pages * c.page_size;
   pr.k = testing::random_dtype(rng, {slots, c.hk, c.d}, c.cache);
-  pr.v = testing::random_dtype(rng, {slots, c.hk, c.d}, c.cache);
+  pr.v = testing::random_dtype(rng, {slots, c.hk, c.v_dim()}, c.cache);
   pr.q = testing::random_normal(rng, {pr.qo_indptr.back(), pr.hq, c.d});
   pr.p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   pr.p.sliding_window = c.window;
@@ -79,7 +84,7 @@ Result run(const Problem& pr, Device dev, bool with_plan) {
   auto on = [&](const Tensor& t) { return t.to(dev); };
   auto iv = [&](const std::vector<int32_t>& v) { return on(Tensor::from_vector(v)); };
   const int64_t n = pr.q.size(0);
-  Tensor out = on(testing::poisoned({n, pr.hq, pr.q.size(2)}, DType::kF32));
+  Tensor out = on(testing::poisoned({n, pr.hq, pr.v.size(2)}, DType::kF32));
   Tensor lse = on(testing::poisoned({n, pr.hq}, DType::kF32));
   ops::PagedAttentionPlan plan;
   for (size_t r = 0; r < pr.seq_lens.size(); ++r) {
@@ -112,6 +117,13 @@ std::vector<Case> cases() {
     out.push_back({5, 4, 1, 256, dt, -1, 0.0f});
     out.push_back({16, 2, 4, 128, dt, 37, 0.0f});
     out.push_back({64, 2, 2, 64, dt, 80, 25.0f});
+    // The padded kernels: every other tested head size, variants and page sizes rotating.
+    const int64_t sizes[] = {16, 32, 48, 80, 96, 112, 160, 192};
+    for (int i = 0; i < 8; ++i) {
+      out.push_back({i % 2 ? 16 : 3, 2, int64_t{1} << (i % 3), sizes[i], dt, i % 4 == 1 ? 37 : -1,
+                     i % 4 == 2 ? 25.0f : 0.0f});
+    }
+    out.push_back({16, 2, 4, 192, dt, -1, 0.0f, 128});  // split q/k 192, v 128
   }
   return out;
 }

@@ -109,45 +109,51 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{40, 200, 300, 128, false, false}, // FMA, blocks
                       LinearCase{20, 50, 70, 0, false, false}));   // FMA, unaligned
 
+// Every tested head size (the tuned 128, padded ones, q/k 192 with v 128): the FP8 KV store is
+// bit-exact and the scalar attention kernels (FP8 caches take them) match the CPU twin.
 TEST(Fp8Cuda, KvStoreAndAttentionMatchCpuTwin) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
-  const int64_t hk = 2, hq = 8, d = 128, slots = 96;
-  const float ks = 0.03f, vs = 0.07f;
-  const int32_t len0 = 70, len1 = 21;
-  const int64_t tokens = len0 + len1;
-  Tensor k = testing::random_normal(rng, {tokens, hk, d}, 4.0f), v = testing::random_normal(rng, {tokens, hk, d}, 4.0f);
-  Tensor loc = Tensor::empty({tokens}, DType::kI32);
-  for (int64_t t = 0; t < tokens; ++t) loc.data<int32_t>()[t] = static_cast<int32_t>((t * 37) % slots);
-  Tensor kc = Tensor::zeros({slots, hk, d}, DType::kF8E4M3), vc = Tensor::zeros({slots, hk, d}, DType::kF8E4M3);
-  ops::store_kv_cache(k, v, kc, vc, loc, ks, vs);
-  Tensor kcg = Tensor::zeros({slots, hk, d}, DType::kF8E4M3, testing::gpu());
-  Tensor vcg = Tensor::zeros({slots, hk, d}, DType::kF8E4M3, testing::gpu());
-  ops::store_kv_cache(testing::to_gpu(k), testing::to_gpu(v), kcg, vcg, testing::to_gpu(loc), ks, vs);
-  const Tensor kb = testing::to_cpu(kcg), vb = testing::to_cpu(vcg);
-  ASSERT_EQ(std::memcmp(kb.data_ptr(), kc.data_ptr(), kc.nbytes()), 0);
-  ASSERT_EQ(std::memcmp(vb.data_ptr(), vc.data_ptr(), vc.nbytes()), 0);
-  // Two requests over the stored slots (page size 1): decode (one query each) and prefill (the
-  // last 9 and 5 tokens as queries).
-  std::vector<int32_t> idx(loc.data<int32_t>(), loc.data<int32_t>() + tokens);
-  const Tensor kv_indptr = Tensor::from_vector(std::vector<int32_t>{0, len0, len0 + len1});
-  const Tensor kv_indices = Tensor::from_vector(idx);
-  const Tensor seq_lens = Tensor::from_vector(std::vector<int32_t>{len0, len1});
-  for (const auto& qo : {std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>{0, 9, 14}}) {
-    const int64_t nq = qo.back();
-    const Tensor qo_indptr = Tensor::from_vector(qo);
-    Tensor q = testing::random_normal(rng, {nq, hq, d});
-    ops::AttentionParams p;
-    p.scale = 1.0f / std::sqrt(float(d));
-    p.k_scale = ks;
-    p.v_scale = vs;
-    Tensor want = Tensor::empty({nq, hq, d}, DType::kF32);
-    ops::paged_attention(q, kc, vc, qo_indptr, kv_indptr, kv_indices, seq_lens, 1, p, want);
-    Tensor got = Tensor::empty({nq, hq, d}, DType::kF32, testing::gpu());
-    ops::paged_attention(testing::to_gpu(q), kcg, vcg, testing::to_gpu(qo_indptr), testing::to_gpu(kv_indptr),
-                         testing::to_gpu(kv_indices), testing::to_gpu(seq_lens), 1, p, got);
-    EXPECT_EQ(testing::compare_poisoned(testing::to_cpu(got), want, kTol), "") << "queries " << nq;
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{128, 128}, {16, 16}, {32, 32}, {48, 48}, {64, 64}, {80, 80},
+                       {96, 96}, {112, 112}, {160, 160}, {192, 192}, {256, 256}, {192, 128}}) {
+    SCOPED_TRACE(str("head_dim ", d, " v_head_dim ", dv));
+    const int64_t hk = 2, hq = 8, slots = 96;
+    const float ks = 0.03f, vs = 0.07f;
+    const int32_t len0 = 70, len1 = 21;
+    const int64_t tokens = len0 + len1;
+    Tensor k = testing::random_normal(rng, {tokens, hk, d}, 4.0f), v = testing::random_normal(rng, {tokens, hk, dv}, 4.0f);
+    Tensor loc = Tensor::empty({tokens}, DType::kI32);
+    for (int64_t t = 0; t < tokens; ++t) loc.data<int32_t>()[t] = static_cast<int32_t>((t * 37) % slots);
+    Tensor kc = Tensor::zeros({slots, hk, d}, DType::kF8E4M3), vc = Tensor::zeros({slots, hk, dv}, DType::kF8E4M3);
+    ops::store_kv_cache(k, v, kc, vc, loc, ks, vs);
+    Tensor kcg = Tensor::zeros({slots, hk, d}, DType::kF8E4M3, testing::gpu());
+    Tensor vcg = Tensor::zeros({slots, hk, dv}, DType::kF8E4M3, testing::gpu());
+    ops::store_kv_cache(testing::to_gpu(k), testing::to_gpu(v), kcg, vcg, testing::to_gpu(loc), ks, vs);
+    const Tensor kb = testing::to_cpu(kcg), vb = testing::to_cpu(vcg);
+    ASSERT_EQ(std::memcmp(kb.data_ptr(), kc.data_ptr(), kc.nbytes()), 0);
+    ASSERT_EQ(std::memcmp(vb.data_ptr(), vc.data_ptr(), vc.nbytes()), 0);
+    // Two requests over the stored slots (page size 1): decode (one query each) and prefill (the
+    // last 9 and 5 tokens as queries).
+    std::vector<int32_t> idx(loc.data<int32_t>(), loc.data<int32_t>() + tokens);
+    const Tensor kv_indptr = Tensor::from_vector(std::vector<int32_t>{0, len0, len0 + len1});
+    const Tensor kv_indices = Tensor::from_vector(idx);
+    const Tensor seq_lens = Tensor::from_vector(std::vector<int32_t>{len0, len1});
+    for (const auto& qo : {std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>{0, 9, 14}}) {
+      const int64_t nq = qo.back();
+      const Tensor qo_indptr = Tensor::from_vector(qo);
+      Tensor q = testing::random_normal(rng, {nq, hq, d});
+      ops::AttentionParams p;
+      p.scale = 1.0f / std::sqrt(float(d));
+      p.k_scale = ks;
+      p.v_scale = vs;
+      Tensor want = Tensor::empty({nq, hq, dv}, DType::kF32);
+      ops::paged_attention(q, kc, vc, qo_indptr, kv_indptr, kv_indices, seq_lens, 1, p, want);
+      Tensor got = Tensor::empty({nq, hq, dv}, DType::kF32, testing::gpu());
+      ops::paged_attention(testing::to_gpu(q), kcg, vcg, testing::to_gpu(qo_indptr), testing::to_gpu(kv_indptr),
+                           testing::to_gpu(kv_indices), testing::to_gpu(seq_lens), 1, p, got);
+      EXPECT_EQ(testing::compare_poisoned(testing::to_cpu(got), want, kTol), "") << "queries " << nq;
+    }
   }
 }
 

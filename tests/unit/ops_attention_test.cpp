@@ -1,12 +1,14 @@
 // ops::paged_attention against a double-precision reference on random page tables, GQA ratios,
 // head dims, page sizes, mixed decode/extend batches with cached prefixes, sliding window and
-// logit soft-cap; the batched call must equal per-request calls bit for bit.
+// logit soft-cap, a value head size of its own (split sizes); the batched call must equal
+// per-request calls bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "cache/kv_pool.h"
 #include "ops/ops.h"
 #include "unit/ops_test_util.h"
 
@@ -43,8 +45,8 @@ Batch make_batch(TestRng& rng, const std::vector<std::pair<int32_t, int32_t>>& r
 
 std::vector<double> reference(const Tensor& q, const Tensor& kc, const Tensor& vc, const Batch& b, int64_t page_size,
                               const ops::AttentionParams& p) {
-  const int64_t hq = q.size(1), hk = kc.size(1), d = q.size(2), group = hq / hk;
-  std::vector<double> out(q.numel(), 0.0);
+  const int64_t hq = q.size(1), hk = kc.size(1), d = q.size(2), dv = vc.size(2), group = hq / hk;
+  std::vector<double> out(static_cast<size_t>(q.size(0) * hq * dv), 0.0);
   for (size_t r = 0; r < b.seq_lens.size(); ++r) {
     const int64_t seq_len = b.seq_lens[r], qo_len = b.qo_indptr[r + 1] - b.qo_indptr[r];
     auto slot = [&](int64_t pos) { return b.kv_indices[b.kv_indptr[r] + pos / page_size] * page_size + pos % page_size; };
@@ -67,10 +69,10 @@ std::vector<double> reference(const Tensor& q, const Tensor& kc, const Tensor& v
         const double m = *std::max_element(s.begin(), s.end());
         double sum = 0;
         for (double& v : s) sum += (v = std::exp(v - m));
-        for (int64_t c = 0; c < d; ++c) {
+        for (int64_t c = 0; c < dv; ++c) {
           double acc = 0;
-          for (size_t i = 0; i < keys.size(); ++i) acc += s[i] * testing::element(vc, (slot(keys[i]) * hk + h / group) * d + c);
-          out[(row * hq + h) * d + c] = acc / sum;
+          for (size_t i = 0; i < keys.size(); ++i) acc += s[i] * testing::element(vc, (slot(keys[i]) * hk + h / group) * dv + c);
+          out[(row * hq + h) * dv + c] = acc / sum;
         }
       }
     }
@@ -80,7 +82,7 @@ std::vector<double> reference(const Tensor& q, const Tensor& kc, const Tensor& v
 
 Tensor run(const Tensor& q, const Tensor& kc, const Tensor& vc, const Batch& b, int64_t page_size,
            const ops::AttentionParams& p) {
-  Tensor out = Tensor::empty(q.shape(), DType::kF32);
+  Tensor out = Tensor::empty({q.size(0), q.size(1), vc.size(2)}, DType::kF32);
   testing::poison(out);
   ops::paged_attention(q, kc, vc, Tensor::from_vector(b.qo_indptr), Tensor::from_vector(b.kv_indptr),
                        Tensor::from_vector(b.kv_indices), Tensor::from_vector(b.seq_lens), page_size, p, out);
@@ -174,6 +176,55 @@ TEST(OpsPagedAttention, LongSequenceManyHeads) {
   const Tensor out = run(q, kc, vc, b, page_size, p);
   EXPECT_LE(testing::rel_l2(out, reference(q, kc, vc, b, page_size, p)), kAttnTol);
   expect_per_request_equal(q, kc, vc, b, page_size, p, out);
+}
+
+// Split head sizes: q/k of one size, v (and out) of another (MLA's 192/128, and the reverse and
+// sizes that are not multiples of 8, which take the scalar loops); caches from a KVPool with its
+// own v_head_dim, filled through store_kv_cache.
+TEST(OpsPagedAttention, SplitValueHeadDim) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t page_size = 16, hk = 2, hq = 6;
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {64, 96}, {20, 12}}) {
+    const Batch b = make_batch(rng, {{70, 70}, {41, 1}, {90, 23}}, page_size, 24);
+    const int64_t slots = 24 * page_size;
+    const Tensor k_new = testing::random_normal(rng, {slots, hk, d}), v_new = testing::random_normal(rng, {slots, hk, dv});
+    std::vector<int64_t> all(static_cast<size_t>(slots));
+    std::iota(all.begin(), all.end(), 0);
+    const Tensor q = testing::random_normal(rng, {b.num_tokens, hq, d}, 2.0f);
+    ops::AttentionParams p;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    for (DType cache_dtype : {DType::kF32, DType::kBF16}) {
+      SCOPED_TRACE(rlm::str("head_dim ", d, " v_head_dim ", dv, " cache ", dtype_name(cache_dtype)));
+      KVPoolConfig pc;
+      pc.num_layers = 1;
+      pc.num_pages = 24;
+      pc.page_size = page_size;
+      pc.num_kv_heads = hk;
+      pc.head_dim = d;
+      pc.v_head_dim = dv;
+      pc.dtype = cache_dtype;
+      const KVPool pool(pc);
+      const Tensor& kc = pool.k_buffer(0);
+      const Tensor& vc = pool.v_buffer(0);
+      EXPECT_EQ(vc.shape(), (Shape{slots, hk, dv}));
+      EXPECT_EQ(pool.bytes_per_token(), static_cast<size_t>(hk * (d + dv)) * dtype_size(cache_dtype));
+      ops::store_kv_cache(k_new, v_new, kc, vc, Tensor::from_vector(all));
+      const Tensor out = run(q, kc, vc, b, page_size, p);
+      EXPECT_EQ(out.shape(), (Shape{b.num_tokens, hq, dv}));
+      EXPECT_LE(testing::rel_l2(out, reference(q, kc, vc, b, page_size, p)), kAttnTol);
+      expect_per_request_equal(q, kc, vc, b, page_size, p, out);
+    }
+  }
+  // The output must have v's head size.
+  const Tensor q = Tensor::zeros({3, 2, 32}, DType::kF32), kc = Tensor::zeros({8, 1, 32}, DType::kF32);
+  const Tensor vc = Tensor::zeros({8, 1, 16}, DType::kF32), bad_out = Tensor::zeros({3, 2, 32}, DType::kF32);
+  const std::string msg = testing::error_of([&] {
+    ops::paged_attention(q, kc, vc, Tensor::from_vector<int32_t>({0, 3}), Tensor::from_vector<int32_t>({0, 1}),
+                         Tensor::from_vector<int32_t>({0}), Tensor::from_vector<int32_t>({5}), 8,
+                         ops::AttentionParams{}, bad_out);
+  });
+  EXPECT_NE(msg.find("v_cache's head size"), std::string::npos) << msg;
 }
 
 TEST(OpsPagedAttention, BadIndexDataIsAnError) {

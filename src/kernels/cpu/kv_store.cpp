@@ -38,7 +38,7 @@ void copy_rows(const KvRows& src, const KvRows& dst, const int64_t* loc, int64_t
 
 void store_kv_cache(const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
                     const int64_t* out_cache_loc, int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
-                    int64_t num_slots, float k_scale, float v_scale) {
+                    int64_t num_slots, float k_scale, float v_scale, int64_t v_head_dim) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     if (out_cache_loc[t] < 0 || out_cache_loc[t] >= num_slots) {
       fail(str("store_kv_cache: out_cache_loc[", t, "] = ", out_cache_loc[t], " is outside the pool [0, ", num_slots,
@@ -46,7 +46,7 @@ void store_kv_cache(const KvRows& k, const KvRows& v, const KvRows& k_cache, con
     }
   }
   copy_rows(k, k_cache, out_cache_loc, num_tokens, num_kv_heads, head_dim, k_scale);
-  copy_rows(v, v_cache, out_cache_loc, num_tokens, num_kv_heads, head_dim, v_scale);
+  copy_rows(v, v_cache, out_cache_loc, num_tokens, num_kv_heads, v_head_dim > 0 ? v_head_dim : head_dim, v_scale);
 }
 
 }  // namespace rlm::cpu

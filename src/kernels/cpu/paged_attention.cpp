@@ -156,23 +156,24 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
   const int64_t qo_begin = b.qo_indptr[r];
   const int64_t qo_len = b.qo_indptr[r + 1] - qo_begin;
   const int64_t seq_len = b.seq_lens[r];
-  const int64_t d = cfg.head_dim;
-  const int64_t nv = d / 8;
+  const int64_t d = cfg.head_dim, dv = cfg.v_dim();  // q/k and v/out head sizes
+  const int64_t nv = d / 8, nvv = dv / 8;
   const bool vec = d % 8 == 0 && nv <= kMaxVecs;
+  const bool vec_v = dv % 8 == 0 && nvv <= kMaxVecs;
   // Keys visible to some query of the block: positions [kb, ke) (score and row buffers are
   // indexed by position - kb).
   const int64_t kb = b.kv_begin != nullptr ? b.kv_begin[r] : 0;
   const int64_t ke = std::min<int64_t>(b.kv_end != nullptr ? b.kv_end[r] : seq_len, seq_len - qo_len + item.q_end);
   const int64_t n_keys = std::max<int64_t>(ke - kb, 0);
   gather_rows(k_cache, cfg.k_scale, b, r, item.kv_head, kb, n_keys, d, k_store, k_rows);
-  gather_rows(v_cache, cfg.v_scale, b, r, item.kv_head, kb, n_keys, d, v_store, v_rows);
+  gather_rows(v_cache, cfg.v_scale, b, r, item.kv_head, kb, n_keys, dv, v_store, v_rows);
   // The qo heads of one kv head share each loaded K/V row; every head's arithmetic (order of the
   // dot product, the max, the exp sum and the weighted sum over keys) is the same as alone.
   const int64_t group = cfg.num_qo_heads / cfg.num_kv_heads;
   scores.resize(static_cast<size_t>(group * n_keys));
   sums.resize(static_cast<size_t>(group));
   q_rows.resize(static_cast<size_t>(group));
-  acc.resize(static_cast<size_t>(group * d));
+  acc.resize(static_cast<size_t>(group * dv));
   const float* qbase = static_cast<const float*>(q.data);
   for (int64_t j = item.q_begin; j < item.q_end; ++j) {
     const int64_t pos = seq_len - qo_len + j;
@@ -208,13 +209,13 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
       }
     }
     std::fill(acc.begin(), acc.end(), 0.0f);
-    if (vec) {
+    if (vec_v) {
       for (int64_t t = lo; t <= hi; ++t) {
         const float* vr = v_rows[t];
         for (int64_t hh = 0; hh < group; ++hh) {
           const V8 p = V8{} + scores[hh * n_keys + t];
-          float* a = acc.data() + hh * d;
-          for (int64_t c = 0; c < nv; ++c) store8(a + 8 * c, load8(a + 8 * c) + p * load8(vr + 8 * c));
+          float* a = acc.data() + hh * dv;
+          for (int64_t c = 0; c < nvv; ++c) store8(a + 8 * c, load8(a + 8 * c) + p * load8(vr + 8 * c));
         }
       }
     } else {
@@ -222,19 +223,19 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
         const float* vr = v_rows[t];
         for (int64_t hh = 0; hh < group; ++hh) {
           const float p = scores[hh * n_keys + t];
-          float* a = acc.data() + hh * d;
-          for (int64_t c = 0; c < d; ++c) a[c] += p * vr[c];
+          float* a = acc.data() + hh * dv;
+          for (int64_t c = 0; c < dv; ++c) a[c] += p * vr[c];
         }
       }
     }
     for (int64_t hh = 0; hh < group; ++hh) {
       const float inv = hi < lo ? 0.0f : 1.0f / sums[hh];  // no visible key: zeros
       float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
-      const float* a = acc.data() + hh * d;
-      if (vec) {
-        for (int64_t c = 0; c < nv; ++c) store8(o + 8 * c, load8(a + 8 * c) * inv);
+      const float* a = acc.data() + hh * dv;
+      if (vec_v) {
+        for (int64_t c = 0; c < nvv; ++c) store8(o + 8 * c, load8(a + 8 * c) * inv);
       } else {
-        for (int64_t c = 0; c < d; ++c) o[c] = a[c] * inv;
+        for (int64_t c = 0; c < dv; ++c) o[c] = a[c] * inv;
       }
     }
   }

@@ -40,13 +40,16 @@ struct PagedBatch {
 struct AttnConfig {
   int64_t num_qo_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
+  int64_t head_dim = 0;    // of q and k
+  int64_t v_head_dim = 0;  // of v and out; 0: head_dim (models with split sizes, e.g. MLA's 192/128)
   float scale = 1.0f;
   int64_t sliding_window = -1;  // > 0: query at position p sees keys in (p - window, p]
   float logit_soft_cap = 0.0f;  // > 0: s = cap * tanh(s / cap)
   // f8e4m3 caches: keys/values read as e4m3 * k_scale / v_scale (1 for the other dtypes).
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+
+  int64_t v_dim() const { return v_head_dim > 0 ? v_head_dim : head_dim; }
 };
 
 // Validates host index data (throws rlm::Error naming the request and the bad value); also used by
@@ -54,8 +57,9 @@ struct AttnConfig {
 void validate_paged_batch(const PagedBatch& batch);
 
 // Validates the index data (throws rlm::Error naming the request and the bad value) and then
-// computes out. q, out: f32 [num_tokens, num_qo_heads, head_dim]; k_cache, v_cache: f32/bf16/f16/
-// f8e4m3 [num_slots, num_kv_heads, head_dim] (f8e4m3 rows are dequantized to f32 as e4m3 * scale
+// computes out. q: f32 [num_tokens, num_qo_heads, head_dim]; out: f32 [num_tokens, num_qo_heads,
+// v_dim]; k_cache: f32/bf16/f16/f8e4m3 [num_slots, num_kv_heads, head_dim], v_cache the same dtype
+// [num_slots, num_kv_heads, v_dim] (f8e4m3 rows are dequantized to f32 as e4m3 * scale
 // when gathered). Scores, softmax and the weighted sum are all in f32.
 // lse (optional, f32 [num_tokens, num_qo_heads] with token stride lse_token_stride): the natural
 // log of each row's softmax denominator, max + log(sum exp(s - max)). A row that sees no key (only

@@ -88,10 +88,10 @@ struct DeviceArgs {
   const float* q = nullptr;  // [num_tokens, num_qo_heads, head_dim]
   int64_t q_ts = 0, q_hs = 0;
   const void* k = nullptr;  // [num_slots, num_kv_heads, head_dim]
-  const void* v = nullptr;
+  const void* v = nullptr;  // [num_slots, num_kv_heads, v_head_dim]
   int64_t k_ts = 0, k_hs = 0;
   int64_t v_ts = 0, v_hs = 0;
-  float* out = nullptr;  // [num_tokens, num_qo_heads, head_dim]
+  float* out = nullptr;  // [num_tokens, num_qo_heads, v_head_dim]
   int64_t out_ts = 0, out_hs = 0;
   const int32_t* qo_indptr = nullptr;   // [bs + 1]
   const int32_t* kv_indptr = nullptr;   // [bs + 1]
@@ -111,7 +111,31 @@ struct DeviceArgs {
   const int32_t* kv_end = nullptr;    // [bs]
   float* lse = nullptr;
   int64_t lse_ts = 0;
+  // Head sizes: q/k (head_dim) and v/out (v_head_dim), multiples of 16 up to 256. A kernel
+  // instantiated for a width D above them (the padded variants, see check_head_dims) reads zeros
+  // for the columns past them and writes no output column past v_head_dim.
+  int32_t head_dim = 0;
+  int32_t v_head_dim = 0;
 };
+
+// Largest head size of the CUDA attention kernels.
+constexpr int64_t kMaxHeadDim = 256;
+
+// Throws rlm::Error (naming `op`) unless head_dim and v_dim are multiples of 16 in [16, 256].
+void check_head_dims(const char* op, const cpu::AttnConfig& cfg);
+
+// The head sizes with their own (tuned) kernel instantiations: head_dim == v_dim, 64, 128 or 256.
+// Every other pair runs a padded instantiation of width padded_head_dim(...).
+inline bool tuned_head_dim(const cpu::AttnConfig& cfg) {
+  return cfg.head_dim == cfg.v_dim() && (cfg.head_dim == 64 || cfg.head_dim == 128 || cfg.head_dim == 256);
+}
+
+// The instantiated width for head sizes (head_dim, v_dim): the smallest of 64, 128, 256 that holds
+// both.
+inline int padded_head_dim(const cpu::AttnConfig& cfg) {
+  const int64_t d = cfg.head_dim > cfg.v_dim() ? cfg.head_dim : cfg.v_dim();
+  return d <= 64 ? 64 : d <= 128 ? 128 : 256;
+}
 
 // Slot of key position `pos` of a request whose pages start at `pages`.
 __device__ __forceinline__ int64_t slot_of(const int32_t* pages, int32_t page_size, int32_t pos) {

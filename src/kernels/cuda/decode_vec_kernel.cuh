@@ -15,9 +15,18 @@
 // Keys of a request are divided evenly among the num_splits splits per request (on the device,
 // from seq_lens), so a fixed num_splits serves any batch; a split without keys writes lse = -inf
 // and returns at once (merge_kernel skips it). Scores are in log2 units (see score_log2).
+//
+// kPadded: the instantiation's width D is above the call's head sizes (a.head_dim for q/k,
+// a.v_head_dim for v/out, multiples of 16): the lanes whose columns lie past a size load nothing
+// and hold zeros there (a lane's C columns are all inside or all outside, C dividing 16), so the
+// dot products and sums are those of the true sizes; no output column past v_head_dim is written.
+// The tuned sizes (64, 128, 256, equal q/k and v) are the !kPadded instantiations.
 #pragma once
 
+#include <algorithm>
+
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/paged_attention.h"
 
 namespace rlm::cuda::attn {
 
@@ -92,7 +101,7 @@ __device__ __forceinline__ void split_range(int seq_len, int sliding_window, int
   end = min(seq_len, begin + per);
 }
 
-template <int D, int HB, typename T, typename Cap>
+template <int D, int HB, typename T, typename Cap, bool kPadded>
 __global__ void __launch_bounds__(kVecThreads)
     decode_vec_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse) {
   using S = VecShape<D, HB>;
@@ -109,6 +118,8 @@ __global__ void __launch_bounds__(kVecThreads)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int slot = warp * S::kKeysPerWarp + lane / G;
   const int col = (lane % G) * C;
+  const bool k_on = !kPadded || col < a.head_dim;    // this lane's q/k columns exist
+  const bool v_on = !kPadded || col < a.v_head_dim;  // this lane's v/out columns exist
 
   const int seq_len = a.seq_lens[r];
   int k_begin, k_end;
@@ -128,7 +139,7 @@ __global__ void __launch_bounds__(kVecThreads)
   for (int h = 0; h < HB; ++h) {
     const float* qr = a.q + static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + h) * a.q_hs + col;
 #pragma unroll
-    for (int e = 0; e < C; ++e) q[h][e] = qr[e] * qs;
+    for (int e = 0; e < C; ++e) q[h][e] = k_on ? qr[e] * qs : 0.0f;
   }
   float m[HB], l[HB], acc[HB][C];
 #pragma unroll
@@ -159,12 +170,19 @@ __global__ void __launch_bounds__(kVecThreads)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       cur[u] = next[u];
-      if (cur[u] >= 0) {
+      // Zeros past the split's end (the math below runs unconditionally: score masked, p = 0) and
+      // in the padding columns.
+      if (cur[u] >= 0 && k_on) {
         load_cols(kc + cur[u] * a.k_ts, kr[u]);
-        load_cols(vc + cur[u] * a.v_ts, vr[u]);
-      } else {  // zeros: the math below runs unconditionally (score masked, p = 0)
+      } else {
 #pragma unroll
-        for (int i = 0; i < RawCols<T, C>::kWords; ++i) kr[u].w[i] = vr[u].w[i] = make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < RawCols<T, C>::kWords; ++i) kr[u].w[i] = make_uint4(0, 0, 0, 0);
+      }
+      if (cur[u] >= 0 && v_on) {
+        load_cols(vc + cur[u] * a.v_ts, vr[u]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < RawCols<T, C>::kWords; ++i) vr[u].w[i] = make_uint4(0, 0, 0, 0);
       }
     }
     slots_of(base + S::kStep, next);  // page ids one step ahead
@@ -243,6 +261,7 @@ __global__ void __launch_bounds__(kVecThreads)
   __syncthreads();
   for (int i = tid; i < HB * D; i += kVecThreads) {
     const int h = i / D, c = i % D;
+    if (kPadded && c >= a.v_head_dim) continue;  // (c == 0 always passes: lse is written)
     float mx = kNegInf;
 #pragma unroll
     for (int sl = 0; sl < S::kSlots; ++sl) mx = fmaxf(mx, s_m[sl][h]);
@@ -262,5 +281,72 @@ __global__ void __launch_bounds__(kVecThreads)
     }
   }
 }
+
+constexpr int kMaxDecodeSplits = 64;
+
+// Grid (num_qo_heads, bs), D threads: out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M)
+// over the splits' workspace rows (width D) of both decode kernels; columns past a.v_head_dim are
+// not written.
+template <int D>
+__global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, const float* partial,
+                                                  const float* lse) {
+  const int h = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
+  if (c >= a.v_head_dim) return;
+  const int64_t base = (static_cast<int64_t>(r) * a.num_qo_heads + h) * num_splits;
+  float m = kNegInf;
+  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[base + s]);
+  float num = 0.0f, den = 0.0f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float x = lse[base + s];
+    if (x == kNegInf) continue;
+    const float w = expf(x - m);
+    den += w;
+    num += w * partial[(base + s) * D + c];
+  }
+  const int row = a.qo_indptr[r];
+  a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs + c] = num / den;
+}
+
+// Launches decode_vec_kernel (+ merge_kernel when the keys are split). requested_splits > 0 fixes
+// the split count (at most kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs, max_seq_len).
+template <int D, int HB, typename T, bool kPadded, typename Cap>
+void launch_vec(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_seq_len) {
+  auto* kernel = decode_vec_kernel<D, HB, T, Cap, kPadded>;
+  const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
+  const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxDecodeSplits)
+                                              : fixed_decode_num_kv_splits(a.batch_size, max_seq_len);
+  const int64_t rows = num_splits > 1 ? int64_t{a.batch_size} * a.num_qo_heads * num_splits : 0;
+  const AsyncBuffer buf(static_cast<size_t>(rows * (D + 1)) * sizeof(float));
+  float* partial = static_cast<float*>(buf.data());
+  float* lse = partial + rows * D;
+  const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
+  kernel<<<grid, kVecThreads, 0, current_stream()>>>(a, cap, num_splits, partial, lse);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  if (num_splits > 1) {
+    merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D, 0, current_stream()>>>(a, num_splits, partial, lse);
+    RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  }
+}
+
+// Heads per block: the largest of 8, 4, 2, 1 that divides the group.
+template <int D, typename T, bool kPadded, typename Cap>
+void launch_vec_heads(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_seq_len) {
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  if (group % 8 == 0) return launch_vec<D, 8, T, kPadded>(a, cap, requested_splits, max_seq_len);
+  if (group % 4 == 0) return launch_vec<D, 4, T, kPadded>(a, cap, requested_splits, max_seq_len);
+  if (group % 2 == 0) return launch_vec<D, 2, T, kPadded>(a, cap, requested_splits, max_seq_len);
+  return launch_vec<D, 1, T, kPadded>(a, cap, requested_splits, max_seq_len);
+}
+
+template <int D, typename T, bool kPadded>
+void launch_vec_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
+  if (a.soft_cap > 0.0f) return launch_vec_heads<D, T, kPadded>(a, SoftCap{a.soft_cap}, requested_splits, max_seq_len);
+  return launch_vec_heads<D, T, kPadded>(a, NoSoftCap{0.0f}, requested_splits, max_seq_len);
+}
+
+// The padded instantiations (paged_attention_decode_padded.cu, a translation unit of its own so
+// that the two compile in parallel): width d = padded_head_dim(...) (64, 128 or 256), bf16/f16
+// caches.
+void launch_vec_padded(DType dtype, const DeviceArgs& a, int d, int requested_splits, int64_t max_seq_len);
 
 }  // namespace rlm::cuda::attn

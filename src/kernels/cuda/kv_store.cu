@@ -56,7 +56,8 @@ void launch_store_kv(const KvRows& src, const KvRows& dst, const void* loc, bool
 
 void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
                     const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
-                    int64_t num_kv_heads, int64_t head_dim, int64_t num_slots, float k_scale, float v_scale) {
+                    int64_t num_kv_heads, int64_t head_dim, int64_t num_slots, float k_scale, float v_scale,
+                    int64_t v_head_dim) {
   if (num_tokens == 0) return;
   DeviceErrorRecord* rec = nullptr;
   if (DeferredIndexChecks::active()) {
@@ -72,8 +73,8 @@ void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& 
   const bool i64 = loc_dtype == DType::kI64;
   launch_store_kv(k, k_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads, head_dim, num_slots, k_scale,
                   rec, stream);
-  launch_store_kv(v, v_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads, head_dim, num_slots, v_scale,
-                  nullptr, stream);
+  launch_store_kv(v, v_cache, out_cache_loc, i64, loc_stride, num_tokens, num_kv_heads,
+                  v_head_dim > 0 ? v_head_dim : head_dim, num_slots, v_scale, nullptr, stream);
 }
 
 }  // namespace rlm::cuda

@@ -25,9 +25,10 @@ inline constexpr int64_t kPaddedSlot = -1;
 // out_cache_loc: i32/i64 [num_tokens] (element stride loc_stride), validated on the device first:
 // a slot outside [0, num_slots) throws rlm::Error naming it, and nothing is written. Inside a
 // DeferredIndexChecks scope (index_check.h) bad slots are skipped and recorded instead.
+// v and v_cache rows have v_head_dim columns (0: head_dim).
 void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
                     const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
                     int64_t num_kv_heads, int64_t head_dim, int64_t num_slots, float k_scale = 1.0f,
-                    float v_scale = 1.0f);
+                    float v_scale = 1.0f, int64_t v_head_dim = 0);
 
 }  // namespace rlm::cuda

@@ -51,7 +51,18 @@ DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   a.soft_cap = cfg.logit_soft_cap;
   a.kv_begin = b.kv_begin;
   a.kv_end = b.kv_end;
+  a.head_dim = static_cast<int32_t>(cfg.head_dim);
+  a.v_head_dim = static_cast<int32_t>(cfg.v_dim());
   return a;
+}
+
+void check_head_dims(const char* op, const cpu::AttnConfig& cfg) {
+  for (const int64_t d : {cfg.head_dim, cfg.v_dim()}) {
+    if (d < 16 || d > kMaxHeadDim || d % 16 != 0) {
+      fail(str(op, ": head_dim ", cfg.head_dim, " / v_head_dim ", cfg.v_dim(),
+               " is not supported (each a multiple of 16 from 16 to ", kMaxHeadDim, ")"));
+    }
+  }
 }
 
 namespace {
@@ -71,10 +82,10 @@ __global__ void scale_output_kernel(float* out, int64_t rows, int64_t heads, int
 void scale_attention_output(const cpu::AttnRows& k_cache, const cpu::PagedBatch& b, const cpu::AttnConfig& cfg,
                             float* out, int64_t out_ts, int64_t out_hs) {
   if (k_cache.dtype != DType::kF8E4M3 || cfg.v_scale == 1.0f || b.num_tokens == 0) return;
-  const int64_t total = b.num_tokens * cfg.num_qo_heads * cfg.head_dim;
+  const int64_t total = b.num_tokens * cfg.num_qo_heads * cfg.v_dim();
   const int64_t blocks = std::min<int64_t>((total + 255) / 256, 4096);
   scale_output_kernel<<<static_cast<unsigned>(blocks), 256, 0, current_stream()>>>(
-      out, b.num_tokens, cfg.num_qo_heads, cfg.head_dim, out_ts, out_hs, cfg.v_scale);
+      out, b.num_tokens, cfg.num_qo_heads, cfg.v_dim(), out_ts, out_hs, cfg.v_scale);
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
 }
 

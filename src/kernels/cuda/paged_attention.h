@@ -28,8 +28,9 @@ AttentionPlan make_attention_plan(const cpu::PagedBatch& host_batch);
 // prefill kernel and runs
 // it on the current device's stream (asynchronous; capturable when the plan is fixed). Every pointer in q, k_cache, v_cache, device_batch and
 // out is a device pointer; device_batch's index arrays must have been validated (values are not
-// re-checked on the device). q, out: f32; caches f32/bf16/f16. head_dim must be 64, 128 or 256
-// (rlm::Error otherwise). Throws rlm::Error on any CUDA error.
+// re-checked on the device). q, out: f32; caches f32/bf16/f16/f8e4m3. cfg.head_dim (q/k) and
+// cfg.v_dim() (v/out) must each be a multiple of 16 from 16 to 256 (rlm::Error otherwise).
+// Throws rlm::Error on any CUDA error.
 void paged_attention(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
                      const cpu::PagedBatch& device_batch, const cpu::AttnConfig& cfg, const AttentionPlan& plan,
                      float* out, int64_t out_token_stride, int64_t out_head_stride);

@@ -1,9 +1,12 @@
 // Split-KV paged decode (one query token per request), GQA-aware, two kernels:
 //  - decode_vec_kernel (decode_vec_kernel.cuh): 16-byte loads, per-request even splits computed on
-//    the device, per-slot online softmax in registers; used whenever the caches are 16-byte aligned
-//    (their base, token and head strides), which contiguous caches of head_dim 64/128/256 always are.
-//  - decode_split_kernel below (scalar loads, splits of a host-computed size): the fallback for
-//    other cache layouts.
+//    the device, per-slot online softmax in registers; used for f32/bf16/f16 caches whose base,
+//    token and head strides are 16-byte aligned, which contiguous caches always are (head sizes
+//    are multiples of 16). head_dim 64/128/256 (q/k and v alike) have their own instantiations;
+//    every other size runs the padded ones of paged_attention_decode_padded.cu (bf16/f16).
+//  - decode_split_kernel below (scalar loads, splits of a host-computed size): FP8 caches, f32
+//    caches of the padded sizes and other cache layouts. It is instantiated for widths 64, 128
+//    and 256 and masks the columns past the call's head sizes at run time.
 // Both write each split's normalised partial output and log-sum-exp to a workspace that
 // merge_kernel combines.
 #include <algorithm>
@@ -22,10 +25,11 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 64;         // keys per tile (2 per lane in the softmax phase)
 constexpr int kMaxHeads = 8;      // qo heads per block
-constexpr int kMaxSplits = 64;
 
 // Workspace: partial[((r * num_qo_heads + h) * num_splits + s) * D + c], lse[(r * num_qo_heads + h) *
-// num_splits + s]. A split without visible keys writes lse = -inf and zeros.
+// num_splits + s]. A split without visible keys writes lse = -inf and zeros. D is the width
+// (padded_head_dim): q/k columns past a.head_dim count as zeros, v columns past a.v_head_dim are
+// neither read nor written.
 template <int D, typename T, bool kWindow, typename Cap>
 __global__ void __launch_bounds__(kThreads)
     decode_split_kernel(DeviceArgs a, Cap cap, int heads_per_block, int num_splits, int split_size, float* partial,
@@ -57,9 +61,10 @@ __global__ void __launch_bounds__(kThreads)
   const T* kc = static_cast<const T*>(a.k);
   const T* vc = static_cast<const T*>(a.v);
 
+  const int hd = a.head_dim, vd = a.v_head_dim;
   for (int i = tid; i < hb * D; i += kThreads) {
     const int h = i / D, c = i % D;
-    s_q[h][c] = a.q[static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + h) * a.q_hs + c];
+    s_q[h][c] = c < hd ? a.q[static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + h) * a.q_hs + c] : 0.0f;
   }
   if (tid < kMaxHeads) {
     s_m[tid] = kNegInf;
@@ -82,7 +87,7 @@ __global__ void __launch_bounds__(kThreads)
         const T* kr = kc + slot_of(pages, a.page_size, key) * a.k_ts + static_cast<int64_t>(kv_head) * a.k_hs;
         float kv[kPerLane];
 #pragma unroll
-        for (int e = 0; e < kPerLane; ++e) kv[e] = load_f32(kr + lane + 32 * e);
+        for (int e = 0; e < kPerLane; ++e) kv[e] = lane + 32 * e < hd ? load_f32(kr + lane + 32 * e) : 0.0f;
         for (int h = 0; h < hb; ++h) {
           float part = 0.0f;
 #pragma unroll
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int n = 0; n < kCols; ++n) {
       const int c = tid + n * kThreads;
-      if (c < D) {
+      if (c < vd) {
 #pragma unroll
         for (int h = 0; h < kMaxHeads; ++h) {
           if (h < hb) acc[n][h] *= s_alpha[h];
@@ -139,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int n = 0; n < kCols; ++n) {
     const int c = tid + n * kThreads;
-    if (c < D) {
+    if (c < vd) {
 #pragma unroll
       for (int h = 0; h < kMaxHeads; ++h) {
         if (h < hb) {
@@ -153,26 +158,6 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split;
     lse[w] = empty ? kNegInf : s_m[tid] + logf(s_l[tid]);
   }
-}
-
-// Grid (num_qo_heads, bs), D threads: out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M).
-template <int D>
-__global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, const float* partial,
-                                                  const float* lse) {
-  const int h = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
-  const int64_t base = (static_cast<int64_t>(r) * a.num_qo_heads + h) * num_splits;
-  float m = kNegInf;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[base + s]);
-  float num = 0.0f, den = 0.0f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float x = lse[base + s];
-    if (x == kNegInf) continue;
-    const float w = expf(x - m);
-    den += w;
-    num += w * partial[(base + s) * D + c];
-  }
-  const int row = a.qo_indptr[r];
-  a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs + c] = num / den;
 }
 
 template <int D, typename T, bool kWindow, typename Cap>
@@ -222,47 +207,13 @@ bool vec_aligned(const cpu::AttnRows& c) {
   return reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && c.token_stride % elems == 0 && c.head_stride % elems == 0;
 }
 
-template <int D, int HB, typename T, typename Cap>
-void launch_vec(const DeviceArgs& a, Cap cap, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
-  auto* kernel = decode_vec_kernel<D, HB, T, Cap>;
-  const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
-  const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxSplits)
-                                              : fixed_decode_num_kv_splits(a.batch_size, max_seq_len);
-  const int64_t rows = num_splits > 1 ? int64_t{a.batch_size} * a.num_qo_heads * num_splits : 0;
-  const AsyncBuffer buf(static_cast<size_t>(rows * (head_dim + 1)) * sizeof(float));
-  float* partial = static_cast<float*>(buf.data());
-  float* lse = partial + rows * head_dim;
-  const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
-  kernel<<<grid, kVecThreads, 0, current_stream()>>>(a, cap, num_splits, partial, lse);
-  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
-  if (num_splits > 1) {
-    merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D, 0, current_stream()>>>(a, num_splits, partial, lse);
-    RLM_CUDA_ATTN_CHECK(cudaGetLastError());
-  }
-}
-
-// Heads per block: the largest of 8, 4, 2, 1 that divides the group.
-template <int D, typename T, typename Cap>
-void launch_vec_heads(const DeviceArgs& a, Cap cap, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
-  const int group = a.num_qo_heads / a.num_kv_heads;
-  if (group % 8 == 0) return launch_vec<D, 8, T>(a, cap, head_dim, requested_splits, max_seq_len);
-  if (group % 4 == 0) return launch_vec<D, 4, T>(a, cap, head_dim, requested_splits, max_seq_len);
-  if (group % 2 == 0) return launch_vec<D, 2, T>(a, cap, head_dim, requested_splits, max_seq_len);
-  return launch_vec<D, 1, T>(a, cap, head_dim, requested_splits, max_seq_len);
-}
-
-template <int D, typename T>
-void launch_vec_cap(const DeviceArgs& a, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
-  if (a.soft_cap > 0.0f) return launch_vec_heads<D, T>(a, SoftCap{a.soft_cap}, head_dim, requested_splits, max_seq_len);
-  return launch_vec_heads<D, T>(a, NoSoftCap{0.0f}, head_dim, requested_splits, max_seq_len);
-}
-
+// The tuned sizes (the !kPadded instantiations).
 template <int D>
-void launch_vec_dtype(DType dtype, const DeviceArgs& a, int64_t head_dim, int requested_splits, int64_t max_seq_len) {
+void launch_vec_dtype(DType dtype, const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
   switch (dtype) {
-    case DType::kF32: return launch_vec_cap<D, float>(a, head_dim, requested_splits, max_seq_len);
-    case DType::kBF16: return launch_vec_cap<D, __nv_bfloat16>(a, head_dim, requested_splits, max_seq_len);
-    case DType::kF16: return launch_vec_cap<D, __half>(a, head_dim, requested_splits, max_seq_len);
+    case DType::kF32: return launch_vec_cap<D, float, false>(a, requested_splits, max_seq_len);
+    case DType::kBF16: return launch_vec_cap<D, __nv_bfloat16, false>(a, requested_splits, max_seq_len);
+    case DType::kF16: return launch_vec_cap<D, __half, false>(a, requested_splits, max_seq_len);
     default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));
   }
 }
@@ -277,24 +228,27 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   if (device_batch.batch_size == 0) return;
   RLM_CHECK(device_batch.batch_size <= 65535) << "cuda::paged_attention_decode: batch of "
                                               << device_batch.batch_size << " requests is over 65535";
+  check_head_dims("cuda::paged_attention_decode", cfg);
   const DeviceArgs a =
       make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
-  if (cfg.head_dim != 64 && cfg.head_dim != 128 && cfg.head_dim != 256) {
-    fail(str("cuda::paged_attention_decode: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
-  }
-  // FP8 caches take the scalar kernel (the vectorised one widens 16-bit and f32 words only).
-  if (k_cache.dtype != DType::kF8E4M3 && vec_aligned(k_cache) && vec_aligned(v_cache)) {
+  // FP8 caches take the scalar kernel (the vectorised one widens 16-bit and f32 words only), and
+  // so do f32 caches of the padded sizes.
+  const bool tuned = tuned_head_dim(cfg);
+  const int width = padded_head_dim(cfg);
+  if (k_cache.dtype != DType::kF8E4M3 && (tuned || k_cache.dtype != DType::kF32) && vec_aligned(k_cache) &&
+      vec_aligned(v_cache)) {
+    if (!tuned) return launch_vec_padded(k_cache.dtype, a, width, num_kv_splits, plan.max_seq_len);
     switch (cfg.head_dim) {
-      case 64: return launch_vec_dtype<64>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
-      case 128: return launch_vec_dtype<128>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
-      default: return launch_vec_dtype<256>(k_cache.dtype, a, cfg.head_dim, num_kv_splits, plan.max_seq_len);
+      case 64: return launch_vec_dtype<64>(k_cache.dtype, a, num_kv_splits, plan.max_seq_len);
+      case 128: return launch_vec_dtype<128>(k_cache.dtype, a, num_kv_splits, plan.max_seq_len);
+      default: return launch_vec_dtype<256>(k_cache.dtype, a, num_kv_splits, plan.max_seq_len);
     }
   }
   const int group = static_cast<int>(cfg.num_qo_heads / cfg.num_kv_heads);
   int heads_per_block = std::min(group, kMaxHeads);
   while (group % heads_per_block != 0) --heads_per_block;
   const int num_splits =
-      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxSplits)
+      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxDecodeSplits)
                         : fixed_decode_num_kv_splits(device_batch.batch_size, plan.max_seq_len);
   // A fixed split count (num_kv_splits > 0) sizes each request's splits on the device from its own
   // seq_len, so the launch does not depend on the batch's lengths (CUDA graphs).
@@ -302,12 +256,12 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   RLM_CHECK(split_size * num_splits <= std::numeric_limits<int32_t>::max())
       << "cuda::paged_attention_decode: sequence of " << plan.max_seq_len << " keys is too long";
   const int64_t rows = device_batch.batch_size * cfg.num_qo_heads * num_splits;
-  const AsyncBuffer buf(static_cast<size_t>(rows * (cfg.head_dim + 1)) * sizeof(float));
+  const AsyncBuffer buf(static_cast<size_t>(rows * (width + 1)) * sizeof(float));
   float* ws = static_cast<float*>(buf.data());
   float* partial = ws;
   const int split = static_cast<int>(split_size);
-  float* lse = ws + rows * cfg.head_dim;
-  switch (cfg.head_dim) {
+  float* lse = ws + rows * width;
+  switch (width) {
     case 64: launch_dtype<64>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
     case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
     default: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;

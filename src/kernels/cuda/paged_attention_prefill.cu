@@ -1,8 +1,12 @@
 // Extend/prefill over a paged KV cache, two kernels:
 //  - prefill_tc_kernel (prefill_tc_kernel.cuh): tensor cores (mma.sync m16n8k16, q rounded to the
 //    cache's 16-bit type, f32 accumulation) for bf16/f16 caches whose base, token and head strides
-//    are 16-byte aligned (contiguous caches always are), on sm_80 and later;
-//  - prefill_kernel below (plain FMA, everything f32): f32 caches and the other cases.
+//    are 16-byte aligned (contiguous caches always are), on sm_80 and later; head_dim 64/128/256
+//    (q/k and v alike) have their own instantiations, every other size runs the padded ones of
+//    paged_attention_prefill_padded.cu;
+//  - prefill_kernel below (plain FMA, everything f32): f32 caches and the other cases, at width
+//    64, 128 or 256 (padded_head_dim) with the columns past the call's head sizes masked at run
+//    time (zeros in shared memory, no output past v_head_dim).
 // prefill_kernel: grid (ceil(max_qo_len / kRows), num_qo_heads, bs): a block takes kRows
 // consecutive queries of one request and one qo head, walks the visible keys in tiles of kKeys(D)
 // rows gathered through the page table into shared memory (widened to f32), and keeps an online
@@ -66,10 +70,11 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(DeviceArgs a, Cap cap
   const T* kc = static_cast<const T*>(a.k);
   const T* vc = static_cast<const T*>(a.v);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int hd = a.head_dim, vd = a.v_head_dim;
 
   for (int i = tid; i < kRows * D; i += kThreads) {
     const int row = i / D, c = i % D;
-    s_q[i] = row < n_rows ? a.q[static_cast<int64_t>(qo_begin + q0 + row) * a.q_ts + static_cast<int64_t>(h) * a.q_hs + c]
+    s_q[i] = row < n_rows && c < hd ? a.q[static_cast<int64_t>(qo_begin + q0 + row) * a.q_ts + static_cast<int64_t>(h) * a.q_hs + c]
                           : 0.0f;
   }
   if (tid < kRows) {
@@ -92,8 +97,8 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(DeviceArgs a, Cap cap
       float kx = 0.0f, vx = 0.0f;
       if (key < k_hi) {
         const int64_t slot = slot_of(pages, a.page_size, key);
-        kx = load_f32(kc + slot * a.k_ts + static_cast<int64_t>(kv_head) * a.k_hs + c);
-        vx = load_f32(vc + slot * a.v_ts + static_cast<int64_t>(kv_head) * a.v_hs + c);
+        if (c < hd) kx = load_f32(kc + slot * a.k_ts + static_cast<int64_t>(kv_head) * a.k_hs + c);
+        if (c < vd) vx = load_f32(vc + slot * a.v_ts + static_cast<int64_t>(kv_head) * a.v_hs + c);
       }
       s_k[j * kStride + c] = kx;
       s_v[j * kStride + c] = vx;
@@ -158,7 +163,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(DeviceArgs a, Cap cap
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key (key ranges): zeros
       float* o = a.out + static_cast<int64_t>(qo_begin + q0 + row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs;
 #pragma unroll
-      for (int n = 0; n < Tl::kCols; ++n) o[c0 + n * Tl::kCStep] = acc[i][n] * inv;
+      for (int n = 0; n < Tl::kCols; ++n) {
+        if (c0 + n * Tl::kCStep < vd) o[c0 + n * Tl::kCStep] = acc[i][n] * inv;
+      }
       if (a.lse != nullptr && c0 == 0) {
         a.lse[static_cast<int64_t>(qo_begin + q0 + row) * a.lse_ts + h] = l > 0.0f ? s_m[row] + logf(l) : kNegInf;
       }
@@ -212,35 +219,6 @@ bool tc_device() {
   return major >= 8;
 }
 
-template <int D, typename T, bool kWindow, typename Cap>
-void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
-  const bool ranges = a.kv_begin != nullptr || a.kv_end != nullptr || a.lse != nullptr;
-  auto* kernel = ranges ? prefill_tc_kernel<D, T, kWindow, Cap, true> : prefill_tc_kernel<D, T, kWindow, Cap, false>;
-  constexpr size_t smem = TcShape<D>::kSmemBytes;
-  RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,
-                  a.batch_size);
-  kernel<<<grid, kTcThreads, smem, current_stream()>>>(a, cap);
-  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
-}
-
-template <int D, typename T>
-void launch_tc_variant(const DeviceArgs& a, int64_t max_qo_len) {
-  const bool window = a.sliding_window > 0;
-  if (a.soft_cap > 0.0f) {
-    if (window) return launch_tc<D, T, true>(a, SoftCap{a.soft_cap}, max_qo_len);
-    return launch_tc<D, T, false>(a, SoftCap{a.soft_cap}, max_qo_len);
-  }
-  if (window) return launch_tc<D, T, true>(a, NoSoftCap{0.0f}, max_qo_len);
-  return launch_tc<D, T, false>(a, NoSoftCap{0.0f}, max_qo_len);
-}
-
-template <int D>
-void launch_tc_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
-  if (dtype == DType::kBF16) return launch_tc_variant<D, __nv_bfloat16>(a, max_qo_len);
-  return launch_tc_variant<D, __half>(a, max_qo_len);
-}
-
 }  // namespace
 
 void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
@@ -250,25 +228,25 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
   if (device_batch.batch_size == 0 || plan.max_qo_len == 0) return;
   RLM_CHECK(device_batch.batch_size <= 65535) << "cuda::paged_attention_prefill: batch of "
                                               << device_batch.batch_size << " requests is over 65535";
+  check_head_dims("cuda::paged_attention_prefill", cfg);
   DeviceArgs a = make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
   a.lse = lse;
   a.lse_ts = lse_token_stride;
   const bool tc = (k_cache.dtype == DType::kBF16 || k_cache.dtype == DType::kF16) && tc_aligned(k_cache) &&
                   tc_aligned(v_cache) && tc_device();
+  const int width = padded_head_dim(cfg);
   if (tc) {
+    if (!tuned_head_dim(cfg)) return launch_tc_padded(k_cache.dtype, a, width, plan.max_qo_len);
     switch (cfg.head_dim) {
-      case 64: return launch_tc_dtype<64>(k_cache.dtype, a, plan.max_qo_len);
-      case 128: return launch_tc_dtype<128>(k_cache.dtype, a, plan.max_qo_len);
-      case 256: return launch_tc_dtype<256>(k_cache.dtype, a, plan.max_qo_len);
-      default: break;  // the error below
+      case 64: return launch_tc_dtype<64, false>(k_cache.dtype, a, plan.max_qo_len);
+      case 128: return launch_tc_dtype<128, false>(k_cache.dtype, a, plan.max_qo_len);
+      default: return launch_tc_dtype<256, false>(k_cache.dtype, a, plan.max_qo_len);
     }
   }
-  switch (cfg.head_dim) {
+  switch (width) {
     case 64: launch_dtype<64>(k_cache.dtype, a, plan.max_qo_len); break;
     case 128: launch_dtype<128>(k_cache.dtype, a, plan.max_qo_len); break;
-    case 256: launch_dtype<256>(k_cache.dtype, a, plan.max_qo_len); break;
-    default:
-      fail(str("cuda::paged_attention_prefill: head_dim ", cfg.head_dim, " is not supported (64, 128 or 256)"));
+    default: launch_dtype<256>(k_cache.dtype, a, plan.max_qo_len); break;
   }
   scale_attention_output(k_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
 }

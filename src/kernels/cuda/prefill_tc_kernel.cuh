@@ -13,6 +13,13 @@
 // max over its quad of lanes; O rescaled only when a max grew), P reused from the S registers as
 // the A operand of P V. Masks (causal, sliding window, keys past the tile's end) are applied only
 // on tiles that need them.
+//
+// kPadded: the instantiation's width D (64, 128 or 256) is above the call's head sizes (a.head_dim
+// for q/k, a.v_head_dim for v/out; multiples of 16, so a 16-byte chunk of 8 columns is all inside
+// or all outside): Q and K chunks past head_dim and V chunks past v_head_dim are zero-filled in
+// shared memory, so S and O are those of the true sizes, and no output column past v_head_dim is
+// written. Padded instantiations always take the kRanges code (a superset: null key ranges and lse
+// behave as in the plain prefill), which halves their number.
 #pragma once
 
 #include "kernels/cuda/attention_common.cuh"
@@ -41,7 +48,7 @@ struct TcShape {
 // kWindow: sliding window on (a.sliding_window > 0), a compile-time variant like the soft-cap.
 // kRanges: cascade attention's key ranges (a.kv_begin / a.kv_end) and lse output, a separate
 // instantiation so the ordinary prefill's code (and registers) stay as they were.
-template <int D, typename T, bool kWindow, typename Cap, bool kRanges = false>
+template <int D, typename T, bool kWindow, typename Cap, bool kRanges = false, bool kPadded = false>
 __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Cap cap) {
   using S = TcShape<D>;
   using M = Mma<T>;
@@ -68,7 +75,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
     if (k_hi <= k_lo) {  // no key in range: zeros and lse = -inf, a uniform exit before any barrier
       for (int i = threadIdx.x; i < S::kRows * D; i += kTcThreads) {
         const int row = i / D;
-        if (q0 + row >= qo_len) continue;
+        if (q0 + row >= qo_len || (kPadded && i % D >= a.v_head_dim)) continue;
         const int64_t t = qo_begin + q0 + row;
         a.out[t * a.out_ts + static_cast<int64_t>(h) * a.out_hs + i % D] = 0.0f;
         if (a.lse != nullptr && i % D == 0) a.lse[t * a.lse_ts + h] = kNegInf;
@@ -92,6 +99,8 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   constexpr int kRowsPerPass = kTcThreads / S::kChunks;
   constexpr int kPasses = kKeys / kRowsPerPass;
   const int ld_col = (tid % S::kChunks) * 8, ld_row = tid / S::kChunks;
+  const bool k_chunk = !kPadded || ld_col < a.head_dim;    // this thread's K chunk exists
+  const bool v_chunk = !kPadded || ld_col < a.v_head_dim;  // and its V chunk
   auto load_tile = [&](int tile, int buf) {
     const int t0 = t_begin + tile * kKeys;
     T* dk = s_k + buf * kKeys * D;
@@ -109,9 +118,9 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
 #pragma unroll
     for (int k = 0; k < kPasses; ++k) {
       const int j = ld_row + k * kRowsPerPass;
-      const bool ok = slot[k] >= 0;
-      cp_async16(dk + swizzle<D>(j, ld_col), ok ? kc + slot[k] * a.k_ts + ld_col : kc, ok ? 16 : 0);
-      cp_async16(dv + swizzle<D>(j, ld_col), ok ? vc + slot[k] * a.v_ts + ld_col : vc, ok ? 16 : 0);
+      const bool ok_k = slot[k] >= 0 && k_chunk, ok_v = slot[k] >= 0 && v_chunk;
+      cp_async16(dk + swizzle<D>(j, ld_col), ok_k ? kc + slot[k] * a.k_ts + ld_col : kc, ok_k ? 16 : 0);
+      cp_async16(dv + swizzle<D>(j, ld_col), ok_v ? vc + slot[k] * a.v_ts + ld_col : vc, ok_v ? 16 : 0);
     }
   };
   load_tile(0, 0);
@@ -122,7 +131,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   for (int i = tid; i < S::kRows * S::kChunks; i += kTcThreads) {
     const int row = i / S::kChunks, col = (i % S::kChunks) * 8;
     uint4 packed = make_uint4(0, 0, 0, 0);
-    if (q0 + row < qo_len) {
+    if (q0 + row < qo_len && (!kPadded || col < a.head_dim)) {
       const float* src =
           a.q + static_cast<int64_t>(qo_begin + q0 + row) * a.q_ts + static_cast<int64_t>(h) * a.q_hs + col;
       packed.x = M::pack(src[0] * qs, src[1] * qs);
@@ -331,6 +340,7 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
                      static_cast<int64_t>(h) * a.out_hs + 2 * tq;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
+          if (kPadded && n * 8 >= a.v_head_dim) break;
           dst[n * 8] = o[mi][n][2 * hr] * inv;
           dst[n * 8 + 1] = o[mi][n][2 * hr + 1] * inv;
         }
@@ -338,5 +348,40 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
     }
   }
 }
+
+template <int D, typename T, bool kWindow, bool kPadded, typename Cap>
+void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
+  auto* kernel = prefill_tc_kernel<D, T, kWindow, Cap, true, kPadded>;
+  if constexpr (!kPadded) {
+    if (a.kv_begin == nullptr && a.kv_end == nullptr && a.lse == nullptr) kernel = prefill_tc_kernel<D, T, kWindow, Cap>;
+  }
+  constexpr size_t smem = TcShape<D>::kSmemBytes;
+  RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,
+                  a.batch_size);
+  kernel<<<grid, kTcThreads, smem, current_stream()>>>(a, cap);
+  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+}
+
+template <int D, typename T, bool kPadded>
+void launch_tc_variant(const DeviceArgs& a, int64_t max_qo_len) {
+  const bool window = a.sliding_window > 0;
+  if (a.soft_cap > 0.0f) {
+    if (window) return launch_tc<D, T, true, kPadded>(a, SoftCap{a.soft_cap}, max_qo_len);
+    return launch_tc<D, T, false, kPadded>(a, SoftCap{a.soft_cap}, max_qo_len);
+  }
+  if (window) return launch_tc<D, T, true, kPadded>(a, NoSoftCap{0.0f}, max_qo_len);
+  return launch_tc<D, T, false, kPadded>(a, NoSoftCap{0.0f}, max_qo_len);
+}
+
+template <int D, bool kPadded>
+void launch_tc_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
+  if (dtype == DType::kBF16) return launch_tc_variant<D, __nv_bfloat16, kPadded>(a, max_qo_len);
+  return launch_tc_variant<D, __half, kPadded>(a, max_qo_len);
+}
+
+// The padded instantiations (paged_attention_prefill_padded.cu, a translation unit of its own so
+// that the two compile in parallel): width d = padded_head_dim(...) (64, 128 or 256), bf16/f16.
+void launch_tc_padded(DType dtype, const DeviceArgs& a, int d, int64_t max_qo_len);
 
 }  // namespace rlm::cuda::attn
