@@ -184,6 +184,43 @@ TEST(OpsCuda, SiluAndMulMatchesCpu) {
   }
 }
 
+TEST(OpsCuda, GeluTanhAndMulMatchesCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t n : {1, 3, 17, 129}) {
+    for (int64_t inter : kOddSizes) {
+      SCOPED_TRACE(str("n ", n, " inter ", inter));
+      const Tensor xb = random_normal(rng, {n, 2 * inter + 5}, 3.0f);  // row stride > 2 * inter
+      const Tensor ob = poisoned({n, inter + 2}, DType::kF32);
+      const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
+      ops::gelu_tanh_and_mul(xb.slice(1, 0, 2 * inter), ob.slice(1, 1, 1 + inter));
+      ops::gelu_tanh_and_mul(gxb.slice(1, 0, 2 * inter), gob.slice(1, 1, 1 + inter));
+      EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, kF32Tol), "");
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, 0.0), "") << "x must not change";
+    }
+  }
+}
+
+TEST(OpsCuda, ScaleAndSoftCapMatchCpuOnStridedRows) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t n : {1, 3, 129}) {
+    for (int64_t d : kOddSizes) {
+      SCOPED_TRACE(str("n ", n, " d ", d));
+      const Tensor xb = random_normal(rng, {n, d + 3}, 40.0f);
+      const Tensor gxb = to_gpu(xb);
+      ops::scale(xb.slice(1, 1, 1 + d), 45.254834f);
+      ops::scale(gxb.slice(1, 1, 1 + d), 45.254834f);
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, kF32Tol), "") << "scale";
+      ops::soft_cap(xb.slice(1, 1, 1 + d), 30.0f);
+      ops::soft_cap(gxb.slice(1, 1, 1 + d), 30.0f);
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, kF32Tol), "") << "soft_cap";
+    }
+  }
+}
+
 TEST(OpsCuda, StoreKvCacheMatchesCpuAcrossPageBoundaries) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
