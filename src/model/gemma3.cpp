@@ -118,25 +118,19 @@ Status Gemma3ForCausalLM::load(WeightSource& ws) {
 void Gemma3ForCausalLM::to(Device device) {
   if (device == device_) return;
   const bool tied = lm_head_.storage() == embed_tokens_.storage();
-  auto move = [&](Tensor& t) {
-    if (t.defined()) t = t.contiguous().to(device);
-  };
-  move(embed_tokens_);
+  for (Tensor* t : {&embed_tokens_, &norm_, &rope_local_, &rope_global_}) move_tensor(*t, device);
   for (DecoderLayer& layer : layers_) {
     for (Tensor* t : {&layer.input_layernorm, &layer.post_attention_layernorm, &layer.pre_feedforward_layernorm,
                       &layer.post_feedforward_layernorm, &layer.q_norm, &layer.k_norm}) {
-      move(*t);
+      move_tensor(*t, device);
     }
     for (Linear* l : {&layer.qkv_proj, &layer.o_proj, &layer.gate_up_proj, &layer.down_proj}) move_linear(*l, device);
   }
-  move(norm_);
   if (tied) {
     lm_head_ = embed_tokens_;
   } else {
-    move(lm_head_);
+    move_tensor(lm_head_, device);
   }
-  move(rope_local_);
-  move(rope_global_);
   device_ = device;
 }
 
@@ -176,12 +170,7 @@ Tensor Gemma3ForCausalLM::forward(const ForwardBatch& batch) {
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
     // hidden_states: the embedding, or the previous layer's normed MLP output.
-    if (l == 0) {
-      residual.copy_(hidden_states);
-      ops::rms_norm(hidden_states, layer.input_layernorm, eps, hidden_states);
-    } else {
-      ops::fused_add_rms_norm(hidden_states, residual, layer.input_layernorm, eps);
-    }
+    residual_input_norm(l, hidden_states, residual, layer.input_layernorm, eps);
     attention(layer, hidden_states, batch, out);
     ops::rms_norm(out, layer.post_attention_layernorm, eps, out);
     ops::fused_add_rms_norm(out, residual, layer.pre_feedforward_layernorm, eps);
@@ -192,11 +181,7 @@ Tensor Gemma3ForCausalLM::forward(const ForwardBatch& batch) {
   }
   ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
 
-  const int64_t num_out = batch.logits_indices.numel();
-  Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]
-  ops::embedding(batch.logits_indices, hidden_states, selected);
-  Tensor logits = Tensor::empty({num_out, c.vocab_size}, DType::kF32, dev);
-  ops::linear(selected, lm_head_, std::nullopt, logits);
+  Tensor logits = lm_head_logits(hidden_states, batch.logits_indices, lm_head_, c.vocab_size);
   if (spec_.final_logit_softcapping > 0) ops::soft_cap(logits, static_cast<float>(spec_.final_logit_softcapping));
   return logits;
 }

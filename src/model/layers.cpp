@@ -263,6 +263,29 @@ Tensor make_rope_cache(const RopeParameters& r, int64_t head_dim, int64_t max_po
   return ops::make_rope_cos_sin_cache(rope, max_positions);
 }
 
+void move_tensor(Tensor& t, Device device) {
+  if (t.defined()) t = t.contiguous().to(device);
+}
+
+void residual_input_norm(size_t layer, const Tensor& x, const Tensor& residual, const Tensor& weight, float eps) {
+  if (layer == 0) {
+    residual.copy_(x);
+    ops::rms_norm(x, weight, eps, x);
+  } else {
+    ops::fused_add_rms_norm(x, residual, weight, eps);
+  }
+}
+
+Tensor lm_head_logits(const Tensor& hidden_states, const Tensor& indices, const Tensor& lm_head, int64_t vocab_size) {
+  const Device dev = hidden_states.device();
+  const int64_t num_out = indices.numel();
+  Tensor selected = Tensor::empty({num_out, hidden_states.size(1)}, DType::kF32, dev);  // [num_outputs, hidden]
+  ops::embedding(indices, hidden_states, selected);
+  Tensor logits = Tensor::empty({num_out, vocab_size}, DType::kF32, dev);  // [num_outputs, vocab_size]
+  ops::linear(selected, lm_head, std::nullopt, logits);
+  return logits;
+}
+
 StatusOr<Tensor> load_lm_head(WeightSource& ws, const ModelConfig& c, const Tensor& embed) {
   const bool stored = ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name());
   if (stored) return ws.get("lm_head.weight", {c.vocab_size, c.hidden_size});

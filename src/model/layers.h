@@ -62,6 +62,18 @@ StatusOr<Tensor> load_zero_centred_norm(WeightSource& ws, const std::string& nam
 // partial_rotary_factor): f32 [max_positions, rotary_dim] (ops::make_rope_cos_sin_cache).
 Tensor make_rope_cache(const RopeParameters& rope, int64_t head_dim, int64_t max_positions);
 
+// t = t.contiguous().to(device) when t is defined.
+void move_tensor(Tensor& t, Device device);
+
+// The input norm of decoder layer `layer` in a pre-norm residual stream: layer 0 starts the
+// residual (residual = x; x = norm(x)), later layers add x to it first (fused_add_rms_norm).
+//   x, residual: f32 [num_tokens, hidden]; weight: [hidden].
+void residual_input_norm(size_t layer, const Tensor& x, const Tensor& residual, const Tensor& weight, float eps);
+
+// f32 logits [num_outputs, vocab_size] = hidden_states[indices] @ lm_head^T.
+//   hidden_states: f32 [num_tokens, hidden]; indices: i32 [num_outputs]; lm_head: [vocab_size, hidden].
+Tensor lm_head_logits(const Tensor& hidden_states, const Tensor& indices, const Tensor& lm_head, int64_t vocab_size);
+
 // The LM head [vocab, hidden]: a stored `lm_head.weight`, even when tie_word_embeddings is set
 // (transformers 5 loads the stored matrix then; the checkpoint says what was trained), else
 // `embed` when tie_word_embeddings (also for sources that synthesize every name), else kNotFound.

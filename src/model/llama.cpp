@@ -119,12 +119,7 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
-    if (l == 0) {
-      residual.copy_(hidden_states);
-      ops::rms_norm(hidden_states, layer.input_layernorm, eps, hidden_states);
-    } else {
-      ops::fused_add_rms_norm(hidden_states, residual, layer.input_layernorm, eps);
-    }
+    residual_input_norm(l, hidden_states, residual, layer.input_layernorm, eps);
     // Self-attention.
     apply_linear(layer.qkv_proj, hidden_states, qkv);
     Tensor heads = qkv.view({n, hq + 2 * hk, d});
@@ -151,12 +146,7 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   }
   ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
 
-  const int64_t num_out = batch.logits_indices.numel();
-  Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]
-  ops::embedding(batch.logits_indices, hidden_states, selected);
-  Tensor logits = Tensor::empty({num_out, c.vocab_size}, DType::kF32, dev);
-  ops::linear(selected, lm_head_, std::nullopt, logits);
-  return logits;
+  return lm_head_logits(hidden_states, batch.logits_indices, lm_head_, c.vocab_size);
 }
 
 }  // namespace rlm
