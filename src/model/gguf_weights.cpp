@@ -229,7 +229,7 @@ Status read_moe(const GgufFile& f, const std::string& prefix, ModelConfig* c) {
 Status read_gemma3(const GgufFile& f, const std::string& prefix, ModelConfig* c) {
   RLM_ASSIGN_OR_RETURN(c->sliding_window, optional_int(f, prefix + "attention.sliding_window", 4096));
   for (int64_t l = 0; l < c->num_hidden_layers; ++l) {
-    if ((l + 1) % 6 != 0) c->layer_types[l] = "sliding_attention";
+    c->layer_types.push_back((l + 1) % 6 != 0 ? "sliding_attention" : "full_attention");
   }
   c->hidden_act = "gelu_pytorch_tanh";
   return Status::ok();
@@ -380,6 +380,9 @@ StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
   c.dtype = DType::kF32;
   RLM_ASSIGN_OR_RETURN(c.hidden_size, required_int(f, K("embedding_length")));
   RLM_ASSIGN_OR_RETURN(c.num_hidden_layers, required_int(f, K("block_count")));
+  if (c.num_hidden_layers > (1 << 16)) {  // as parse_model_config: far above any model, below a corrupt count
+    return bad_key(f, K("block_count"), str("= ", c.num_hidden_layers, " exceeds ", 1 << 16));
+  }
   RLM_ASSIGN_OR_RETURN(c.intermediate_size, uniform_int(f, K("feed_forward_length"), 0));
   if (c.intermediate_size <= 0 && f.has(K("expert_feed_forward_length"))) {  // an all-MoE file: unused
     RLM_ASSIGN_OR_RETURN(c.intermediate_size, required_int(f, K("expert_feed_forward_length")));
@@ -443,7 +446,6 @@ StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
   RLM_ASSIGN_OR_RETURN(std::optional<int64_t> eot, token_id("tokenizer.ggml.eot_token_id"));
   if (eos) c.eos_token_ids.push_back(*eos);
   if (eot && eot != eos) c.eos_token_ids.push_back(*eot);
-  c.layer_types.assign(static_cast<size_t>(c.num_hidden_layers), "full_attention");
   if (std::string(arch.name) == "gemma3") RLM_RETURN_IF_ERROR(read_gemma3(f, prefix, &c));
   c.raw = hf_config_json(c);
   if (std::string(arch.name) == "qwen3moe") RLM_RETURN_IF_ERROR(read_moe(f, prefix, &c));
