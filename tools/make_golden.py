@@ -30,8 +30,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import transformers
-from transformers import (Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM,
-                          Qwen3NextConfig, Qwen3NextForCausalLM, LlamaConfig, LlamaForCausalLM)
+from safetensors.torch import load_file, save_file
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                          Qwen3NextConfig, Qwen3NextForCausalLM)
 
 VOCAB = 512
 MAX_POS = 256
@@ -56,6 +59,9 @@ ARCHS = {
     "Qwen2ForCausalLM": (Qwen2Config, Qwen2ForCausalLM),
     "Qwen3ForCausalLM": (Qwen3Config, Qwen3ForCausalLM),
     "Qwen3NextForCausalLM": (Qwen3NextConfig, Qwen3NextForCausalLM),
+    "Qwen3MoeForCausalLM": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
+    "Gemma3ForCausalLM": (Gemma3TextConfig, Gemma3ForCausalLM),
+    "MistralForCausalLM": (MistralConfig, MistralForCausalLM),
 }
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -80,6 +86,11 @@ class ModelSpec:
     max_shard_size: str | None = None  # set: save sharded with this shard size
     prompt_lengths: list = field(default_factory=lambda: list(PROMPT_LENGTHS))
     covers: str = ""  # one line for the README
+    # Config-rule goldens: keys removed from the saved config.json (a transformers 4.x-style file
+    # that makes transformers derive them again), and an lm_head.weight N(0, LINEAR_STD) stored
+    # beside tie_word_embeddings=true (drawn from the seed after the weights).
+    drop_config_keys: list = field(default_factory=list)
+    stored_lm_head: bool = False
 
 
 MODELS = [
@@ -224,6 +235,84 @@ MODELS = [
               covers="Qwen3-Next gated attention with head_dim 48 and partial rotary 0.5 "
                      "(rotary_dim 24), GDN then full attention, GQA 2, prompt up to 100 "
                      "(2 GDN chunks)"),
+    # Qwen3-MoE, Gemma3, Mistral and the config rules (Llama ignores sliding_window; 4.x-style Qwen2
+    # sliding layers; a stored lm_head beside tie_word_embeddings).
+    ModelSpec("qwen3moe_gqa2_moe8top2_dense1", "Qwen3MoeForCausalLM", 5001,
+              dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                   moe_intermediate_size=32, mlp_only_layers=[1], tie_word_embeddings=False,
+                   rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              prompt_lengths=PROMPT_LENGTHS + [100],
+              covers="Qwen3-MoE: q/k RMSNorm, GQA 2, MoE 8 experts top-2 renormalised, layer 1 a "
+                     "dense MLP (mlp_only_layers), prompt up to 100"),
+    ModelSpec("qwen3moe_sparse2_top3_bias_sw16_tied", "Qwen3MoeForCausalLM", 5002,
+              dict(hidden_size=48, intermediate_size=64, num_hidden_layers=4,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                   num_experts=4, num_experts_per_tok=3, norm_topk_prob=False,
+                   moe_intermediate_size=24, decoder_sparse_step=2, attention_bias=True,
+                   use_sliding_window=True, sliding_window=16, tie_word_embeddings=True,
+                   rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              covers="Qwen3-MoE: MoE on odd layers (decoder_sparse_step 2), top-3 of 4 not "
+                     "renormalised, q/k/v/o bias, a 16-token sliding window on every layer "
+                     "(use_sliding_window), tied, eps 1e-5"),
+    ModelSpec("gemma3_gqa2_hd64_sw8_softcap", "Gemma3ForCausalLM", 6001,
+              dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                                "sliding_attention"],
+                   sliding_window=8, query_pre_attn_scalar=48, final_logit_softcapping=5.0,
+                   tie_word_embeddings=True, rms_norm_eps=1e-6,
+                   rope_parameters={"sliding_attention": {"rope_type": "default",
+                                                          "rope_theta": 10000.0},
+                                    "full_attention": {"rope_type": "linear", "factor": 8.0,
+                                                       "rope_theta": 1000000.0}}),
+              prompt_lengths=PROMPT_LENGTHS + [100],
+              covers="Gemma3 text: embedding * sqrt(hidden), (1 + w) RMSNorms before/after "
+                     "attention and MLP, q/k norms, GeLU-tanh MLP, query_pre_attn_scalar 48, "
+                     "8-token sliding window on layers 0, 1, 3 (local RoPE 1e4), layer 2 global "
+                     "(RoPE 1e6, linear factor 8), final logit soft-cap 5, tied, prompt up to 100"),
+    ModelSpec("gemma3_pattern3_bf16", "Gemma3ForCausalLM", 6002,
+              dict(hidden_size=48, intermediate_size=96, num_hidden_layers=3,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                   sliding_window=16, sliding_window_pattern=3, tie_word_embeddings=False,
+                   rms_norm_eps=1e-6),
+              disk_dtype="bfloat16", drop_config_keys=["layer_types"],
+              covers="Gemma3 text, transformers 4.x style: no layer_types (sliding_window_pattern "
+                     "3: layers 0, 1 local, 2 global), default RoPE dicts, query_pre_attn_scalar "
+                     "256, hidden 48 (embedding scale sqrt(48)), bf16 on disk, untied"),
+    ModelSpec("mistral_gqa2_hd64_sw8", "MistralForCausalLM", 7001,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   sliding_window=8, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              covers="Mistral: the Llama decoder with an 8-token sliding window on every layer"),
+    ModelSpec("llama_sliding_window_key_ignored", "LlamaForCausalLM", 8001,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   sliding_window=8, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              covers="config rule: a Llama config.json with \"sliding_window\": 8 attends to the "
+                     "whole prompt (transformers' Llama ignores the key)"),
+    ModelSpec("qwen2_v4_sliding_max_window_layers1", "Qwen2ForCausalLM", 8002,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                   use_sliding_window=True, sliding_window=8, max_window_layers=1,
+                   tie_word_embeddings=False, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+              drop_config_keys=["layer_types"],
+              covers="config rule: a transformers 4.x-style Qwen2 config (use_sliding_window, "
+                     "max_window_layers 1, no layer_types) slides layer 1 only"),
+    ModelSpec("llama_tied_with_stored_lm_head", "LlamaForCausalLM", 8003,
+              dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                   tie_word_embeddings=True, rms_norm_eps=1e-6,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+              stored_lm_head=True,
+              covers="config rule: tie_word_embeddings true with a different stored "
+                     "lm_head.weight: transformers 5 uses the stored matrix"),
 ]
 
 
@@ -240,6 +329,11 @@ def build_model(spec: ModelSpec, seed: int) -> torch.nn.Module:
     model = model_cls(config).to(torch.float32)
     model.eval()
     init_weights(model, seed)
+    if spec.stored_lm_head:
+        # A head that differs from the embedding, saved beside tie_word_embeddings=true.
+        gen = torch.Generator().manual_seed(seed + 1)
+        shape = model.model.embed_tokens.weight.shape
+        model.golden_stored_lm_head = torch.randn(shape, generator=gen) * LINEAR_STD
     return model
 
 
@@ -257,7 +351,7 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     # Qwen3-Next's RMSNorms scale by (1 + weight): their weights get the noise alone.
     zero_centred = {f"{mname}.weight" for mname, m in model.named_modules()
-                    if type(m).__name__ == "Qwen3NextRMSNorm"}
+                    if type(m).__name__ in ("Qwen3NextRMSNorm", "Gemma3RMSNorm")}
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
@@ -337,6 +431,23 @@ def save_model(model: torch.nn.Module, spec: ModelSpec, out_dir: str) -> None:
     sharded = os.path.exists(os.path.join(out_dir, "model.safetensors.index.json"))
     if sharded != (spec.max_shard_size is not None):
         raise RuntimeError(f"{spec.name}: expected sharded={spec.max_shard_size is not None}")
+    if spec.drop_config_keys:
+        path = os.path.join(out_dir, "config.json")
+        with open(path) as f:
+            cfg = json.load(f)
+        for key in spec.drop_config_keys:
+            del cfg[key]
+        with open(path, "w") as f:
+            json.dump(cfg, f, indent=2, sort_keys=True)
+            f.write("\n")
+    if spec.stored_lm_head:
+        if sharded:
+            raise RuntimeError(f"{spec.name}: stored_lm_head needs an unsharded checkpoint")
+        path = os.path.join(out_dir, "model.safetensors")
+        tensors = load_file(path)
+        assert "lm_head.weight" not in tensors
+        tensors["lm_head.weight"] = model.golden_stored_lm_head.to(DTYPES[spec.disk_dtype])
+        save_file(tensors, path, metadata={"format": "pt"})
 
 
 def generate_one(spec: ModelSpec, root: str) -> dict:
@@ -382,6 +493,8 @@ def generate_one(spec: ModelSpec, root: str) -> dict:
             "covers": spec.covers,
             "cases": cases,
         }
+        if spec.stored_lm_head:
+            golden["stored_lm_head"] = True
         with open(os.path.join(out_dir, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1)
             f.write("\n")

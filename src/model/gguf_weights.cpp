@@ -18,12 +18,15 @@ struct GgufArch {
   const char* hf_arch;       // ModelConfig::architecture
   const char* model_type;
   bool permuted_qk;          // llama.cpp's converter permuted q/k rows
+  bool norm_plus_one;        // llama.cpp's converter stored Gemma's zero-centred norm weights as 1 + w
 };
 
 constexpr GgufArch kArchs[] = {
-    {"llama", "LlamaForCausalLM", "llama", true},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2", false},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3", false},
+    {"llama", "LlamaForCausalLM", "llama", true, false},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", false, false},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false},
+    {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, true},
 };
 
 StatusOr<GgufArch> find_arch(const GgufFile& f) {
@@ -34,7 +37,8 @@ StatusOr<GgufArch> find_arch(const GgufFile& f) {
   for (const GgufArch& a : kArchs) {
     if (*arch == a.name) return a;
   }
-  return unimplemented(str("gguf ", f.path(), ": architecture '", *arch, "' is not supported (supported: llama, qwen2, qwen3)"));
+  return unimplemented(str("gguf ", f.path(), ": architecture '", *arch,
+                           "' is not supported (supported: llama, qwen2, qwen3, qwen3moe, gemma3)"));
 }
 
 // ---- config ---------------------------------------------------------------------------------
@@ -197,19 +201,72 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
   return j;
 }
 
+// qwen3moe: the MoE fields (model/moe.h) into the HF config. llama.cpp's qwen3moe graph always
+// renormalises the top-k weights (transformers' GGUF loader sets norm_topk_prob for it too); a
+// layer without blk.N.ffn_gate_inp is a dense MLP (mlp_only_layers).
+Status read_moe(const GgufFile& f, const std::string& prefix, ModelConfig* c) {
+  RLM_ASSIGN_OR_RETURN(int64_t experts, required_int(f, prefix + "expert_count"));
+  RLM_ASSIGN_OR_RETURN(int64_t used, required_int(f, prefix + "expert_used_count"));
+  RLM_ASSIGN_OR_RETURN(int64_t inter, required_int(f, prefix + "expert_feed_forward_length"));
+  if (used > experts) {
+    return bad_key(f, prefix + "expert_used_count", str("= ", used, " exceeds expert_count ", experts));
+  }
+  nlohmann::json mlp_only = nlohmann::json::array();
+  for (int64_t l = 0; l < c->num_hidden_layers; ++l) {
+    if (f.find_tensor(str("blk.", l, ".ffn_gate_inp.weight")) == nullptr) mlp_only.push_back(l);
+  }
+  c->raw["num_experts"] = experts;
+  c->raw["num_experts_per_tok"] = used;
+  c->raw["moe_intermediate_size"] = inter;
+  c->raw["norm_topk_prob"] = true;
+  c->raw["mlp_only_layers"] = mlp_only;
+  return Status::ok();
+}
+
+// gemma3, as llama.cpp runs it: every 6th layer global, the others within
+// gemma3.attention.sliding_window; local layers use RoPE base 10000 unscaled, global ones
+// rope.freq_base and the rope scaling; GeLU-tanh MLPs.
+Status read_gemma3(const GgufFile& f, const std::string& prefix, ModelConfig* c) {
+  RLM_ASSIGN_OR_RETURN(c->sliding_window, optional_int(f, prefix + "attention.sliding_window", 4096));
+  for (int64_t l = 0; l < c->num_hidden_layers; ++l) {
+    c->layer_types.push_back((l + 1) % 6 != 0 ? "sliding_attention" : "full_attention");
+  }
+  c->hidden_act = "gelu_pytorch_tanh";
+  return Status::ok();
+}
+
+// llama.cpp's attention scale for gemma3: 1/sqrt(head_dim), except for the 27B model (62 layers):
+// 1/sqrt(hidden / heads). The HF config's query_pre_attn_scalar is the square root's argument.
+double gemma3_query_pre_attn_scalar(const ModelConfig& c) {
+  if (c.num_hidden_layers == 62) return static_cast<double>(c.hidden_size / c.num_attention_heads);
+  return static_cast<double>(c.head_dim);
+}
+
 // ---- names ----------------------------------------------------------------------------------
 
-// HF name -> GGUF name for every tensor of `file` that has one.
-std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
+// HF name -> GGUF name for every tensor of `file` that has one. The names without a ".weight"
+// suffix are the stacked [num_experts, rows, cols] MoE tensors (model/moe.h).
+std::map<std::string, std::string> hf_name_map(const GgufFile& file, const GgufArch& arch) {
   static const std::map<std::string, std::string> kGlobal = {
       {"token_embd", "model.embed_tokens"}, {"output_norm", "model.norm"}, {"output", "lm_head"}};
-  static const std::map<std::string, std::string> kLayer = {
+  static const std::map<std::string, std::string> kLlamaLayer = {
       {"attn_norm", "input_layernorm"},  {"ffn_norm", "post_attention_layernorm"},
       {"attn_q", "self_attn.q_proj"},    {"attn_k", "self_attn.k_proj"},
       {"attn_v", "self_attn.v_proj"},    {"attn_output", "self_attn.o_proj"},
       {"ffn_gate", "mlp.gate_proj"},     {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},     {"attn_q_norm", "self_attn.q_norm"},
-      {"attn_k_norm", "self_attn.k_norm"}};
+      {"attn_k_norm", "self_attn.k_norm"}, {"ffn_gate_inp", "mlp.gate"}};
+  // Gemma3: norms after attention and around the MLP.
+  static const std::map<std::string, std::string> kGemmaNorms = {
+      {"post_attention_norm", "post_attention_layernorm"}, {"ffn_norm", "pre_feedforward_layernorm"},
+      {"post_ffw_norm", "post_feedforward_layernorm"}};
+  static const std::map<std::string, std::string> kExperts = {
+      {"ffn_gate_exps", "mlp.experts.gate_proj"}, {"ffn_up_exps", "mlp.experts.up_proj"},
+      {"ffn_down_exps", "mlp.experts.down_proj"}};
+  std::map<std::string, std::string> layer_names = kLlamaLayer;
+  if (arch.norm_plus_one) {
+    for (const auto& [g, hf] : kGemmaNorms) layer_names[g] = hf;
+  }
   std::map<std::string, std::string> out;
   for (const GgufTensorInfo& t : file.tensors()) {
     const size_t dot = t.name.rfind('.');
@@ -225,8 +282,11 @@ std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
     if (dot2 == std::string::npos) continue;
     const std::string layer = stem.substr(4, dot2 - 4);
     if (layer.empty() || layer.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (auto it = kLayer.find(stem.substr(dot2 + 1)); it != kLayer.end()) {
+    const std::string g = stem.substr(dot2 + 1);
+    if (auto it = layer_names.find(g); it != layer_names.end()) {
       out["model.layers." + layer + "." + it->second + suffix] = t.name;
+    } else if (auto e = kExperts.find(g); e != kExperts.end() && suffix == ".weight") {
+      out["model.layers." + layer + "." + e->second] = t.name;
     }
   }
   return out;
@@ -235,10 +295,11 @@ std::map<std::string, std::string> hf_name_map(const GgufFile& file) {
 class GgufWeightSource : public WeightSource {
  public:
   // `num_heads` / `num_kv_heads` > 0: un-permute q/k rows (llama); 0: serve them as stored.
-  GgufWeightSource(std::shared_ptr<GgufFile> file, int64_t num_heads, int64_t num_kv_heads, DType dtype,
-                   GgufWeights mode)
+  GgufWeightSource(std::shared_ptr<GgufFile> file, const GgufArch& arch, int64_t num_heads, int64_t num_kv_heads,
+                   DType dtype, GgufWeights mode)
       : file_(std::move(file)),
-        names_(hf_name_map(*file_)),
+        names_(hf_name_map(*file_, arch)),
+        norm_plus_one_(arch.norm_plus_one),
         num_heads_(num_heads),
         num_kv_heads_(num_kv_heads),
         dtype_(dtype),
@@ -255,6 +316,9 @@ class GgufWeightSource : public WeightSource {
                                   shape_to_string(info.shape), ", expected ", shape_to_string(expected_shape)));
     }
     RLM_ASSIGN_OR_RETURN(Tensor t, load(info));
+    if (norm_plus_one_ && t.dim() == 1 && name.find("norm.weight") != std::string::npos) {
+      t = minus_one(t);  // back to the Hugging Face weight w (the model multiplies by 1 + w again)
+    }
     const bool is_q = num_heads_ > 0 && name.find(".self_attn.q_proj.") != std::string::npos;
     const bool is_k = num_heads_ > 0 && name.find(".self_attn.k_proj.") != std::string::npos;
     if (is_q || is_k) {
@@ -287,8 +351,17 @@ class GgufWeightSource : public WeightSource {
     return dequantize_tensor(*file_, info);
   }
 
+  // w = stored - 1 in f32, as transformers' GGUF loader computes it (1-D norm weights, f32).
+  static Tensor minus_one(const Tensor& stored) {
+    Tensor w = stored.to(DType::kF32).contiguous().clone();
+    float* p = w.data<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) p[i] -= 1.0f;
+    return w;
+  }
+
   std::shared_ptr<GgufFile> file_;
   std::map<std::string, std::string> names_;  // HF name -> GGUF name
+  bool norm_plus_one_;
   int64_t num_heads_;
   int64_t num_kv_heads_;
   DType dtype_;
@@ -307,7 +380,13 @@ StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
   c.dtype = DType::kF32;
   RLM_ASSIGN_OR_RETURN(c.hidden_size, required_int(f, K("embedding_length")));
   RLM_ASSIGN_OR_RETURN(c.num_hidden_layers, required_int(f, K("block_count")));
+  if (c.num_hidden_layers > (1 << 16)) {  // as parse_model_config: far above any model, below a corrupt count
+    return bad_key(f, K("block_count"), str("= ", c.num_hidden_layers, " exceeds ", 1 << 16));
+  }
   RLM_ASSIGN_OR_RETURN(c.intermediate_size, uniform_int(f, K("feed_forward_length"), 0));
+  if (c.intermediate_size <= 0 && f.has(K("expert_feed_forward_length"))) {  // an all-MoE file: unused
+    RLM_ASSIGN_OR_RETURN(c.intermediate_size, required_int(f, K("expert_feed_forward_length")));
+  }
   if (c.intermediate_size <= 0) return bad_key(f, K("feed_forward_length"), "is missing");
   RLM_ASSIGN_OR_RETURN(c.num_attention_heads, uniform_int(f, K("attention.head_count"), 0));
   if (c.num_attention_heads <= 0) return bad_key(f, K("attention.head_count"), "is missing");
@@ -367,7 +446,21 @@ StatusOr<ModelConfig> gguf_model_config(const GgufFile& f) {
   RLM_ASSIGN_OR_RETURN(std::optional<int64_t> eot, token_id("tokenizer.ggml.eot_token_id"));
   if (eos) c.eos_token_ids.push_back(*eos);
   if (eot && eot != eos) c.eos_token_ids.push_back(*eot);
+  if (std::string(arch.name) == "gemma3") RLM_RETURN_IF_ERROR(read_gemma3(f, prefix, &c));
   c.raw = hf_config_json(c);
+  if (std::string(arch.name) == "qwen3moe") RLM_RETURN_IF_ERROR(read_moe(f, prefix, &c));
+  if (std::string(arch.name) == "gemma3") {
+    c.raw.erase("hidden_act");
+    c.raw["hidden_activation"] = c.hidden_act;
+    c.raw["sliding_window"] = c.sliding_window;
+    c.raw["layer_types"] = c.layer_types;
+    c.raw["rope_local_base_freq"] = 10000.0;
+    c.raw["query_pre_attn_scalar"] = gemma3_query_pre_attn_scalar(c);
+    if (f.has(K("final_logit_softcapping"))) {
+      RLM_ASSIGN_OR_RETURN(double cap, float_or(f, K("final_logit_softcapping"), 0.0));
+      c.raw["final_logit_softcapping"] = cap;
+    }
+  }
   return c;
 }
 
@@ -406,7 +499,7 @@ StatusOr<std::unique_ptr<WeightSource>> open_gguf_weights(std::shared_ptr<GgufFi
   const int64_t heads = arch.permuted_qk ? c.num_attention_heads : 0;
   const int64_t kv_heads = arch.permuted_qk ? c.num_key_value_heads : 0;
   return std::unique_ptr<WeightSource>(
-      std::make_unique<GgufWeightSource>(std::move(file), heads, kv_heads, dtype, mode));
+      std::make_unique<GgufWeightSource>(std::move(file), arch, heads, kv_heads, dtype, mode));
 }
 
 }  // namespace rlm

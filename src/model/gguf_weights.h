@@ -3,7 +3,8 @@
 // or dequantized to f32.
 //
 // Supported general.architecture: "llama" (LlamaForCausalLM), "qwen2" (Qwen2ForCausalLM), "qwen3"
-// (Qwen3ForCausalLM); metadata keys are read under that prefix ("llama.block_count", ...).
+// (Qwen3ForCausalLM), "qwen3moe" (Qwen3MoeForCausalLM), "gemma3" (Gemma3ForCausalLM, read as
+// llama.cpp runs it); metadata keys are read under that prefix ("llama.block_count", ...).
 // Tensor names:
 //   token_embd.weight            model.embed_tokens.weight
 //   output_norm.weight           model.norm.weight
@@ -12,7 +13,14 @@
 //   blk.N.ffn_norm.*             model.layers.N.post_attention_layernorm.*
 //   blk.N.attn_{q,k,v,output}.*  model.layers.N.self_attn.{q,k,v,o}_proj.*
 //   blk.N.ffn_{gate,up,down}.*   model.layers.N.mlp.{gate,up,down}_proj.*
-//   blk.N.attn_{q,k}_norm.*      model.layers.N.self_attn.{q,k}_norm.* (qwen3)
+//   blk.N.attn_{q,k}_norm.*      model.layers.N.self_attn.{q,k}_norm.* (qwen3, qwen3moe, gemma3)
+//   blk.N.ffn_gate_inp.weight    model.layers.N.mlp.gate.weight (qwen3moe router)
+//   blk.N.ffn_{gate,up,down}_exps.weight
+//                                model.layers.N.mlp.experts.{gate,up,down}_proj (qwen3moe; stacked
+//                                [experts, rows, cols], dequantized to f32 like every 3-D tensor)
+//   gemma3: blk.N.post_attention_norm, blk.N.ffn_norm, blk.N.post_ffw_norm are the
+//   post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm; every gemma3
+//   norm weight is served as stored - 1 (f32), undoing the converter's 1 + w.
 // For "llama" only, llama.cpp's converter permutes the rows of q_proj/k_proj (weights and biases) within each head
 // from HF's rotate-half order into interleaved pairs; they are un-permuted here, so the tensors
 // match the Hugging Face checkpoint (and transformers' own GGUF loader).

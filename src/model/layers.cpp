@@ -242,4 +242,55 @@ StatusOr<KvScales> load_kv_scales(WeightSource& ws, const std::string& attn_pref
   return s;
 }
 
+StatusOr<Tensor> load_zero_centred_norm(WeightSource& ws, const std::string& name, int64_t n) {
+  RLM_ASSIGN_OR_RETURN(Tensor w, ws.get(name, {n}));
+  Tensor f = w.to(DType::kF32).contiguous().clone();
+  float* p = f.data<float>();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] = 1.0f + p[i];
+  return f;
+}
+
+Tensor make_rope_cache(const RopeParameters& r, int64_t head_dim, int64_t max_positions) {
+  ops::RopeConfig rope;
+  rope.rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * r.partial_rotary_factor);
+  rope.theta = r.rope_theta;
+  rope.is_neox = true;
+  rope.scaling_type = r.rope_type;
+  rope.factor = r.factor;
+  rope.low_freq_factor = r.low_freq_factor;
+  rope.high_freq_factor = r.high_freq_factor;
+  rope.original_max_position = r.original_max_position_embeddings;
+  return ops::make_rope_cos_sin_cache(rope, max_positions);
+}
+
+void move_tensor(Tensor& t, Device device) {
+  if (t.defined()) t = t.contiguous().to(device);
+}
+
+void residual_input_norm(size_t layer, const Tensor& x, const Tensor& residual, const Tensor& weight, float eps) {
+  if (layer == 0) {
+    residual.copy_(x);
+    ops::rms_norm(x, weight, eps, x);
+  } else {
+    ops::fused_add_rms_norm(x, residual, weight, eps);
+  }
+}
+
+Tensor lm_head_logits(const Tensor& hidden_states, const Tensor& indices, const Tensor& lm_head, int64_t vocab_size) {
+  const Device dev = hidden_states.device();
+  const int64_t num_out = indices.numel();
+  Tensor selected = Tensor::empty({num_out, hidden_states.size(1)}, DType::kF32, dev);  // [num_outputs, hidden]
+  ops::embedding(indices, hidden_states, selected);
+  Tensor logits = Tensor::empty({num_out, vocab_size}, DType::kF32, dev);  // [num_outputs, vocab_size]
+  ops::linear(selected, lm_head, std::nullopt, logits);
+  return logits;
+}
+
+StatusOr<Tensor> load_lm_head(WeightSource& ws, const ModelConfig& c, const Tensor& embed) {
+  const bool stored = ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name());
+  if (stored) return ws.get("lm_head.weight", {c.vocab_size, c.hidden_size});
+  if (c.tie_word_embeddings) return embed;
+  return not_found(str("lm_head.weight is missing from ", ws.describe(), " and tie_word_embeddings is false"));
+}
+
 }  // namespace rlm

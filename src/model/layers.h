@@ -10,6 +10,7 @@
 #include "cache/kv_pool.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "model/model_config.h"
 #include "model/weight_source.h"
 #include "ops/ops.h"
 
@@ -52,6 +53,31 @@ StatusOr<Linear> load_linear(WeightSource& ws, const std::string& prefix, int64_
 StatusOr<Linear> load_fused_linear(WeightSource& ws, const std::vector<std::string>& prefixes,
                                    const std::vector<int64_t>& outs, int64_t in, bool with_bias);
 StatusOr<Tensor> load_tensor(WeightSource& ws, const std::string& name, const Shape& shape);
+
+// A zero-centred RMSNorm weight (Qwen3-Next, Gemma3: norm(x) * (1 + w)) as the f32 factor 1 + w,
+// bit-identical to transformers' `1.0 + w.float()`.   name: [n].
+StatusOr<Tensor> load_zero_centred_norm(WeightSource& ws, const std::string& name, int64_t n);
+
+// The neox rotary cos/sin table of `rope` for heads of `head_dim` (rotary_dim = head_dim *
+// partial_rotary_factor): f32 [max_positions, rotary_dim] (ops::make_rope_cos_sin_cache).
+Tensor make_rope_cache(const RopeParameters& rope, int64_t head_dim, int64_t max_positions);
+
+// t = t.contiguous().to(device) when t is defined.
+void move_tensor(Tensor& t, Device device);
+
+// The input norm of decoder layer `layer` in a pre-norm residual stream: layer 0 starts the
+// residual (residual = x; x = norm(x)), later layers add x to it first (fused_add_rms_norm).
+//   x, residual: f32 [num_tokens, hidden]; weight: [hidden].
+void residual_input_norm(size_t layer, const Tensor& x, const Tensor& residual, const Tensor& weight, float eps);
+
+// f32 logits [num_outputs, vocab_size] = hidden_states[indices] @ lm_head^T.
+//   hidden_states: f32 [num_tokens, hidden]; indices: i32 [num_outputs]; lm_head: [vocab_size, hidden].
+Tensor lm_head_logits(const Tensor& hidden_states, const Tensor& indices, const Tensor& lm_head, int64_t vocab_size);
+
+// The LM head [vocab, hidden]: a stored `lm_head.weight`, even when tie_word_embeddings is set
+// (transformers 5 loads the stored matrix then; the checkpoint says what was trained), else
+// `embed` when tie_word_embeddings (also for sources that synthesize every name), else kNotFound.
+StatusOr<Tensor> load_lm_head(WeightSource& ws, const ModelConfig& config, const Tensor& embed);
 
 // Dequantization scales of a layer's FP8 KV cache: `<attn_prefix>.k_scale` / `.v_scale`
 // (compressed-tensors, transformers) or `<attn_prefix>.k_proj.k_scale` / `.v_proj.v_scale`

@@ -4,21 +4,6 @@
 
 namespace rlm {
 
-namespace {
-
-// Per-layer sliding window: transformers 5.x lists `layer_types` ("sliding_attention" /
-// "full_attention"); otherwise config.sliding_window applies to every layer when set.
-int64_t layer_sliding_window(const ModelConfig& c, int64_t layer) {
-  if (c.sliding_window <= 0) return -1;
-  const auto it = c.raw.find("layer_types");
-  if (it != c.raw.end() && it->is_array() && layer < static_cast<int64_t>(it->size())) {
-    return (*it)[layer] == "sliding_attention" ? c.sliding_window : -1;
-  }
-  return c.sliding_window;
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<CausalLM>> LlamaForCausalLM::create(const ModelConfig& config, const LlamaVariant& variant,
                                                               WeightSource& weights) {
   std::unique_ptr<LlamaForCausalLM> m(new LlamaForCausalLM(config, variant));
@@ -53,11 +38,19 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
       RLM_ASSIGN_OR_RETURN(layer.q_norm, ws.get(p + ".self_attn.q_norm.weight", {d}));
       RLM_ASSIGN_OR_RETURN(layer.k_norm, ws.get(p + ".self_attn.k_norm.weight", {d}));
     }
-    RLM_ASSIGN_OR_RETURN(layer.gate_up_proj, load_gate_up_parallel(ws, p + ".mlp", c.intermediate_size, intermediate_,
-                                                                   hidden, variant_.mlp_bias));
-    RLM_ASSIGN_OR_RETURN(layer.down_proj,
-                         load_row_parallel(ws, p + ".mlp.down_proj", hidden, c.intermediate_size,
-                                           tp_.rank * intermediate_, intermediate_, variant_.mlp_bias));
+    layer.is_moe = !variant_.moe_layers.empty() && variant_.moe_layers[l];
+    if (layer.is_moe) {
+      if (tp_.active()) {
+        return unimplemented("tensor parallelism (--tp > 1) does not split Qwen3-MoE's sparse MoE blocks yet");
+      }
+      RLM_ASSIGN_OR_RETURN(layer.moe, load_sparse_moe(ws, p + ".mlp", variant_.moe, hidden));
+    } else {
+      RLM_ASSIGN_OR_RETURN(layer.gate_up_proj, load_gate_up_parallel(ws, p + ".mlp", c.intermediate_size,
+                                                                     intermediate_, hidden, variant_.mlp_bias));
+      RLM_ASSIGN_OR_RETURN(layer.down_proj,
+                           load_row_parallel(ws, p + ".mlp.down_proj", hidden, c.intermediate_size,
+                                             tp_.rank * intermediate_, intermediate_, variant_.mlp_bias));
+    }
     RLM_ASSIGN_OR_RETURN(const KvScales kvs, load_kv_scales(ws, p + ".self_attn"));
     kv_scales_.push_back(kvs);
     layer.attn.layer_id = l;
@@ -65,18 +58,16 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
     layer.attn.num_kv_heads = num_kv_heads_;
     layer.attn.head_dim = d;
     layer.attn.params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-    layer.attn.params.sliding_window = layer_sliding_window(c, l);
+    layer.attn.params.sliding_window = c.is_sliding_layer(l) ? c.sliding_window : -1;
     layers_.push_back(std::move(layer));
   }
   RLM_ASSIGN_OR_RETURN(norm_, ws.get("model.norm.weight", {hidden}));
-  if (c.tie_word_embeddings || !ws.has("lm_head.weight")) {
-    if (!c.tie_word_embeddings && !ws.has("lm_head.weight")) {
-      return not_found(str("lm_head.weight is missing from ", ws.describe(),
-                           " and tie_word_embeddings is false"));
-    }
-    lm_head_ = embed_tokens_;
-  } else {
+  // A stored lm_head.weight wins over tie_word_embeddings (load_lm_head, layers.h); it is loaded as
+  // a vocabulary shard like the embedding, which a tied head shares.
+  if (ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name())) {
     RLM_ASSIGN_OR_RETURN(lm_head_, load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, hidden));
+  } else {
+    RLM_ASSIGN_OR_RETURN(lm_head_, load_lm_head(ws, c, embed_tokens_));
   }
   // Norm weights in f32 so the elementwise kernels see one dtype.
   for (DecoderLayer& layer : layers_) {
@@ -89,16 +80,7 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
   }
   norm_ = norm_.to(DType::kF32);
 
-  ops::RopeConfig rope;
-  rope.rotary_dim = static_cast<int64_t>(static_cast<double>(d) * c.rope.partial_rotary_factor);
-  rope.theta = c.rope.rope_theta;
-  rope.is_neox = true;
-  rope.scaling_type = c.rope.rope_type;
-  rope.factor = c.rope.factor;
-  rope.low_freq_factor = c.rope.low_freq_factor;
-  rope.high_freq_factor = c.rope.high_freq_factor;
-  rope.original_max_position = c.rope.original_max_position_embeddings;
-  rope_cos_sin_ = ops::make_rope_cos_sin_cache(rope, c.max_position_embeddings);
+  rope_cos_sin_ = make_rope_cache(c.rope, d, c.max_position_embeddings);
   return Status::ok();
 }
 
@@ -119,6 +101,7 @@ void LlamaForCausalLM::to(Device device) {
     move(layer.k_norm);
     move_l(layer.gate_up_proj);
     move_l(layer.down_proj);
+    move_sparse_moe(layer.moe, device);
   }
   move(norm_);
   if (tied) {
@@ -143,17 +126,14 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   Tensor qkv = Tensor::empty({n, (hq + 2 * hk) * d}, DType::kF32, dev);
   Tensor gate_up = Tensor::empty({n, 2 * inter}, DType::kF32, dev);
   Tensor act = Tensor::empty({n, inter}, DType::kF32, dev);
+  Tensor moe_out;  // [num_tokens, hidden] (MoE layers only)
+  if (!variant_.moe_layers.empty()) moe_out = Tensor::empty({n, hidden}, DType::kF32, dev);
 
   tp_embedding(tp_, batch.input_ids, embed_tokens_, c.vocab_size, hidden_states);
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
-    if (l == 0) {
-      residual.copy_(hidden_states);
-      ops::rms_norm(hidden_states, layer.input_layernorm, eps, hidden_states);
-    } else {
-      ops::fused_add_rms_norm(hidden_states, residual, layer.input_layernorm, eps);
-    }
+    residual_input_norm(l, hidden_states, residual, layer.input_layernorm, eps);
     // Self-attention.
     apply_linear(layer.qkv_proj, hidden_states, qkv);
     Tensor heads = qkv.view({n, hq + 2 * hk, d});
@@ -170,10 +150,15 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     tp_all_reduce(tp_, hidden_states);
     // MLP.
     ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
-    apply_linear(layer.gate_up_proj, hidden_states, gate_up);
-    ops::silu_and_mul(gate_up, act);
-    apply_linear(layer.down_proj, act, hidden_states);
-    tp_all_reduce(tp_, hidden_states);
+    if (layer.is_moe) {
+      sparse_moe_forward(layer.moe, variant_.moe, hidden_states, moe_out);
+      hidden_states.copy_(moe_out);
+    } else {
+      apply_linear(layer.gate_up_proj, hidden_states, gate_up);
+      ops::silu_and_mul(gate_up, act);
+      apply_linear(layer.down_proj, act, hidden_states);
+      tp_all_reduce(tp_, hidden_states);
+    }
   }
   ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
 

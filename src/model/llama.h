@@ -1,6 +1,11 @@
 // The Llama family as Hugging Face defines it: LlamaForCausalLM (Llama 2/3/3.x, SmolLM2),
-// Qwen2ForCausalLM (q/k/v bias) and Qwen3ForCausalLM (per-head q/k RMSNorm) share this decoder;
-// qwen2.cpp and qwen3.cpp select their variant.
+// MistralForCausalLM (a sliding window on every layer), Qwen2ForCausalLM (q/k/v bias),
+// Qwen3ForCausalLM (per-head q/k RMSNorm) and Qwen3MoeForCausalLM (Qwen3 attention, sparse MoE
+// blocks) share this decoder; qwen2.cpp, qwen3.cpp and qwen3_moe.cpp select their variant.
+// Layer l attends within config.sliding_window when config.is_sliding_layer(l) (model_config.h
+// decides which layers slide, per model_type, as transformers does). A stored lm_head.weight is
+// the LM head even when tie_word_embeddings is set (transformers 5 loads it); without one the head
+// is the embedding when tied, else an error.
 #pragma once
 
 #include <vector>
@@ -8,6 +13,7 @@
 #include "attention/attention_backend.h"
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "model/moe.h"
 #include "model/tensor_parallel.h"
 
 namespace rlm {
@@ -17,6 +23,9 @@ struct LlamaVariant {
   bool o_bias = false;    // Llama: config.attention_bias
   bool mlp_bias = false;  // Llama: config.mlp_bias
   bool qk_norm = false;   // Qwen3
+  // Qwen3-MoE: the layers whose MLP is a sparse MoE block ([num_hidden_layers]; empty: all dense).
+  std::vector<bool> moe_layers;
+  MoeSpec moe;
 };
 
 class LlamaForCausalLM : public CausalLM {
@@ -40,6 +49,8 @@ class LlamaForCausalLM : public CausalLM {
     Tensor q_norm, k_norm;            // [head_dim] (Qwen3)
     Linear gate_up_proj;              // [2 * intermediate, hidden] (column-parallel)
     Linear down_proj;                 // [hidden, intermediate] (row-parallel)
+    bool is_moe = false;              // Qwen3-MoE: `moe` replaces gate_up_proj / down_proj
+    SparseMoeBlock moe;
     AttentionLayer attn;
   };
 

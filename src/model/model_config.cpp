@@ -1,5 +1,6 @@
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/json.h"
@@ -9,6 +10,16 @@ namespace {
 
 using nlohmann::json;
 
+// Which layers of a model_type slide, as transformers' modeling code decides.
+enum class SlidingRule {
+  kNone,       // LlamaForCausalLM: `sliding_window` in config.json is ignored (LlamaAttention has none)
+  kAllLayers,  // Mistral (and unknown types): every layer, when the window is set (and
+               // use_sliding_window, if present, is true)
+  kQwen,       // Qwen2/Qwen3: use_sliding_window (default false); layers >= max_window_layers (28)
+  kQwenMoe,    // Qwen3-MoE: use_sliding_window (default false); every layer
+  kPattern,    // Gemma3: layer_types, else every sliding_window_pattern-th layer (6) is global
+};
+
 // What transformers' config class for a model_type assumes when config.json leaves a field out.
 struct TypeDefaults {
   int64_t max_position_embeddings = 2048;
@@ -16,8 +27,13 @@ struct TypeDefaults {
   std::optional<int64_t> head_dim;             // nullopt: hidden_size / num_attention_heads
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
-  bool qwen_sliding = false;  // use_sliding_window + sliding_window (4096) + max_window_layers (28)
+  std::optional<int64_t> pad_token_id;
+  SlidingRule sliding = SlidingRule::kAllLayers;
+  std::optional<int64_t> sliding_window;  // the window when config.json has no `sliding_window` key
   bool always_qkv_bias = false;
+  bool tie_word_embeddings = false;
+  const char* act_key = "hidden_act";  // Gemma: hidden_activation
+  const char* act = "silu";            // the only activation the type's models run
 };
 
 TypeDefaults defaults_for(const std::string& model_type) {
@@ -25,12 +41,37 @@ TypeDefaults defaults_for(const std::string& model_type) {
   if (model_type == "qwen2" || model_type == "qwen3") {
     d.max_position_embeddings = 32768;
     d.num_key_value_heads = 32;
-    d.qwen_sliding = true;
+    d.sliding = SlidingRule::kQwen;
+    d.sliding_window = 4096;
     if (model_type == "qwen2") d.always_qkv_bias = true;  // Qwen2Attention: bias=True
     if (model_type == "qwen3") d.head_dim = 128;
+  } else if (model_type == "qwen3_moe") {
+    d.max_position_embeddings = 32768;
+    d.num_key_value_heads = 4;
+    d.sliding = SlidingRule::kQwenMoe;
+    d.sliding_window = 4096;
+  } else if (model_type == "mistral") {
+    d.max_position_embeddings = 4096 * 32;
+    d.num_key_value_heads = 8;
+    d.bos_token_id = 1;
+    d.eos_token_ids = {2};
+    d.sliding_window = 4096;
+  } else if (model_type == "gemma3_text") {
+    d.max_position_embeddings = 131072;
+    d.num_key_value_heads = 4;
+    d.head_dim = 256;
+    d.bos_token_id = 2;
+    d.eos_token_ids = {1};
+    d.pad_token_id = 0;
+    d.sliding = SlidingRule::kPattern;
+    d.sliding_window = 4096;
+    d.tie_word_embeddings = true;
+    d.act_key = "hidden_activation";
+    d.act = "gelu_pytorch_tanh";
   } else {  // LlamaConfig
     d.bos_token_id = 1;
     d.eos_token_ids = {2};
+    if (model_type == "llama") d.sliding = SlidingRule::kNone;
   }
   return d;
 }
@@ -153,7 +194,7 @@ Status parse_eos(const json& j, const TypeDefaults& d, std::vector<int64_t>* out
 
 // transformers' RotaryEmbeddingConfigMixin: `rope_scaling` (4.x) wins over `rope_parameters` (5.x);
 // rope_theta / partial_rotary_factor come from that dict, else the top level, else the defaults.
-Status parse_rope(const json& j, int64_t max_position_embeddings, RopeParameters* rope) {
+Status parse_rope_fields(const json& j, int64_t max_position_embeddings, RopeParameters* rope) {
   json src = json::object();
   const char* src_name = "rope_parameters";
   if (present(j, "rope_scaling") && !(j.at("rope_scaling").is_object() && j.at("rope_scaling").empty())) {
@@ -220,33 +261,46 @@ Status parse_rope(const json& j, int64_t max_position_embeddings, RopeParameters
 }
 
 Status parse_sliding_window(const json& j, const TypeDefaults& d, ModelConfig* c) {
-  // The window, if any (transformers sets it to None unless use_sliding_window for Qwen2/Qwen3).
+  const int64_t n = c->num_hidden_layers;
+  c->layer_types.assign(static_cast<size_t>(n), "full_attention");
+  c->sliding_window = -1;
+  // The window and `layer_types` are validated even where the model_type ignores them.
   std::optional<int64_t> window;
   RLM_RETURN_IF_ERROR(get_int(j, "sliding_window", &window));
-  bool use_sliding = true;
-  if (d.qwen_sliding || j.contains("use_sliding_window")) {
-    RLM_RETURN_IF_ERROR(get_bool(j, "use_sliding_window", false, &use_sliding));
-    if (use_sliding && !j.contains("sliding_window") && d.qwen_sliding) window = 4096;
-  }
-  if (!use_sliding) window.reset();
   if (window && *window <= 0) return invalid_argument(str("field 'sliding_window' must be positive, got ", *window));
-
-  const int64_t n = c->num_hidden_layers;
-  c->layer_types.clear();
+  std::vector<std::string> listed;
   if (present(j, "layer_types")) {
     const json& lt = j.at("layer_types");
     if (!lt.is_array() || static_cast<int64_t>(lt.size()) != n)
       return invalid_argument(str("field 'layer_types' must be a list of ", n, " strings (num_hidden_layers)"));
     for (const json& t : lt) {
       if (!t.is_string()) return invalid_argument(str("field 'layer_types' has a non-string entry ", t.dump()));
-      c->layer_types.push_back(t.get<std::string>());
+      listed.push_back(t.get<std::string>());
+    }
+  }
+  if (d.sliding == SlidingRule::kNone) return Status::ok();
+  if (!j.contains("sliding_window")) window = d.sliding_window;
+  const bool qwen = d.sliding == SlidingRule::kQwen || d.sliding == SlidingRule::kQwenMoe;
+  if (qwen || j.contains("use_sliding_window")) {  // Qwen: no window unless use_sliding_window
+    bool use_sliding = true;
+    RLM_RETURN_IF_ERROR(get_bool(j, "use_sliding_window", !qwen, &use_sliding));
+    if (!use_sliding) window.reset();
+  }
+  if (!listed.empty() && d.sliding != SlidingRule::kQwenMoe) {
+    c->layer_types = listed;
+  } else if (d.sliding == SlidingRule::kPattern) {
+    std::optional<int64_t> pattern;
+    RLM_RETURN_IF_ERROR(get_int(j, "sliding_window_pattern", &pattern));
+    if (pattern && *pattern <= 0)
+      return invalid_argument(str("field 'sliding_window_pattern' must be positive, got ", *pattern));
+    for (int64_t i = 0; i < n; ++i) {
+      if ((i + 1) % pattern.value_or(6) != 0) c->layer_types[i] = "sliding_attention";
     }
   } else {
     std::optional<int64_t> max_window_layers;
     RLM_RETURN_IF_ERROR(get_int(j, "max_window_layers", &max_window_layers));
-    const int64_t first_sliding = d.qwen_sliding ? max_window_layers.value_or(28) : 0;
-    for (int64_t i = 0; i < n; ++i)
-      c->layer_types.push_back(window && i >= first_sliding ? "sliding_attention" : "full_attention");
+    const int64_t first_sliding = d.sliding == SlidingRule::kQwen ? max_window_layers.value_or(28) : 0;
+    for (int64_t i = std::max<int64_t>(first_sliding, 0); window && i < n; ++i) c->layer_types[i] = "sliding_attention";
   }
   // A "sliding_attention" layer without a window attends to everything.
   bool any_sliding = false;
@@ -274,7 +328,12 @@ Status parse_dtype_field(const json& j, DType* out) {
 
 }  // namespace
 
+Status parse_rope_parameters(const json& j, int64_t max_position_embeddings, RopeParameters* rope) {
+  return parse_rope_fields(j, max_position_embeddings, rope);
+}
+
 bool ModelConfig::is_sliding_layer(int64_t layer) const {
+  if (layer_types.empty()) return false;
   RLM_CHECK(layer >= 0 && layer < static_cast<int64_t>(layer_types.size()))
       << "layer " << layer << " of " << layer_types.size();
   return sliding_window > 0 && layer_types[layer] == "sliding_attention";
@@ -319,25 +378,25 @@ StatusOr<ModelConfig> parse_model_config(const json& j) {
   c.rms_norm_eps = eps.value_or(1e-6);
   if (!(c.rms_norm_eps > 0)) return invalid_argument(str("field 'rms_norm_eps' must be positive, got ", c.rms_norm_eps));
 
-  RLM_RETURN_IF_ERROR(parse_rope(j, c.max_position_embeddings, &c.rope));
+  RLM_RETURN_IF_ERROR(parse_rope_fields(j, c.max_position_embeddings, &c.rope));
   if (c.rotary_dim() <= 0)
     return invalid_argument(str("head_dim ", c.head_dim, " * partial_rotary_factor ", c.rope.partial_rotary_factor,
                                 " leaves no rotary channels"));
 
-  RLM_RETURN_IF_ERROR(get_bool(j, "tie_word_embeddings", false, &c.tie_word_embeddings));
+  RLM_RETURN_IF_ERROR(get_bool(j, "tie_word_embeddings", d.tie_word_embeddings, &c.tie_word_embeddings));
   RLM_RETURN_IF_ERROR(get_bool(j, "attention_bias", false, &c.attention_bias));
   if (d.always_qkv_bias) c.attention_bias = true;
   RLM_RETURN_IF_ERROR(get_bool(j, "mlp_bias", false, &c.mlp_bias));
 
   std::optional<std::string> act;
-  RLM_RETURN_IF_ERROR(get_string(j, "hidden_act", &act));
-  c.hidden_act = act.value_or("silu");
-  if (c.hidden_act != "silu")
-    return unimplemented(str("hidden_act '", c.hidden_act, "' is not supported (only silu)"));
+  RLM_RETURN_IF_ERROR(get_string(j, d.act_key, &act));
+  c.hidden_act = act.value_or(d.act);
+  if (c.hidden_act != d.act)
+    return unimplemented(str(d.act_key, " '", c.hidden_act, "' is not supported (only ", d.act, ")"));
 
   RLM_RETURN_IF_ERROR(parse_sliding_window(j, d, &c));
   RLM_RETURN_IF_ERROR(get_token_id(j, "bos_token_id", d.bos_token_id, &c.bos_token_id));
-  RLM_RETURN_IF_ERROR(get_token_id(j, "pad_token_id", std::nullopt, &c.pad_token_id));
+  RLM_RETURN_IF_ERROR(get_token_id(j, "pad_token_id", d.pad_token_id, &c.pad_token_id));
   RLM_RETURN_IF_ERROR(parse_eos(j, d, &c.eos_token_ids));
   RLM_RETURN_IF_ERROR(parse_dtype_field(j, &c.dtype));
   return c;

@@ -43,8 +43,10 @@ struct ModelConfig {
   bool mlp_bias = false;
   std::string hidden_act = "silu";
   int64_t sliding_window = -1;  // -1: full attention; else the window of the "sliding_attention" layers
-  // Per layer: "full_attention" or "sliding_attention" (as transformers' `layer_types`; Qwen2/Qwen3
-  // slide only layers >= max_window_layers, and only when use_sliding_window is true).
+  // Per layer: "full_attention" or "sliding_attention", as transformers decides per model_type:
+  // `layer_types` when given; Llama ignores `sliding_window`; Mistral slides every layer; Qwen2/Qwen3
+  // slide only layers >= max_window_layers and Qwen3-MoE every layer, both only when
+  // use_sliding_window is true; Gemma3 slides all but every sliding_window_pattern-th layer.
   std::vector<std::string> layer_types;  // [num_hidden_layers]
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
@@ -54,14 +56,21 @@ struct ModelConfig {
 
   // Number of leading head_dim channels that RoPE rotates: int(head_dim * partial_rotary_factor).
   int64_t rotary_dim() const { return static_cast<int64_t>(head_dim * rope.partial_rotary_factor); }
+  // Whether layer `layer` attends within sliding_window (false for every layer when layer_types is
+  // empty, as in a hand-built config).
   bool is_sliding_layer(int64_t layer) const;
 };
+
+// The rope fields of a config.json-like object `j` (`rope_scaling` over `rope_parameters`, then
+// top-level rope_theta / partial_rotary_factor), as parse_model_config reads them; models with
+// per-layer-type rope dicts (Gemma3) call it once per dict.
+Status parse_rope_parameters(const nlohmann::json& j, int64_t max_position_embeddings, RopeParameters* rope);
 
 // Parses and validates a config.json object (positive sizes, heads divide evenly, known
 // hidden_act, ...). Errors name the offending field.
 StatusOr<ModelConfig> parse_model_config(const nlohmann::json& j);
 // Missing optional fields take the defaults transformers defines for the model_type (llama,
-// qwen2, qwen3; others use llama's); the sizes vocab/hidden/intermediate/layers/heads are required.
+// mistral, qwen2, qwen3, qwen3_moe, gemma3_text; others use llama's); the sizes vocab/hidden/intermediate/layers/heads are required.
 // `path` is a model directory (reads config.json inside) or a config.json file. Errors name the
 // path: kNotFound when it does not exist, kInvalidArgument when it is not a JSON object.
 StatusOr<ModelConfig> load_model_config(const std::string& path);

@@ -3,9 +3,11 @@
 #include <map>
 
 #include "model/causal_lm.h"
+#include "model/gemma3.h"
 #include "model/llama.h"
 #include "model/qwen2.h"
 #include "model/qwen3.h"
+#include "model/qwen3_moe.h"
 #include "model/qwen3_next.h"
 
 namespace rlm {
@@ -24,9 +26,12 @@ StatusOr<std::unique_ptr<CausalLM>> create_llama(const ModelConfig& config, Weig
 
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
+      {"Gemma3ForCausalLM", create_gemma3},
       {"LlamaForCausalLM", create_llama},
+      {"MistralForCausalLM", create_llama},
       {"Qwen2ForCausalLM", create_qwen2},
       {"Qwen3ForCausalLM", create_qwen3},
+      {"Qwen3MoeForCausalLM", create_qwen3_moe},
       {"Qwen3NextForCausalLM", create_qwen3_next},
   };
   return r;

@@ -25,19 +25,6 @@ Status get_positive(const json& j, const char* key, int64_t* out) {
   return Status::ok();
 }
 
-// (1 + w) in f32, as Qwen3NextRMSNorm multiplies: bit-identical to HF's `norm(x) * (1.0 + w.float())`.
-Tensor zero_centred(const Tensor& w) {
-  Tensor f = w.to(DType::kF32).contiguous().clone();
-  float* p = f.data<float>();
-  for (int64_t i = 0; i < f.numel(); ++i) p[i] = 1.0f + p[i];
-  return f;
-}
-
-StatusOr<Tensor> load_zero_centred(WeightSource& ws, const std::string& name, int64_t n) {
-  RLM_ASSIGN_OR_RETURN(Tensor w, ws.get(name, {n}));
-  return zero_centred(w);
-}
-
 // Rows [begin, end) of a weight [out, in] (a view).
 Tensor rows(const Tensor& w, int64_t begin, int64_t end) { return w.slice(0, begin, end); }
 
@@ -61,32 +48,9 @@ StatusOr<Qwen3NextSpec> parse_qwen3_next_spec(ModelConfig& c) {
   RLM_RETURN_IF_ERROR(get_positive(j, "linear_key_head_dim", &s.linear_key_head_dim));
   RLM_RETURN_IF_ERROR(get_positive(j, "linear_value_head_dim", &s.linear_value_head_dim));
   RLM_RETURN_IF_ERROR(get_positive(j, "linear_conv_kernel_dim", &s.linear_conv_kernel_dim));
-  RLM_RETURN_IF_ERROR(get_positive(j, "num_experts_per_tok", &s.num_experts_per_tok));
-  RLM_RETURN_IF_ERROR(get_positive(j, "moe_intermediate_size", &s.moe_intermediate_size));
-  if (present(j, "num_experts")) {
-    if (!j.at("num_experts").is_number_integer() || j.at("num_experts").get<int64_t>() < 0) {
-      return invalid_argument(str("field 'num_experts' must be a non-negative integer, got ", j.at("num_experts").dump()));
-    }
-    s.num_experts = j.at("num_experts").get<int64_t>();
-  }
-  if (present(j, "shared_expert_intermediate_size")) {
-    const json& v = j.at("shared_expert_intermediate_size");
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-      return invalid_argument(str("field 'shared_expert_intermediate_size' must be a non-negative integer, got ", v.dump()));
-    }
-    s.shared_expert_intermediate_size = v.get<int64_t>();
-  }
-  if (present(j, "norm_topk_prob")) {
-    if (!j.at("norm_topk_prob").is_boolean()) return invalid_argument("field 'norm_topk_prob' must be true or false");
-    s.norm_topk_prob = j.at("norm_topk_prob").get<bool>();
-  }
   if (s.linear_num_value_heads % s.linear_num_key_heads != 0) {
     return invalid_argument(str("linear_num_value_heads (", s.linear_num_value_heads,
                                 ") must be a multiple of linear_num_key_heads (", s.linear_num_key_heads, ")"));
-  }
-  if (s.num_experts > 0 && s.num_experts_per_tok > s.num_experts) {
-    return invalid_argument(str("num_experts_per_tok (", s.num_experts_per_tok, ") exceeds num_experts (",
-                                s.num_experts, ")"));
   }
   const int64_t n = c.num_hidden_layers;
   // Layer pattern: layer_types, else every full_attention_interval-th layer is full attention.
@@ -112,20 +76,7 @@ StatusOr<Qwen3NextSpec> parse_qwen3_next_spec(ModelConfig& c) {
   if (std::find(s.is_linear.begin(), s.is_linear.end(), false) == s.is_linear.end()) {
     return unimplemented("a Qwen3-Next config without any full_attention layer is not supported (the KV pool needs one)");
   }
-  int64_t sparse_step = 1;
-  RLM_RETURN_IF_ERROR(get_positive(j, "decoder_sparse_step", &sparse_step));
-  std::set<int64_t> mlp_only;
-  if (present(j, "mlp_only_layers")) {
-    const json& m = j.at("mlp_only_layers");
-    if (!m.is_array()) return invalid_argument("field 'mlp_only_layers' must be a list of layer indices");
-    for (const json& v : m) {
-      if (!v.is_number_integer()) return invalid_argument(str("field 'mlp_only_layers' has ", v.dump()));
-      mlp_only.insert(v.get<int64_t>());
-    }
-  }
-  for (int64_t l = 0; l < n; ++l) {
-    s.is_moe.push_back(!mlp_only.count(l) && s.num_experts > 0 && (l + 1) % sparse_step == 0);
-  }
+  RLM_RETURN_IF_ERROR(parse_moe_spec(j, n, &s, &s.is_moe));
   return s;
 }
 
@@ -186,8 +137,8 @@ Status Qwen3NextForCausalLM::load_full_attention(WeightSource& ws, const std::st
   if (bias) a.qkvg_proj.bias = regroup(*q.bias, *k.bias, *v.bias);
   RLM_ASSIGN_OR_RETURN(a.o_proj, load_row_parallel(ws, p + ".o_proj", hidden, hq * d, qs.first * d, qs.count * d, bias,
                                                     qs.replica_leader));
-  RLM_ASSIGN_OR_RETURN(a.q_norm, load_zero_centred(ws, p + ".q_norm.weight", d));
-  RLM_ASSIGN_OR_RETURN(a.k_norm, load_zero_centred(ws, p + ".k_norm.weight", d));
+  RLM_ASSIGN_OR_RETURN(a.q_norm, load_zero_centred_norm(ws, p + ".q_norm.weight", d));
+  RLM_ASSIGN_OR_RETURN(a.k_norm, load_zero_centred_norm(ws, p + ".k_norm.weight", d));
   a.attn.layer_id = num_full_layers_++;
   a.attn.num_qo_heads = qs.count;
   a.attn.num_kv_heads = kvs.count;
@@ -247,46 +198,6 @@ Status Qwen3NextForCausalLM::load_linear_attention(WeightSource& ws, const std::
   return Status::ok();
 }
 
-Status Qwen3NextForCausalLM::load_moe(WeightSource& ws, const std::string& p, SparseMoe& m) {
-  const Qwen3NextSpec& s = spec_;
-  const int64_t hidden = config_.hidden_size, e = s.num_experts, inter = s.moe_intermediate_size;
-  RLM_ASSIGN_OR_RETURN(m.router, ws.get(p + ".gate.weight", {e, hidden}));
-  if (ws.has(p + ".experts.0.gate_proj.weight") || !ws.has(p + ".experts.gate_up_proj")) {
-    // Per-expert tensors (the Qwen3-Next checkpoints and transformers 5.x save_pretrained).
-    std::vector<Tensor> gate_up, down;
-    for (int64_t x = 0; x < e; ++x) {
-      const std::string q = p + ".experts." + std::to_string(x);
-      RLM_ASSIGN_OR_RETURN(Tensor gw, ws.get(q + ".gate_proj.weight", {inter, hidden}));
-      RLM_ASSIGN_OR_RETURN(Tensor uw, ws.get(q + ".up_proj.weight", {inter, hidden}));
-      RLM_ASSIGN_OR_RETURN(Tensor dw, ws.get(q + ".down_proj.weight", {hidden, inter}));
-      if (gw.dtype() != uw.dtype() || gw.dtype() != dw.dtype() || (x > 0 && gw.dtype() != gate_up[0].dtype())) {
-        return invalid_argument(str(q, ": expert weights have different dtypes; cannot stack them"));
-      }
-      gate_up.push_back(gw);
-      gate_up.push_back(uw);
-      down.push_back(dw);
-    }
-    m.w_gate_up = concat_rows(gate_up).view({e, 2 * inter, hidden});
-    m.w_down = concat_rows(down).view({e, hidden, inter});
-  } else {
-    // Stacked 3-D tensors (Qwen3NextExperts parameters).
-    RLM_ASSIGN_OR_RETURN(m.w_gate_up, ws.get(p + ".experts.gate_up_proj", {e, 2 * inter, hidden}));
-    RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
-    if (m.w_gate_up.dtype() != m.w_down.dtype()) {
-      return invalid_argument(str(p, ".experts: gate_up_proj and down_proj have different dtypes"));
-    }
-    m.w_gate_up = m.w_gate_up.contiguous();
-    m.w_down = m.w_down.contiguous();
-  }
-  RLM_RETURN_IF_ERROR(shard_experts(tp_, m.w_gate_up, m.w_down));
-  const int64_t shared = s.shared_expert_intermediate_size;
-  if (shared > 0) {
-    RLM_RETURN_IF_ERROR(load_mlp(ws, p + ".shared_expert", shared, m.shared_expert));
-    RLM_ASSIGN_OR_RETURN(m.shared_expert_gate, ws.get(p + ".shared_expert_gate.weight", {1, hidden}));
-  }
-  return Status::ok();
-}
-
 Status Qwen3NextForCausalLM::load_mlp(WeightSource& ws, const std::string& p, int64_t inter, Mlp& m) {
   const int64_t hidden = config_.hidden_size;
   RLM_ASSIGN_OR_RETURN(const int64_t local, shard_size(inter, tp_, p + " intermediate size"));
@@ -307,39 +218,41 @@ Status Qwen3NextForCausalLM::load(WeightSource& ws) {
     DecoderLayer layer;
     layer.is_linear = spec_.is_linear[l];
     layer.is_moe = spec_.is_moe[l];
-    RLM_ASSIGN_OR_RETURN(layer.input_layernorm, load_zero_centred(ws, p + ".input_layernorm.weight", hidden));
+    RLM_ASSIGN_OR_RETURN(layer.input_layernorm, load_zero_centred_norm(ws, p + ".input_layernorm.weight", hidden));
     RLM_ASSIGN_OR_RETURN(layer.post_attention_layernorm,
-                         load_zero_centred(ws, p + ".post_attention_layernorm.weight", hidden));
+                         load_zero_centred_norm(ws, p + ".post_attention_layernorm.weight", hidden));
     if (layer.is_linear) {
       RLM_RETURN_IF_ERROR(load_linear_attention(ws, p + ".linear_attn", layer.linear));
     } else {
       RLM_RETURN_IF_ERROR(load_full_attention(ws, p + ".self_attn", layer.attn));
     }
     if (layer.is_moe) {
-      RLM_RETURN_IF_ERROR(load_moe(ws, p + ".mlp", layer.moe));
+      RLM_ASSIGN_OR_RETURN(layer.moe, load_sparse_moe(ws, p + ".mlp", spec_, hidden));
+      if (tp_.active()) {
+        // Each expert split along its intermediate size; the shared expert column- / row-parallel
+        // (loaded again as this rank's shard); the forward all-reduces the block's output.
+        RLM_RETURN_IF_ERROR(shard_experts(tp_, layer.moe.w_gate_up, layer.moe.w_down));
+        if (spec_.shared_expert_intermediate_size > 0) {
+          Mlp shared;
+          RLM_RETURN_IF_ERROR(load_mlp(ws, p + ".mlp.shared_expert", spec_.shared_expert_intermediate_size, shared));
+          layer.moe.shared_gate_up = std::move(shared.gate_up_proj);
+          layer.moe.shared_down = std::move(shared.down_proj);
+        }
+      }
     } else {
       RLM_RETURN_IF_ERROR(load_mlp(ws, p + ".mlp", c.intermediate_size, layer.mlp));
     }
     layers_.push_back(std::move(layer));
   }
-  RLM_ASSIGN_OR_RETURN(norm_, load_zero_centred(ws, "model.norm.weight", hidden));
-  if (ws.has("lm_head.weight")) {
+  RLM_ASSIGN_OR_RETURN(norm_, load_zero_centred_norm(ws, "model.norm.weight", hidden));
+  // A stored lm_head.weight wins over tie_word_embeddings (load_lm_head, layers.h); loaded as a
+  // vocabulary shard like the embedding, which a tied head shares.
+  if (ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name())) {
     RLM_ASSIGN_OR_RETURN(lm_head_, load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, hidden));
-  } else if (c.tie_word_embeddings) {
-    lm_head_ = embed_tokens_;
   } else {
-    return not_found(str("lm_head.weight is missing from ", ws.describe(), " and tie_word_embeddings is false"));
+    RLM_ASSIGN_OR_RETURN(lm_head_, load_lm_head(ws, c, embed_tokens_));
   }
-  ops::RopeConfig rope;
-  rope.rotary_dim = c.rotary_dim();
-  rope.theta = c.rope.rope_theta;
-  rope.is_neox = true;
-  rope.scaling_type = c.rope.rope_type;
-  rope.factor = c.rope.factor;
-  rope.low_freq_factor = c.rope.low_freq_factor;
-  rope.high_freq_factor = c.rope.high_freq_factor;
-  rope.original_max_position = c.rope.original_max_position_embeddings;
-  rope_cos_sin_ = ops::make_rope_cos_sin_cache(rope, c.max_position_embeddings);
+  rope_cos_sin_ = make_rope_cache(c.rope, c.head_dim, c.max_position_embeddings);
   return Status::ok();
 }
 
@@ -358,15 +271,14 @@ void Qwen3NextForCausalLM::to(Device device) {
     move(layer.input_layernorm);
     move(layer.post_attention_layernorm);
     for (Linear* l : {&layer.attn.qkvg_proj, &layer.attn.o_proj, &layer.linear.qkv_proj, &layer.linear.z_proj,
-                      &layer.linear.ba_proj, &layer.linear.out_proj, &layer.mlp.gate_up_proj, &layer.mlp.down_proj,
-                      &layer.moe.shared_expert.gate_up_proj, &layer.moe.shared_expert.down_proj}) {
+                      &layer.linear.ba_proj, &layer.linear.out_proj, &layer.mlp.gate_up_proj, &layer.mlp.down_proj}) {
       move_linear(*l);
     }
     for (Tensor* t : {&layer.attn.q_norm, &layer.attn.k_norm, &layer.linear.norm, &layer.linear.layer.conv_weight,
-                      &layer.linear.layer.A_log, &layer.linear.layer.dt_bias, &layer.moe.router, &layer.moe.w_gate_up,
-                      &layer.moe.w_down, &layer.moe.shared_expert_gate}) {
+                      &layer.linear.layer.A_log, &layer.linear.layer.dt_bias}) {
       move(*t);
     }
+    move_sparse_moe(layer.moe, device);
   }
   move(norm_);
   if (tied) {
@@ -422,24 +334,6 @@ void Qwen3NextForCausalLM::mlp(const Mlp& m, const Tensor& x, const Tensor& out)
   ops::linear(act, m.down_proj.weight, std::nullopt, out);
 }
 
-void Qwen3NextForCausalLM::sparse_moe(const SparseMoe& m, const Tensor& x, const Tensor& out) const {
-  const int64_t n = x.size(0), top_k = spec_.num_experts_per_tok;
-  const Device dev = x.device();
-  Tensor router_logits = Tensor::empty({n, spec_.num_experts}, DType::kF32, dev);
-  ops::linear(x, m.router, std::nullopt, router_logits);
-  Tensor topk_weights = Tensor::empty({n, top_k}, DType::kF32, dev);
-  Tensor topk_ids = Tensor::empty({n, top_k}, DType::kI32, dev);
-  ops::moe_topk_softmax(router_logits, spec_.norm_topk_prob, topk_weights, topk_ids);
-  ops::moe_experts(x, m.w_gate_up, m.w_down, topk_weights, topk_ids, out);
-  if (m.shared_expert_gate.defined()) {
-    Tensor shared = Tensor::empty({n, config_.hidden_size}, DType::kF32, dev);
-    mlp(m.shared_expert, x, shared);
-    Tensor gate = Tensor::empty({n, 1}, DType::kF32, dev);
-    ops::linear(x, m.shared_expert_gate, std::nullopt, gate);
-    ops::sigmoid_gate_add(shared, gate, out);
-  }
-}
-
 Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens, hidden = c.hidden_size;
@@ -469,7 +363,7 @@ Tensor Qwen3NextForCausalLM::forward(const ForwardBatch& batch) {
     std::swap(hidden_states, out);
     ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
     if (layer.is_moe) {
-      sparse_moe(layer.moe, hidden_states, out);
+      sparse_moe_forward(layer.moe, spec_, hidden_states, out);
     } else {
       mlp(layer.mlp, hidden_states, out);
     }

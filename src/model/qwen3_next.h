@@ -12,12 +12,21 @@
 #include "attention/gdn_backend.h"
 #include "model/causal_lm.h"
 #include "model/layers.h"
+#include "model/moe.h"
 #include "model/tensor_parallel.h"
 
 namespace rlm {
 
-// The Qwen3-Next fields of config.json (defaults as Qwen3NextConfig), validated.
-struct Qwen3NextSpec {
+// The Qwen3-Next fields of config.json (defaults as Qwen3NextConfig), validated; the MoE fields
+// (num_experts, ...) are the MoeSpec base.
+struct Qwen3NextSpec : MoeSpec {
+  Qwen3NextSpec() {
+    num_experts = 512;
+    num_experts_per_tok = 10;
+    moe_intermediate_size = 512;
+    shared_expert_intermediate_size = 512;
+    norm_topk_prob = true;
+  }
   std::vector<bool> is_linear;  // [num_hidden_layers]  "linear_attention" vs "full_attention"
   std::vector<bool> is_moe;     // [num_hidden_layers]
   int64_t linear_num_key_heads = 16;
@@ -25,11 +34,6 @@ struct Qwen3NextSpec {
   int64_t linear_key_head_dim = 128;
   int64_t linear_value_head_dim = 128;
   int64_t linear_conv_kernel_dim = 4;
-  int64_t num_experts = 512;
-  int64_t num_experts_per_tok = 10;
-  int64_t moe_intermediate_size = 512;
-  int64_t shared_expert_intermediate_size = 512;
-  bool norm_topk_prob = true;
 };
 
 // Parses the Qwen3-Next fields of config.raw (errors name the field). `config` may be adjusted:
@@ -66,20 +70,13 @@ class Qwen3NextForCausalLM : public CausalLM {
     Linear gate_up_proj;  // [2 * inter, hidden]
     Linear down_proj;     // [hidden, inter]
   };
-  struct SparseMoe {
-    Tensor router;     // [num_experts, hidden]
-    Tensor w_gate_up;  // [num_experts, 2 * moe_inter, hidden]
-    Tensor w_down;     // [num_experts, hidden, moe_inter]
-    Mlp shared_expert;
-    Tensor shared_expert_gate;  // [1, hidden]
-  };
   struct DecoderLayer {
     bool is_linear = false;
     bool is_moe = false;
     FullAttention attn;
     GatedDeltaNet linear;
     Mlp mlp;
-    SparseMoe moe;
+    SparseMoeBlock moe;
     Tensor input_layernorm, post_attention_layernorm;  // f32 [hidden], (1 + w) folded
   };
 
@@ -87,13 +84,11 @@ class Qwen3NextForCausalLM : public CausalLM {
   Status load(WeightSource& weights);
   Status load_full_attention(WeightSource& ws, const std::string& p, FullAttention& a);
   Status load_linear_attention(WeightSource& ws, const std::string& p, GatedDeltaNet& g);
-  Status load_moe(WeightSource& ws, const std::string& p, SparseMoe& m);
   // A gate_up + down MLP of width `inter` (column- / row-parallel under tensor parallelism).
   Status load_mlp(WeightSource& ws, const std::string& p, int64_t inter, Mlp& m);
   void full_attention(const FullAttention& a, const Tensor& x, const ForwardBatch& batch, const Tensor& out);
   void linear_attention(const GatedDeltaNet& g, const Tensor& x, const ForwardBatch& batch, const Tensor& out);
   void mlp(const Mlp& m, const Tensor& x, const Tensor& out) const;
-  void sparse_moe(const SparseMoe& m, const Tensor& x, const Tensor& out) const;
 
   ModelConfig config_;
   Qwen3NextSpec spec_;

@@ -148,6 +148,7 @@ class DummyWeightSource final : public WeightSource {
       : dtype_(dtype), seed_(seed), scale_(scale), matrix_dtype_(matrix_dtype) {}
 
   bool has(const std::string&) const override { return true; }  // any name, any shape
+  bool synthesizes_any_name() const override { return true; }
 
   StatusOr<Tensor> get(const std::string& name, const Shape& expected_shape) override {
     for (int64_t d : expected_shape)

@@ -53,6 +53,9 @@ class WeightSource {
   // kInvalidArgument when its shape differs from `expected_shape`.
   virtual StatusOr<Tensor> get(const std::string& name, const Shape& expected_shape) = 0;
   virtual std::vector<std::string> names() const = 0;
+  // True for a source that makes up any tensor asked for (dummy weights): has() then says nothing
+  // about what a checkpoint stores (a tied model keeps its tied LM head).
+  virtual bool synthesizes_any_name() const { return false; }
   // A short description for messages ("safetensors: /path (3 files)").
   virtual std::string describe() const = 0;
 };

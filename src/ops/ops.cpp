@@ -421,8 +421,12 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
   }
 }
 
-void silu_and_mul(const Tensor& x, const Tensor& out) {
-  OpCheck c("silu_and_mul");
+namespace {
+
+enum class GatedAct { kSilu, kGeluTanh };
+
+void act_and_mul(const char* op, GatedAct act, const Tensor& x, const Tensor& out) {
+  OpCheck c(op);
   c.dtype("x", x, {DType::kF32});
   c.dims("x", x, 2, "[n, 2 * inter]");
   c.unit_last_stride("x", x);
@@ -433,16 +437,54 @@ void silu_and_mul(const Tensor& x, const Tensor& out) {
   c.size("out", out, 0, x.size(0), "n (x.size(0))");
   c.size("out", out, 1, x.size(1) / 2, "inter (x.size(1) / 2)");
   c.same_device(x, "out", out);
+  const bool silu = act == GatedAct::kSilu;
   if (x.device().is_cpu()) {
-    cpu::silu_and_mul(x.data<float>(), x.size(0), out.size(1), row_stride(x), out.data<float>(), row_stride(out));
+    (silu ? cpu::silu_and_mul : cpu::gelu_tanh_and_mul)(x.data<float>(), x.size(0), out.size(1), row_stride(x),
+                                                        out.data<float>(), row_stride(out));
   } else if (x.device().is_cuda()) {
     RLM_IF_CUDA(c, x.device(),
-                cuda::silu_and_mul(x.device().index, x.data<float>(), x.size(0), out.size(1), row_stride(x),
-                                   out.data<float>(), row_stride(out)));
+                (silu ? cuda::silu_and_mul : cuda::gelu_tanh_and_mul)(x.device().index, x.data<float>(), x.size(0),
+                                                                      out.size(1), row_stride(x), out.data<float>(),
+                                                                      row_stride(out)));
   } else {
     c.not_built(x.device());
   }
 }
+
+enum class RowMap { kScale, kSoftCap };
+
+void map_rows(const char* op, RowMap map, const Tensor& x, float value) {
+  OpCheck c(op);
+  c.dtype("x", x, {DType::kF32});
+  c.dims("x", x, 2, "[n, d]");
+  c.unit_last_stride("x", x);
+  if (!std::isfinite(value) || (map == RowMap::kSoftCap && !(value > 0))) {
+    c.fail_with(str(map == RowMap::kSoftCap ? "cap" : "s", " must be ",
+                    map == RowMap::kSoftCap ? "positive and finite" : "finite", ", got ", value));
+  }
+  const bool scale = map == RowMap::kScale;
+  if (x.device().is_cpu()) {
+    (scale ? cpu::scale_rows : cpu::soft_cap_rows)(x.data<float>(), x.size(0), x.size(1), row_stride(x), value);
+  } else if (x.device().is_cuda()) {
+    RLM_IF_CUDA(c, x.device(),
+                (scale ? cuda::scale_rows : cuda::soft_cap_rows)(x.device().index, x.data<float>(), x.size(0),
+                                                                x.size(1), row_stride(x), value));
+  } else {
+    c.not_built(x.device());
+  }
+}
+
+}  // namespace
+
+void silu_and_mul(const Tensor& x, const Tensor& out) { act_and_mul("silu_and_mul", GatedAct::kSilu, x, out); }
+
+void gelu_tanh_and_mul(const Tensor& x, const Tensor& out) {
+  act_and_mul("gelu_tanh_and_mul", GatedAct::kGeluTanh, x, out);
+}
+
+void scale(const Tensor& x, float s) { map_rows("scale", RowMap::kScale, x, s); }
+
+void soft_cap(const Tensor& x, float cap) { map_rows("soft_cap", RowMap::kSoftCap, x, cap); }
 
 namespace {
 

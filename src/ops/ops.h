@@ -93,6 +93,13 @@ Fp8Activations fp8_linear_activations();
 
 // out[n, i] = silu(x[n, :i]) * x[n, i:].   x: [n, 2*i]; out: [n, i].
 void silu_and_mul(const Tensor& x, const Tensor& out);
+// out[n, i] = gelu_tanh(x[n, :i]) * x[n, i:] with PyTorch's gelu(approximate="tanh") in f32
+// (Gemma's gelu_pytorch_tanh).   x: [n, 2*i]; out: [n, i].
+void gelu_tanh_and_mul(const Tensor& x, const Tensor& out);
+// x *= s in place (Gemma's embedding scale).   x: f32 [n, d].
+void scale(const Tensor& x, float s);
+// x = cap * tanh(x / cap) in place (Gemma's final logit soft-capping); cap > 0.   x: f32 [n, d].
+void soft_cap(const Tensor& x, float cap);
 
 // Writes new keys/values into the paged pool at slot indices (converting to the cache's dtype).
 //   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16/f8e4m3

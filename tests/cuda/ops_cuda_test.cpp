@@ -189,8 +189,8 @@ TEST(OpsCuda, RotaryRejectsOutOfRangePositionsAndModifiesNothing) {
   EXPECT_EQ(compare_poisoned(to_cpu(gk), k, 0.0), "");
 }
 
-TEST(OpsCuda, SiluAndMulMatchesCpu) {
-  RLM_REQUIRE_CUDA();
+// A gated activation (x: [n, 2 * inter] -> out: [n, inter]) on both devices, on strided views.
+void expect_gated_activation_matches_cpu(void (*op)(const Tensor&, const Tensor&)) {
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   for (int64_t n : {1, 3, 17, 129}) {
@@ -199,29 +199,52 @@ TEST(OpsCuda, SiluAndMulMatchesCpu) {
       const Tensor xb = random_normal(rng, {n, 2 * inter + 5}, 3.0f);  // row stride > 2 * inter
       const Tensor ob = poisoned({n, inter + 2}, DType::kF32);
       const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
-      ops::silu_and_mul(xb.slice(1, 0, 2 * inter), ob.slice(1, 1, 1 + inter));
-      ops::silu_and_mul(gxb.slice(1, 0, 2 * inter), gob.slice(1, 1, 1 + inter));
+      op(xb.slice(1, 0, 2 * inter), ob.slice(1, 1, 1 + inter));
+      op(gxb.slice(1, 0, 2 * inter), gob.slice(1, 1, 1 + inter));
+      EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, kF32Tol), "");
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, 0.0), "") << "x must not change";
+    }
+  }
+  // Rows of float4s (inter and both row strides multiples of 4, aligned views): the vector kernel.
+  for (int64_t n : {1, 7, 64}) {
+    for (int64_t inter : {4, 12, 256, 1024, 14336}) {
+      SCOPED_TRACE(str("aligned n ", n, " inter ", inter));
+      const Tensor xb = random_normal(rng, {n, 2 * inter + 8}, 3.0f);
+      const Tensor ob = poisoned({n, inter + 8}, DType::kF32);
+      const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
+      op(xb.slice(1, 0, 2 * inter), ob.slice(1, 4, 4 + inter));
+      op(gxb.slice(1, 0, 2 * inter), gob.slice(1, 4, 4 + inter));
       EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, kF32Tol), "");
       EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, 0.0), "") << "x must not change";
     }
   }
 }
 
-// Rows of float4s (inter and both row strides multiples of 4, aligned views): the vector kernel.
-TEST(OpsCuda, SiluAndMulFloat4RowsMatchCpu) {
+TEST(OpsCuda, SiluAndMulMatchesCpu) {
+  RLM_REQUIRE_CUDA();
+  expect_gated_activation_matches_cpu(ops::silu_and_mul);
+}
+
+TEST(OpsCuda, GeluTanhAndMulMatchesCpu) {
+  RLM_REQUIRE_CUDA();
+  expect_gated_activation_matches_cpu(ops::gelu_tanh_and_mul);
+}
+
+TEST(OpsCuda, ScaleAndSoftCapMatchCpuOnStridedRows) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
-  for (int64_t n : {1, 7, 64}) {
-    for (int64_t inter : {4, 12, 256, 1024, 14336}) {
-      SCOPED_TRACE(str("n ", n, " inter ", inter));
-      const Tensor xb = random_normal(rng, {n, 2 * inter + 8}, 3.0f);
-      const Tensor ob = poisoned({n, inter + 8}, DType::kF32);
-      const Tensor gxb = to_gpu(xb), gob = to_gpu(ob);
-      ops::silu_and_mul(xb.slice(1, 0, 2 * inter), ob.slice(1, 4, 4 + inter));
-      ops::silu_and_mul(gxb.slice(1, 0, 2 * inter), gob.slice(1, 4, 4 + inter));
-      EXPECT_EQ(compare_poisoned(to_cpu(gob), ob, kF32Tol), "");
-      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, 0.0), "") << "x must not change";
+  for (int64_t n : {1, 3, 129}) {
+    for (int64_t d : kOddSizes) {
+      SCOPED_TRACE(str("n ", n, " d ", d));
+      const Tensor xb = random_normal(rng, {n, d + 3}, 40.0f);
+      const Tensor gxb = to_gpu(xb);
+      ops::scale(xb.slice(1, 1, 1 + d), 45.254834f);
+      ops::scale(gxb.slice(1, 1, 1 + d), 45.254834f);
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, kF32Tol), "") << "scale";
+      ops::soft_cap(xb.slice(1, 1, 1 + d), 30.0f);
+      ops::soft_cap(gxb.slice(1, 1, 1 + d), 30.0f);
+      EXPECT_EQ(compare_poisoned(to_cpu(gxb), xb, kF32Tol), "") << "soft_cap";
     }
   }
 }

@@ -1,5 +1,6 @@
 // Whole models from GGUF files through create_model + ModelRunner, against transformers
-// (tools/make_gguf_fixtures.py for the tiny llama, tools/make_gguf_llama_reference.py for
+// (tools/make_gguf_fixtures.py for the tiny llama/qwen2/qwen3, tools/make_gguf_arch_fixtures.py for
+// the tiny qwen3moe/gemma3, tools/make_gguf_llama_reference.py for
 // SmolLM2; both load the GGUF with transformers' own loader). This is where a wrong q/k
 // un-permutation would show: RoPE pairs the wrong dimensions and the logits drift.
 #include <gtest/gtest.h>
@@ -142,7 +143,7 @@ TEST_P(GgufTinyModel, LogitsAndGreedyMatchTransformers) {
   EXPECT_EQ(got, want_greedy);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, GgufTinyModel, ::testing::Values("llama", "qwen2", "qwen3"));
+INSTANTIATE_TEST_SUITE_P(Archs, GgufTinyModel, ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "gemma3"));
 
 struct SmolLM2Result {
   Tensor logits;               // [prompt rows, vocab]

@@ -1,4 +1,4 @@
-// embedding, rms_norm, fused_add_rms_norm, silu_and_mul, store_kv_cache, softmax, log_softmax and
+// embedding, rms_norm, fused_add_rms_norm, silu_and_mul, gelu_tanh_and_mul, scale, soft_cap, store_kv_cache, softmax, log_softmax and
 // argmax against straightforward double-precision references, on fresh random inputs.
 #include <gtest/gtest.h>
 
@@ -170,6 +170,62 @@ TEST(OpsActivation, SiluAndMul) {
   const std::string msg = testing::error_of(
       [&] { ops::silu_and_mul(Tensor::zeros({2, 6}, DType::kF32), Tensor::zeros({2, 6}, DType::kF32)); });
   EXPECT_NE(msg.find("ops::silu_and_mul: out f32[2, 6] cpu: dimension 1 must be inter"), std::string::npos) << msg;
+}
+
+TEST(OpsActivation, GeluTanhAndMul) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t inter : {1, 3, 17, 129}) {
+    const int64_t n = 9;
+    Tensor xb = random_normal(rng, {n, 2 * inter + 3}, 4.0f);  // row stride > 2 * inter
+    Tensor x = xb.slice(1, 0, 2 * inter);
+    Tensor out = Tensor::empty({n, inter}, DType::kF32);
+    poison(out);
+    ops::gelu_tanh_and_mul(x, out);
+    std::vector<double> want(n * inter);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < inter; ++j) {
+        const double g = x.at<float>({i, j}), u = x.at<float>({i, inter + j});
+        const double gelu = 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+        want[i * inter + j] = gelu * u;
+      }
+    }
+    EXPECT_LE(rel_l2(out, want), kF32Tol) << "inter " << inter;
+  }
+  const std::string msg = testing::error_of(
+      [&] { ops::gelu_tanh_and_mul(Tensor::zeros({2, 5}, DType::kF32), Tensor::zeros({2, 2}, DType::kF32)); });
+  EXPECT_NE(msg.find("ops::gelu_tanh_and_mul: x f32[2, 5] cpu: the last dimension must be even"), std::string::npos)
+      << msg;
+}
+
+TEST(OpsActivation, ScaleAndSoftCapInPlaceOnStridedRows) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (int64_t d : {1, 3, 17, 129}) {
+    const int64_t n = 7;
+    Tensor base = random_normal(rng, {n, d + 2}, 40.0f);
+    const std::vector<double> before = to_doubles(base);
+    Tensor x = base.slice(1, 1, 1 + d);  // the columns around it must not change
+    ops::scale(x, 11.3137085f);
+    std::vector<double> want = before;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j) want[i * (d + 2) + 1 + j] *= static_cast<double>(11.3137085f);
+    EXPECT_LE(rel_l2(base, want), 1e-7) << "scale, d " << d;
+    ops::soft_cap(x, 30.0f);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < d; ++j) {
+        double& v = want[i * (d + 2) + 1 + j];
+        v = 30.0 * std::tanh(v / 30.0);
+      }
+    EXPECT_LE(rel_l2(base, want), kF32Tol) << "soft_cap, d " << d;
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(base.at<float>({i, 0}), static_cast<float>(before[i * (d + 2)]));
+      EXPECT_EQ(base.at<float>({i, d + 1}), static_cast<float>(before[i * (d + 2) + d + 1]));
+      for (int64_t j = 0; j < d; ++j) EXPECT_LE(std::fabs(base.at<float>({i, 1 + j})), 30.0f);
+    }
+  }
+  const std::string msg = testing::error_of([&] { ops::soft_cap(Tensor::zeros({2, 2}, DType::kF32), 0.0f); });
+  EXPECT_NE(msg.find("ops::soft_cap: cap must be positive and finite, got 0"), std::string::npos) << msg;
 }
 
 TEST(OpsKvStore, WritesSlotsAndLeavesOthers) {

@@ -1,0 +1,153 @@
+#include "model/moe.h"
+
+#include <set>
+
+#include "ops/linear_attention_ops.h"
+#include "ops/moe_ops.h"
+#include "ops/ops.h"
+
+namespace rlm {
+namespace {
+
+using nlohmann::json;
+
+bool present(const json& j, const char* key) { return j.is_object() && j.contains(key) && !j.at(key).is_null(); }
+
+// Absent: keep *out. Present: an integer >= min_value.
+Status get_int_at_least(const json& j, const char* key, int64_t min_value, int64_t* out) {
+  if (!present(j, key)) return Status::ok();
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < min_value) {
+    return invalid_argument(str("field '", key, "' must be an integer >= ", min_value, ", got ", v.dump()));
+  }
+  *out = v.get<int64_t>();
+  return Status::ok();
+}
+
+// Expert e of a stacked [E, rows, cols] tensor as [rows, cols] (a view).
+Tensor expert(const Tensor& stacked, int64_t e) { return stacked.select(0, e); }
+
+}  // namespace
+
+Status parse_moe_spec(const json& j, int64_t num_layers, MoeSpec* s, std::vector<bool>* is_moe) {
+  // transformers 5.x writes Qwen3-MoE's expert count as num_local_experts (num_experts is its alias).
+  RLM_RETURN_IF_ERROR(get_int_at_least(j, "num_local_experts", 0, &s->num_experts));
+  RLM_RETURN_IF_ERROR(get_int_at_least(j, "num_experts", 0, &s->num_experts));
+  RLM_RETURN_IF_ERROR(get_int_at_least(j, "num_experts_per_tok", 1, &s->num_experts_per_tok));
+  RLM_RETURN_IF_ERROR(get_int_at_least(j, "moe_intermediate_size", 1, &s->moe_intermediate_size));
+  RLM_RETURN_IF_ERROR(get_int_at_least(j, "shared_expert_intermediate_size", 0, &s->shared_expert_intermediate_size));
+  if (present(j, "norm_topk_prob")) {
+    if (!j.at("norm_topk_prob").is_boolean()) return invalid_argument("field 'norm_topk_prob' must be true or false");
+    s->norm_topk_prob = j.at("norm_topk_prob").get<bool>();
+  }
+  if (s->num_experts > 0 && s->num_experts_per_tok > s->num_experts) {
+    return invalid_argument(str("num_experts_per_tok (", s->num_experts_per_tok, ") exceeds num_experts (",
+                                s->num_experts, ")"));
+  }
+  int64_t sparse_step = 1;
+  RLM_RETURN_IF_ERROR(get_int_at_least(j, "decoder_sparse_step", 1, &sparse_step));
+  std::set<int64_t> mlp_only;
+  if (present(j, "mlp_only_layers")) {
+    const json& m = j.at("mlp_only_layers");
+    if (!m.is_array()) return invalid_argument("field 'mlp_only_layers' must be a list of layer indices");
+    for (const json& v : m) {
+      if (!v.is_number_integer()) return invalid_argument(str("field 'mlp_only_layers' has ", v.dump()));
+      mlp_only.insert(v.get<int64_t>());
+    }
+  }
+  is_moe->clear();
+  for (int64_t l = 0; l < num_layers; ++l) {
+    is_moe->push_back(!mlp_only.count(l) && s->num_experts > 0 && (l + 1) % sparse_step == 0);
+  }
+  return Status::ok();
+}
+
+StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p, const MoeSpec& s, int64_t hidden) {
+  const int64_t e = s.num_experts, inter = s.moe_intermediate_size;
+  SparseMoeBlock m;
+  RLM_ASSIGN_OR_RETURN(m.router, ws.get(p + ".gate.weight", {e, hidden}));
+  std::vector<Tensor> gate_up, down;  // per expert: gate, up rows; down
+  if (ws.has(p + ".experts.gate_proj") && !ws.has(p + ".experts.0.gate_proj.weight")) {
+    RLM_ASSIGN_OR_RETURN(Tensor g, ws.get(p + ".experts.gate_proj", {e, inter, hidden}));
+    RLM_ASSIGN_OR_RETURN(Tensor u, ws.get(p + ".experts.up_proj", {e, inter, hidden}));
+    RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
+    for (int64_t x = 0; x < e; ++x) {
+      gate_up.push_back(expert(g, x));
+      gate_up.push_back(expert(u, x));
+    }
+  } else if (ws.has(p + ".experts.0.gate_proj.weight") || !ws.has(p + ".experts.gate_up_proj")) {
+    for (int64_t x = 0; x < e; ++x) {
+      const std::string q = p + ".experts." + std::to_string(x);
+      RLM_ASSIGN_OR_RETURN(Tensor gw, ws.get(q + ".gate_proj.weight", {inter, hidden}));
+      RLM_ASSIGN_OR_RETURN(Tensor uw, ws.get(q + ".up_proj.weight", {inter, hidden}));
+      RLM_ASSIGN_OR_RETURN(Tensor dw, ws.get(q + ".down_proj.weight", {hidden, inter}));
+      gate_up.push_back(gw);
+      gate_up.push_back(uw);
+      down.push_back(dw);
+    }
+  } else {
+    RLM_ASSIGN_OR_RETURN(m.w_gate_up, ws.get(p + ".experts.gate_up_proj", {e, 2 * inter, hidden}));
+    RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
+  }
+  for (const std::vector<Tensor>* parts : {&gate_up, &down}) {
+    for (const Tensor& t : *parts) {
+      if (t.dtype() != gate_up[0].dtype()) {
+        return invalid_argument(str(p, ".experts: expert weights have different dtypes (", dtype_name(t.dtype()),
+                                    ", ", dtype_name(gate_up[0].dtype()), "); cannot stack them"));
+      }
+    }
+  }
+  if (!gate_up.empty()) m.w_gate_up = concat_rows(gate_up).view({e, 2 * inter, hidden});
+  if (!down.empty()) m.w_down = concat_rows(down).view({e, hidden, inter});
+  if (m.w_gate_up.dtype() != m.w_down.dtype()) {
+    return invalid_argument(str(p, ".experts: gate/up and down projections have different dtypes (",
+                                dtype_name(m.w_gate_up.dtype()), ", ", dtype_name(m.w_down.dtype()), ")"));
+  }
+  if (!is_floating(m.w_gate_up.dtype())) {
+    return unimplemented(str(p, ".experts are ", dtype_name(m.w_gate_up.dtype()),
+                             "; the MoE experts take f32/bf16/f16 weights"));
+  }
+  m.w_gate_up = m.w_gate_up.contiguous();
+  m.w_down = m.w_down.contiguous();
+  const int64_t shared = s.shared_expert_intermediate_size;
+  if (shared > 0) {
+    RLM_ASSIGN_OR_RETURN(m.shared_gate_up,
+                         load_fused_linear(ws, {p + ".shared_expert.gate_proj", p + ".shared_expert.up_proj"},
+                                           {shared, shared}, hidden, false));
+    RLM_ASSIGN_OR_RETURN(m.shared_down, load_linear(ws, p + ".shared_expert.down_proj", hidden, shared, false));
+    RLM_ASSIGN_OR_RETURN(m.shared_expert_gate, ws.get(p + ".shared_expert_gate.weight", {1, hidden}));
+  }
+  return m;
+}
+
+void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& s, const Tensor& x, const Tensor& out) {
+  const int64_t n = x.size(0), top_k = s.num_experts_per_tok, hidden = x.size(1);
+  const Device dev = x.device();
+  Tensor router_logits = Tensor::empty({n, s.num_experts}, DType::kF32, dev);  // [num_tokens, num_experts]
+  ops::linear(x, m.router, std::nullopt, router_logits);
+  Tensor topk_weights = Tensor::empty({n, top_k}, DType::kF32, dev);  // [num_tokens, top_k]
+  Tensor topk_ids = Tensor::empty({n, top_k}, DType::kI32, dev);      // [num_tokens, top_k]
+  ops::moe_topk_softmax(router_logits, s.norm_topk_prob, topk_weights, topk_ids);
+  ops::moe_experts(x, m.w_gate_up, m.w_down, topk_weights, topk_ids, out);
+  if (!m.shared_expert_gate.defined()) return;
+  const int64_t inter = s.shared_expert_intermediate_size;
+  Tensor gate_up = Tensor::empty({n, 2 * inter}, DType::kF32, dev);  // [num_tokens, 2 * shared_inter]
+  Tensor act = Tensor::empty({n, inter}, DType::kF32, dev);          // [num_tokens, shared_inter]
+  Tensor shared = Tensor::empty({n, hidden}, DType::kF32, dev);      // [num_tokens, hidden]
+  apply_linear(m.shared_gate_up, x, gate_up);
+  ops::silu_and_mul(gate_up, act);
+  apply_linear(m.shared_down, act, shared);
+  Tensor gate = Tensor::empty({n, 1}, DType::kF32, dev);  // [num_tokens, 1]
+  ops::linear(x, m.shared_expert_gate, std::nullopt, gate);
+  ops::sigmoid_gate_add(shared, gate, out);
+}
+
+void move_sparse_moe(SparseMoeBlock& m, Device device) {
+  for (Tensor* t : {&m.router, &m.w_gate_up, &m.w_down, &m.shared_expert_gate}) {
+    if (t->defined()) *t = t->contiguous().to(device);
+  }
+  move_linear(m.shared_gate_up, device);
+  move_linear(m.shared_down, device);
+}
+
+}  // namespace rlm
