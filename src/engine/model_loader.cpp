@@ -31,11 +31,12 @@ Status check_tp(const ModelConfig& config, const LoadOptions& options) {
     return unimplemented(str("--tp ", options.tp.size, " with --quantization ", options.quantization,
                              " is not supported yet"));
   }
-  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3NextForCausalLM"}) {
+  for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "Qwen3NextForCausalLM"}) {
     if (config.architecture == arch) return Status::ok();
   }
-  return unimplemented(str("--tp ", options.tp.size, " is supported for LlamaForCausalLM, Qwen2ForCausalLM, "
-                           "Qwen3ForCausalLM and Qwen3NextForCausalLM, not yet for ", config.architecture,
+  return unimplemented(str("--tp ", options.tp.size, " is supported for LlamaForCausalLM, MistralForCausalLM, "
+                           "Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3NextForCausalLM, not yet for ", config.architecture,
                            " (run with --tp 1)"));
 }
 

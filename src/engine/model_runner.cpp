@@ -206,10 +206,10 @@ Status ModelRunner::plan_memory(const KVShape& kv) {
 
 void ModelRunner::capture_cuda_graphs() {
   const int64_t graph_bs = std::min(config_.cuda_graph_max_bs, config_.max_requests);
-  // Hybrid linear-attention models and backends without graph support (the `cpu` reference on a
-  // GPU pool) decode eagerly.
+  // Hybrid linear-attention models, sparse-MoE models (CausalLM::cuda_graph_capturable) and backends
+  // without graph support (the `cpu` reference on a GPU pool) decode eagerly.
   if (!config_.cuda_graph || !config_.device.is_cuda() || mamba_pool_ != nullptr || graph_bs < 1 ||
-      !backend_->supports_cuda_graph()) {
+      !backend_->supports_cuda_graph() || !model_->cuda_graph_capturable()) {
     return;
   }
   CudaGraphRunner::Deps deps;

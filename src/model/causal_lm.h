@@ -38,6 +38,9 @@ class CausalLM {
   // Runs one step over batch.input_ids and returns f32 logits [num_outputs, vocab_size] for the
   // token rows listed in batch.logits_indices.
   virtual Tensor forward(const ForwardBatch& batch) = 0;
+  // Whether a decode forward may be captured in a CUDA graph (no host synchronisation inside): not
+  // for sparse-MoE layers, whose expert grouping reads the per-expert counts back to the host.
+  virtual bool cuda_graph_capturable() const { return true; }
   // Moves every weight (and constant table) to `device`; the batch's tensors must live there too.
   virtual void to(Device device) = 0;
   virtual Device device() const = 0;

@@ -36,6 +36,7 @@ class LlamaForCausalLM : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   KVShape kv_shape() const override;
   std::vector<KvScales> kv_scales() const override { return kv_scales_; }
+  bool cuda_graph_capturable() const override { return variant_.moe_layers.empty(); }
   Tensor forward(const ForwardBatch& batch) override;
   void to(Device device) override;
   Device device() const override { return device_; }
@@ -49,7 +50,7 @@ class LlamaForCausalLM : public CausalLM {
     Tensor q_norm, k_norm;            // [head_dim] (Qwen3)
     Linear gate_up_proj;              // [2 * intermediate, hidden] (column-parallel)
     Linear down_proj;                 // [hidden, intermediate] (row-parallel)
-    bool is_moe = false;              // Qwen3-MoE: `moe` replaces gate_up_proj / down_proj
+    bool is_moe = false;              // Qwen3-MoE: `moe` replaces gate_up_proj / down_proj (no CUDA graphs)
     SparseMoeBlock moe;
     AttentionLayer attn;
   };

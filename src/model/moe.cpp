@@ -130,7 +130,7 @@ void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& s, const Tensor&
   ops::moe_topk_softmax(router_logits, s.norm_topk_prob, topk_weights, topk_ids);
   ops::moe_experts(x, m.w_gate_up, m.w_down, topk_weights, topk_ids, out);
   if (!m.shared_expert_gate.defined()) return;
-  const int64_t inter = s.shared_expert_intermediate_size;
+  const int64_t inter = m.shared_gate_up.out_features() / 2;  // this rank's share under tensor parallelism
   Tensor gate_up = Tensor::empty({n, 2 * inter}, DType::kF32, dev);  // [num_tokens, 2 * shared_inter]
   Tensor act = Tensor::empty({n, inter}, DType::kF32, dev);          // [num_tokens, shared_inter]
   Tensor shared = Tensor::empty({n, hidden}, DType::kF32, dev);      // [num_tokens, hidden]
