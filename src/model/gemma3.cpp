@@ -72,9 +72,6 @@ KVShape Gemma3ForCausalLM::kv_shape() const {
 }
 
 Status Gemma3ForCausalLM::load(WeightSource& ws) {
-  if (ws.load_options.tp.active()) {
-    return unimplemented("tensor parallelism (--tp > 1) is not implemented for Gemma3ForCausalLM yet");
-  }
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads, hk = c.num_key_value_heads;
   const bool bias = c.attention_bias;

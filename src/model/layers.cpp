@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/fp8_linear.h"
+#include "model/tensor_parallel.h"
 #include "ops/ops.h"
 
 namespace rlm {
@@ -288,7 +289,8 @@ Tensor lm_head_logits(const Tensor& hidden_states, const Tensor& indices, const 
 
 StatusOr<Tensor> load_lm_head(WeightSource& ws, const ModelConfig& c, const Tensor& embed) {
   const bool stored = ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name());
-  if (stored) return ws.get("lm_head.weight", {c.vocab_size, c.hidden_size});
+  // Under tensor parallelism this rank's vocabulary shard, laid out like the embedding's.
+  if (stored) return load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, c.hidden_size);
   if (c.tie_word_embeddings) return embed;
   return not_found(str("lm_head.weight is missing from ", ws.describe(), " and tie_word_embeddings is false"));
 }

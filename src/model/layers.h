@@ -77,6 +77,8 @@ Tensor lm_head_logits(const Tensor& hidden_states, const Tensor& indices, const 
 // The LM head [vocab, hidden]: a stored `lm_head.weight`, even when tie_word_embeddings is set
 // (transformers 5 loads the stored matrix then; the checkpoint says what was trained), else
 // `embed` when tie_word_embeddings (also for sources that synthesize every name), else kNotFound.
+// Under tensor parallelism a stored head is this rank's vocabulary shard (load_vocab_parallel) and
+// `embed` must be the embedding's shard.
 StatusOr<Tensor> load_lm_head(WeightSource& ws, const ModelConfig& config, const Tensor& embed);
 
 // Dequantization scales of a layer's FP8 KV cache: `<attn_prefix>.k_scale` / `.v_scale`

@@ -39,10 +39,7 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
       RLM_ASSIGN_OR_RETURN(layer.k_norm, ws.get(p + ".self_attn.k_norm.weight", {d}));
     }
     layer.is_moe = !variant_.moe_layers.empty() && variant_.moe_layers[l];
-    if (layer.is_moe) {
-      if (tp_.active()) {
-        return unimplemented("tensor parallelism (--tp > 1) does not split Qwen3-MoE's sparse MoE blocks yet");
-      }
+    if (layer.is_moe) {  // never under --tp > 1: check_tp (engine/model_loader.cpp) refuses Qwen3-MoE
       RLM_ASSIGN_OR_RETURN(layer.moe, load_sparse_moe(ws, p + ".mlp", variant_.moe, hidden));
     } else {
       RLM_ASSIGN_OR_RETURN(layer.gate_up_proj, load_gate_up_parallel(ws, p + ".mlp", c.intermediate_size,
@@ -62,13 +59,7 @@ Status LlamaForCausalLM::load(WeightSource& ws) {
     layers_.push_back(std::move(layer));
   }
   RLM_ASSIGN_OR_RETURN(norm_, ws.get("model.norm.weight", {hidden}));
-  // A stored lm_head.weight wins over tie_word_embeddings (load_lm_head, layers.h); it is loaded as
-  // a vocabulary shard like the embedding, which a tied head shares.
-  if (ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name())) {
-    RLM_ASSIGN_OR_RETURN(lm_head_, load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, hidden));
-  } else {
-    RLM_ASSIGN_OR_RETURN(lm_head_, load_lm_head(ws, c, embed_tokens_));
-  }
+  RLM_ASSIGN_OR_RETURN(lm_head_, load_lm_head(ws, c, embed_tokens_));
   // Norm weights in f32 so the elementwise kernels see one dtype.
   for (DecoderLayer& layer : layers_) {
     layer.input_layernorm = layer.input_layernorm.to(DType::kF32);

@@ -245,13 +245,7 @@ Status Qwen3NextForCausalLM::load(WeightSource& ws) {
     layers_.push_back(std::move(layer));
   }
   RLM_ASSIGN_OR_RETURN(norm_, load_zero_centred_norm(ws, "model.norm.weight", hidden));
-  // A stored lm_head.weight wins over tie_word_embeddings (load_lm_head, layers.h); loaded as a
-  // vocabulary shard like the embedding, which a tied head shares.
-  if (ws.has("lm_head.weight") && !(c.tie_word_embeddings && ws.synthesizes_any_name())) {
-    RLM_ASSIGN_OR_RETURN(lm_head_, load_vocab_parallel(ws, "lm_head.weight", c.vocab_size, hidden));
-  } else {
-    RLM_ASSIGN_OR_RETURN(lm_head_, load_lm_head(ws, c, embed_tokens_));
-  }
+  RLM_ASSIGN_OR_RETURN(lm_head_, load_lm_head(ws, c, embed_tokens_));
   rope_cos_sin_ = make_rope_cache(c.rope, c.head_dim, c.max_position_embeddings);
   return Status::ok();
 }
