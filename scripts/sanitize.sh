@@ -29,6 +29,10 @@ export LSAN_OPTIONS="suppressions=$ROOT/scripts/lsan.supp:print_suppressions=0"
 # an instrumented -O0 server, whose generations take seconds each (hence a longer hang limit).
 export RADIXLM_FUZZ_INPUTS=${RADIXLM_FUZZ_INPUTS:-2000}
 export RADIXLM_FUZZ_TIMEOUT=${RADIXLM_FUZZ_TIMEOUT:-600}
+# The end-to-end tests' waits and client timeouts are scaled the same way (tests/python/server_util.py
+# `limit`), and each test may run for up to CTEST_TIMEOUT seconds (ctest's default is 1500).
+export RADIXLM_TEST_TIME_SCALE=${RADIXLM_TEST_TIME_SCALE:-5}
+CTEST_TIMEOUT=${CTEST_TIMEOUT:-7200}
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   # shellcheck disable=SC2086
@@ -42,7 +46,7 @@ fi
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 start=$(date +%s)
 rc=0
-(cd "$BUILD" && ctest --output-on-failure -j "$JOBS" "$@") || rc=$?
+(cd "$BUILD" && ctest --output-on-failure --timeout "$CTEST_TIMEOUT" -j "$JOBS" "$@") || rc=$?
 echo "sanitize: ctest took $(( $(date +%s) - start )) s"
 if compgen -G "$LOGS/*" > /dev/null; then
   echo "sanitize: sanitizer reports in $LOGS:" >&2

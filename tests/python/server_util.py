@@ -11,10 +11,20 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm"))
 DEFAULT_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+# Instrumented builds (scripts/sanitize.sh: ASan + UBSan at -O0) run the model several times slower;
+# RADIXLM_TEST_TIME_SCALE multiplies every wait and client timeout of the tests (not their latency
+# assertions), so that a slow step is not mistaken for a hang.
+TIME_SCALE = float(os.environ.get("RADIXLM_TEST_TIME_SCALE", "1"))
+
+
+def limit(seconds):
+    """A wait or client timeout of `seconds`, scaled for instrumented builds."""
+    return seconds * TIME_SCALE
+
 
 
 class Server:
-    def __init__(self, *args, timeout=120):
+    def __init__(self, *args, timeout=limit(120)):
         self.proc = subprocess.Popen([BIN, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines = []
@@ -39,7 +49,7 @@ class Server:
         req = urllib.request.Request(self.url + path, data=data, method="POST",
                                      headers={"Content-Type": "application/json", **(headers or {})})
         try:
-            with urllib.request.urlopen(req, timeout=300) as r:
+            with urllib.request.urlopen(req, timeout=limit(300)) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
@@ -47,14 +57,14 @@ class Server:
     def get(self, path, headers=None):
         req = urllib.request.Request(self.url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=60) as r:
+            with urllib.request.urlopen(req, timeout=limit(60)) as r:
                 body = r.read()
                 return r.status, (json.loads(body) if r.headers.get_content_type() == "application/json"
                                   else body.decode())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
-    def wait_idle(self, timeout=120):
+    def wait_idle(self, timeout=limit(120)):
         """Waits until no request runs or waits, then returns /debug/kv."""
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -68,7 +78,7 @@ class Server:
         """Every KV page is back in the pool once the prefix cache is flushed."""
         self.wait_idle()
         self.post("/flush_cache", {})
-        deadline = time.time() + 30
+        deadline = time.time() + limit(30)
         while time.time() < deadline:
             _, kv = self.get("/debug/kv")
             if kv["kv_pages_free"] == kv["kv_pages_total"]:
@@ -76,7 +86,7 @@ class Server:
             time.sleep(0.05)
         raise AssertionError(f"KV pages not all free: {kv}")
 
-    def stop(self, sig=signal.SIGTERM, timeout=60):
+    def stop(self, sig=signal.SIGTERM, timeout=limit(60)):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:

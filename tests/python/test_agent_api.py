@@ -13,7 +13,7 @@ import openai
 import pytest
 import tokenizers
 
-from server_util import DEFAULT_MODEL, ROOT, Server
+from server_util import DEFAULT_MODEL, ROOT, Server, limit
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -35,14 +35,14 @@ def server():
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
 
 
 def raw(server, method, path, body=None, headers=None):
     req = urllib.request.Request(server.url + path, method=method, headers=headers or {},
                                  data=json.dumps(body).encode() if body is not None else None)
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=limit(120)) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()

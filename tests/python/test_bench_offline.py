@@ -4,6 +4,7 @@ counts, and malformed datasets are rejected with a clear message."""
 import json
 import os
 import subprocess
+from server_util import limit
 
 RADIXLM_BIN = os.environ.get("RADIXLM_BIN", "build/radixlm")
 MODEL = "tests/golden/qwen3_gqa2_hd128"
@@ -11,7 +12,7 @@ MODEL = "tests/golden/qwen3_gqa2_hd128"
 
 def bench(*args):
     return subprocess.run([RADIXLM_BIN, "bench", "offline", "--model", MODEL, "--load-format", "auto", "--device", "cpu",
-                           *args], capture_output=True, text=True, timeout=300)
+                           *args], capture_output=True, text=True, timeout=limit(300))
 
 
 def test_dataset_round_trip(tmp_path):

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from server_util import limit
 
 RADIXLM_BIN = os.environ.get("RADIXLM_BIN", "build/radixlm")
 TTFT_S = 0.05
@@ -157,7 +158,7 @@ def run_bench(port, tmp_path, *args):
     MockHandler.auth_seen.clear()
     cmd = [RADIXLM_BIN, "bench", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--output-file", str(out), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit(120))
     assert proc.returncode == 0, f"{cmd}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     assert "Serving Benchmark Result" in proc.stdout
     return json.loads(out.read_text()), proc
@@ -260,7 +261,7 @@ def run_failing(port, model, num_prompts, tmp_path, *extra):
     proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(port), "--model", model,
                            "--num-prompts", str(num_prompts), "--random-input-len", "4", "--random-output-len", "2",
                            "--warmup-requests", "0", "--output-file", str(out), *extra],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=limit(60))
     return proc, json.loads(out.read_text())
 
 
@@ -300,18 +301,18 @@ def test_unreachable_server_gives_clear_error(tmp_path):
         port = s.getsockname()[1]
     proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(port), "--model", MODEL,
                            "--num-prompts", "2", "--random-input-len", "4", "--random-output-len", "2"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode != 0
     assert "warm-up requests failed" in proc.stderr and "Connection" in proc.stderr
 
 
 def test_bad_arguments(server):
     proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--dataset-name", "sharegpt"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode == 2 and "sharegpt" in proc.stderr
     proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--random-range-ratio", "2"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode == 2 and "--random-range-ratio" in proc.stderr
     proc = subprocess.run([RADIXLM_BIN, "bench", "serve", "--port", str(server), "--request-rate", "0"],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=limit(60))
     assert proc.returncode == 2 and "--request-rate" in proc.stderr

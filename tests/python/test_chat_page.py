@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, limit
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -54,7 +54,7 @@ def browser():
     driver.quit()
 
 
-def wait_for(predicate, timeout=120, what="condition"):
+def wait_for(predicate, timeout=limit(120), what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = predicate()
@@ -72,7 +72,7 @@ def open_page(browser, server, temperature, max_tokens, system=""):
     browser.execute_script(RECORD_SNAPSHOTS)
 
 
-def ask(browser, question, timeout=120):
+def ask(browser, question, timeout=limit(120)):
     """Sends a question and waits for the answer to finish; returns its text."""
     browser.find_element("id", "input").send_keys(question)
     browser.find_element("id", "send").click()

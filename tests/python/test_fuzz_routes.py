@@ -20,7 +20,7 @@ import time
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, limit
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -329,7 +329,7 @@ def server():
 
 
 def ask_capital(server):
-    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    oa = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=limit(120))
     r = oa.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}],
                                    max_tokens=24, temperature=0)
     return r.choices[0].message.content

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from server_util import BIN, DEFAULT_MODEL, Server, metric
+from server_util import BIN, DEFAULT_MODEL, Server, limit, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -28,7 +28,7 @@ def server():
     assert s.stop() == 0
 
 
-def raw_exchange(port, data, timeout=30):
+def raw_exchange(port, data, timeout=limit(30)):
     """Sends `data` and returns everything the server sends until it closes (or the timeout)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         try:
@@ -118,7 +118,7 @@ class SseReader(threading.Thread):
 
     def __init__(self, port, path, body, headers=None):
         super().__init__(daemon=True)
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=limit(300))
         self.conn.request("POST", path, json.dumps(body).encode(),
                           {"Content-Type": "application/json", **(headers or {})})
         self.resp = self.conn.getresponse()
@@ -183,7 +183,7 @@ def test_a_non_streaming_client_that_leaves_is_aborted(server):
     s = socket.create_connection(("127.0.0.1", server.port))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    deadline = time.time() + 60
+    deadline = time.time() + limit(60)
     while server.get("/debug/kv")[1]["running"] == 0:
         assert time.time() < deadline, "the request never started"
         time.sleep(0.02)
@@ -199,7 +199,7 @@ def test_a_non_streaming_client_that_leaves_is_aborted(server):
 
 
 def test_a_second_server_on_the_same_port_fails(server):
-    proc = subprocess.run([BIN, "serve", "--port", str(server.port)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([BIN, "serve", "--port", str(server.port)], capture_output=True, text=True, timeout=limit(300))
     assert proc.returncode != 0
     assert "in use" in proc.stderr, proc.stderr
     assert server.get("/health")[0] == 200

@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, limit
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -32,12 +32,12 @@ def server():
 
 @pytest.fixture(scope="module")
 def oai(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
 
 
 @pytest.fixture(scope="module")
 def claude(server):
-    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=300)
+    return anthropic.Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=limit(300))
 
 
 def chat_answer(oai, max_tokens, **kw):
@@ -155,5 +155,5 @@ def test_responses_errors(server, oai):
     assert code == 400 and err["error"]["param"] == "max_output_tokens"
     req = urllib.request.Request(server.url + "/v1/responses", data=json.dumps({"input": "hi", "max_output_tokens": 4}).encode(),
                                  method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:  # model is optional
+    with urllib.request.urlopen(req, timeout=limit(120)) as r:  # model is optional
         assert r.status == 200 and json.loads(r.read())["status"] in ("completed", "incomplete")

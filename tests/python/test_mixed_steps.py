@@ -9,7 +9,7 @@ import time
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server, metric
+from server_util import DEFAULT_MODEL, Server, limit, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -21,7 +21,7 @@ LONG_PROMPT = " ".join(f"Item {i}: the {['red', 'green', 'blue'][i % 3]} box hol
 def run_workload(server):
     """Three streams start decoding; then the long prompt arrives. Returns every request's text and
     the long prompt's token count."""
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
     started = [0]
 
     def stream(i):
@@ -35,7 +35,7 @@ def run_workload(server):
 
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         streams = [ex.submit(stream, i) for i in range(3)]
-        deadline = time.time() + 120
+        deadline = time.time() + limit(120)
         while started[0] < 6 and time.time() < deadline:  # the streams are decoding
             time.sleep(0.01)
         r = client.completions.create(model=MODEL, prompt=LONG_PROMPT, max_tokens=8, temperature=0)

@@ -14,7 +14,7 @@ import random
 import openai
 import pytest
 
-from server_util import ROOT, Server
+from server_util import ROOT, Server, limit
 
 TOKENIZER = os.path.join(ROOT, "tests", "data", "tokenizer", "tiny512")
 
@@ -48,7 +48,7 @@ def workload(seed=5):
 
 
 def run_all(server, reqs, concurrent_part=True):
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
 
     def one(r):
         out = client.completions.create(model=server.model_id, prompt=r[0], max_tokens=r[1], temperature=0,
@@ -80,7 +80,7 @@ def test_hybrid_cache_equals_naive(model):
         # Hits are whole snapshots: a multiple of the 64-token chunk.
         assert all(c % 64 == 0 for c in hits), hits
         # Text in, text out through the tiny tokenizer, streaming equals non-streaming.
-        client = openai.OpenAI(base_url=radix.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        client = openai.OpenAI(base_url=radix.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
         kw = dict(model=radix.model_id, prompt="Hello world, the sea is", max_tokens=10, temperature=0,
                   extra_body={"ignore_eos": True})
         full = client.completions.create(**kw).choices[0].text

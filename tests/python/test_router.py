@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server_util import DEFAULT_MODEL, ROOT, Server
+from server_util import DEFAULT_MODEL, ROOT, Server, limit
 
 MODEL = os.path.basename(DEFAULT_MODEL)
 
@@ -31,7 +31,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def http(url, body=None, timeout=120):
+def http(url, body=None, timeout=limit(120)):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
                                  headers={"Content-Type": "application/json"})
@@ -46,7 +46,7 @@ def http(url, body=None, timeout=120):
 class Router:
     """A router process (`python -m <module>` with `args`) in front of the workers."""
 
-    def __init__(self, module, workers, *args, timeout=90):
+    def __init__(self, module, workers, *args, timeout=limit(90)):
         os.makedirs(LOG_DIR, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -62,7 +62,7 @@ class Router:
             assert self.proc.poll() is None, self.output()
             try:
                 status, _ = http(self.url + "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 1}},
-                                 timeout=10)
+                                 timeout=limit(10))
                 if status == 200:
                     return
             except OSError:
@@ -86,7 +86,7 @@ class Router:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=limit(15))
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -227,12 +227,12 @@ def test_killing_a_worker_mid_load_loses_no_request(workers, router):
 
     with ThreadPoolExecutor(6) as pool:
         futures = [pool.submit(one, p) for p in prompts]
-        deadline = time.time() + 60
+        deadline = time.time() + limit(60)
         while (len(done) < 6 or running(victim) == 0) and time.time() < deadline:
             time.sleep(0.01)
         assert running(victim) > 0, "the victim had no request to lose"
         victim.proc.kill()  # mid-load: requests are running on it
-        results = [f.result(timeout=180) for f in futures]
+        results = [f.result(timeout=limit(180)) for f in futures]
     victim.proc.wait()
     assert len(results) == len(prompts)
     assert all(r["choices"][0]["finish_reason"] in ("stop", "length") for r in results)

@@ -12,7 +12,7 @@ import time
 import openai
 import pytest
 
-from server_util import DEFAULT_MODEL, Server, metric
+from server_util import DEFAULT_MODEL, Server, limit, metric
 
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model not installed")
 
@@ -37,7 +37,7 @@ def kv_pool_is_free_after_each_test(request):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
 
 
 def test_models(client):
@@ -141,7 +141,7 @@ def test_concurrent_greedy_equals_sequential_and_disconnects_free_kv(client, ser
         """A stream that is either read to the end or dropped after a few chunks."""
         body = json.dumps({"model": MODEL, "prompt": prompts[i], "max_tokens": 10, "temperature": 0,
                            "ignore_eos": True, "stream": True}).encode()
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=limit(300))
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
         resp = conn.getresponse()
         assert resp.status == 200
@@ -229,7 +229,7 @@ def test_shared_prefix_reports_cached_tokens(client, server):
 def test_radix_and_naive_give_identical_outputs(client, server):
     naive = Server("--cache", "naive")
     try:
-        nclient = openai.OpenAI(base_url=naive.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        nclient = openai.OpenAI(base_url=naive.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
         system = "Answer in one short sentence. " * 8
         radix_before = metric(server, "radixlm_prefill_computed_tokens_total")
         naive_before = metric(naive, "radixlm_prefill_computed_tokens_total")
@@ -273,7 +273,7 @@ def test_sigterm_drains_in_flight_requests():
     result = {}
 
     def run():
-        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=900)
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=limit(900))
         r = c.completions.create(model=MODEL, prompt="Once", max_tokens=24, temperature=0,
                                  extra_body={"ignore_eos": True})
         result["tokens"] = r.usage.completion_tokens
@@ -281,11 +281,11 @@ def test_sigterm_drains_in_flight_requests():
     t = threading.Thread(target=run)
     t.start()
     # SIGTERM only once the request is running (a fixed sleep raced the request on a loaded machine).
-    deadline = time.time() + 60
+    deadline = time.time() + limit(60)
     while t.is_alive() and metric(s, "radixlm_num_running_reqs") < 1:
         assert time.time() < deadline, "the request never started running"
         time.sleep(0.02)
-    assert s.stop(signal.SIGTERM, timeout=960) == 0
+    assert s.stop(signal.SIGTERM, timeout=limit(960)) == 0
     t.join()
     assert result.get("tokens") == 24
 
@@ -303,7 +303,7 @@ def test_bench_serve_against_our_server(server, tmp_path):
         proc = subprocess.run([BIN, "bench", "serve", "--host", "127.0.0.1", "--port", str(server.port),
                                "--dataset-name", dataset, "--num-prompts", "8", "--max-concurrency", "4",
                                "--seed", "1", "--output-file", str(out), *extra],
-                              capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=limit(600))
         assert proc.returncode == 0, proc.stdout + proc.stderr
         result = json.loads(out.read_text())
         assert result["completed"] > 0 and result["failed"] == 0, result.get("first_error")
@@ -324,7 +324,7 @@ def test_penalties_reach_the_sampler(client):
 def test_explicit_abort_by_request_id(server):
     body = json.dumps({"text": "Once upon a time", "rid": "abort-me", "stream": True,
                        "sampling_params": {"max_new_tokens": 500, "ignore_eos": True, "temperature": 0}}).encode()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=limit(300))
     conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200
@@ -350,7 +350,7 @@ def test_overlap_schedule_on_and_off_give_identical_outputs(client, server):
     flight through the runner's table) and logprobs."""
     plain = Server("--disable-overlap-schedule")
     try:
-        pclient = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        pclient = openai.OpenAI(base_url=plain.url + "/v1", api_key="unused", max_retries=0, timeout=limit(300))
         prompts = [f"List three facts about the number {i}." for i in range(6)]
 
         def run(c):

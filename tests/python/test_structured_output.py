@@ -17,7 +17,7 @@ import jsonschema
 import openai
 import pytest
 
-from server_util import ROOT, Server
+from server_util import ROOT, Server, limit
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import make_json_schemas  # noqa: E402
@@ -43,7 +43,7 @@ def tiny_model(path):
 def start(model_dir, *extra):
     s = Server("--model", model_dir, "--load-format", "dummy", "--tokenizer", TOKENIZER, "--chat-template",
                QWEN3_TEMPLATE, "--context-length", "4096", "--served-model-name", "m", *extra)
-    s.client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=600)
+    s.client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0, timeout=limit(600))
     return s
 
 

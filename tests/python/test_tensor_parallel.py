@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from server_util import DEFAULT_MODEL, ROOT, Server
+from server_util import DEFAULT_MODEL, ROOT, Server, limit
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model (tokenizer) not installed")
@@ -105,7 +105,7 @@ def test_a_dead_rank_ends_the_server_with_an_error():
         os.kill(workers[0], signal.SIGKILL)
         with pytest.raises(Exception):
             complete(server, PROMPTS[1])
-        server.proc.wait(timeout=30)
+        server.proc.wait(timeout=limit(30))
         output = "".join(server.lines) + server.proc.stdout.read()
         assert server.proc.returncode != 0
         assert "tensor-parallel group failed" in output and "rank 1" in output, output
@@ -122,7 +122,7 @@ def test_tp_flags_errors():
                            "--tp 3 with --quantization fp8 is not supported yet"),
                           (["--tp", "2", "--nnodes", "2"], "--dist-init-addr")]:
         proc = subprocess.run([os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm")), "serve",
-                               "--port", "0", "--device", "cpu", *args], capture_output=True, text=True, timeout=120)
+                               "--port", "0", "--device", "cpu", *args], capture_output=True, text=True, timeout=limit(120))
         assert proc.returncode != 0
         assert message in proc.stderr, proc.stderr
 
@@ -142,17 +142,17 @@ def test_two_nodes_on_one_machine():
     model = os.path.join(GOLDEN, goldens()[1])
     common = ["generate", "--model", model, "--device", "cpu", "--threads", "1", "--prompt-ids", "5,6,7,8",
               "--max-tokens", "8", "--ignore-eos"]
-    want = subprocess.run([binary, *common], capture_output=True, text=True, timeout=120)
+    want = subprocess.run([binary, *common], capture_output=True, text=True, timeout=limit(120))
     assert want.returncode == 0, want.stderr
     addr = f"127.0.0.1:{free_port()}"
     tp = ["--tp", "4", "--nnodes", "2", "--dist-init-addr", addr]
     node1 = subprocess.Popen([binary, *common, *tp, "--node-rank", "1"], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        got = subprocess.run([binary, *common, *tp, "--node-rank", "0"], capture_output=True, text=True, timeout=120)
+        got = subprocess.run([binary, *common, *tp, "--node-rank", "0"], capture_output=True, text=True, timeout=limit(120))
         assert got.returncode == 0, got.stderr
         assert json.loads(got.stdout.splitlines()[-1])["output_ids"] == json.loads(want.stdout.splitlines()[-1])["output_ids"]
-        assert node1.wait(timeout=60) == 0, node1.stderr.read()
+        assert node1.wait(timeout=limit(60)) == 0, node1.stderr.read()
         assert node1.stdout.read() == ""  # the worker machine prints nothing on stdout
     finally:
         if node1.poll() is None:

@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 
-from server_util import ROOT, Server
+from server_util import ROOT, Server, limit
 
 KEY = "steered-test-key"
 GREEDY = {"temperature": 0}  # this anthropic client has no temperature argument; the API field still works
@@ -75,12 +75,12 @@ def family(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def oai(family):
-    return openai.OpenAI(base_url=family[1].url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=family[1].url + "/v1", api_key=KEY, max_retries=0, timeout=limit(120))
 
 
 @pytest.fixture(scope="module")
 def claude(family):
-    return anthropic.Anthropic(base_url=family[1].url, api_key=KEY, max_retries=0, timeout=120)
+    return anthropic.Anthropic(base_url=family[1].url, api_key=KEY, max_retries=0, timeout=limit(120))
 
 
 def test_chat_completions(oai):

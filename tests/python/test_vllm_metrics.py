@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server_util import DEFAULT_MODEL, Server
+from server_util import DEFAULT_MODEL, Server, limit
 
 MODEL = os.path.basename(DEFAULT_MODEL)
 LABELS = {"model_name": MODEL, "engine": "0"}
@@ -142,7 +142,7 @@ def test_histograms_agree_with_radixlm_buckets(server):
 
 def open_stream(server, prompt, max_tokens):
     """A streaming completion that runs until its client leaves; returns the open connection."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=limit(120))
     conn.request("POST", "/v1/completions", json.dumps({
         "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "stream": True}),
         {"Content-Type": "application/json"})
@@ -160,7 +160,7 @@ def test_gauges_under_load(server):
     max_tokens = 1000  # all four fit the 8192-token pool with their whole budget: admitted at once
     conns = [open_stream(server, p, max_tokens) for p in prompts]
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + limit(60)
         while time.time() < deadline:  # all admitted and decoding (each runs for seconds)
             fams = scrape(server)
             if value(fams, "vllm:num_requests_running") == len(conns) and value(fams, "vllm:generation_tokens",
@@ -176,7 +176,7 @@ def test_gauges_under_load(server):
     finally:
         for c in conns:
             c.close()  # the server aborts requests whose client left
-    deadline = time.time() + 60
+    deadline = time.time() + limit(60)
     while time.time() < deadline:
         fams = scrape(server)
         aborted = value(fams, "vllm:request_success", "vllm:request_success_total", finished_reason="abort") - \
