@@ -7,6 +7,8 @@
 #include <random>
 
 #include "bench/cuda_timing.h"
+#include "dist/collectives_bench.h"
+#include "dist/tp_group.h"
 #include "engine/cuda_graph_runner.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -326,6 +328,18 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   std::printf("decode floor: %.2f GB read (weights + KV%s) / copy bandwidth %.0f GB/s = %.3f ms; step / floor = %.2f\n",
               decode_bytes / 1e9, cfg.architecture == "Qwen3NextForCausalLM" ? " + routed experts + states" : "",
               bw / 1e9, floor_ms, step_ms / floor_ms);
+  if (const std::shared_ptr<TpGroup>& group = r.config().tp_group; group != nullptr) {
+    // Each rank reads its shard of the weights (1/tp of them; the small replicated norms aside)
+    // and its own KV (bytes_per_token above is already the rank's).
+    const double tp = group->size();
+    const double rank_ms = (weights_read / tp + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size)) /
+                           bw * 1e3;
+    std::printf("per-rank floor at --tp %d: %.3f ms; step / per-rank floor = %.2f\n", group->size(), rank_ms,
+                step_ms / rank_ms);
+    group->steps().bench_collectives();
+    const std::vector<AllReduceTiming> t = bench_all_reduce(group->comm(), r.config().device);
+    std::printf("%s", format_all_reduce_timings(t, group->size()).c_str());
+  }
 #ifdef RADIXLM_WITH_CUDA
   if (device.is_cuda() && cfg.architecture != "Qwen3NextForCausalLM") print_gemm_references(cfg, a.batch_size, device);
 #endif

@@ -215,6 +215,7 @@ void StreamAccumulator::on_event(std::string_view data, double t_s) {
     } else {
       has_text = nonempty_string(choice, "text", text);
     }
+    if (first_choice_s_ < 0.0) first_choice_s_ = t_s;
     if (has_text) {
       on_text_chunk(t_s);
       text_ += text;
@@ -229,7 +230,7 @@ void StreamAccumulator::on_event(std::string_view data, double t_s) {
 
 void StreamAccumulator::finish(double end_s, RequestOutcome& out) const {
   out.latency_s = end_s;
-  out.ttft_s = ttft_s_;
+  out.ttft_s = num_chunks_ == 0 && first_choice_s_ >= 0.0 ? first_choice_s_ : ttft_s_;
   out.itl_s = itl_s_;
   out.num_chunks = num_chunks_;
   out.generated_text = text_;
@@ -238,7 +239,10 @@ void StreamAccumulator::finish(double end_s, RequestOutcome& out) const {
   out.input_len = prompt_tokens_ >= 0 ? prompt_tokens_ : out.planned_input_len;
   if (!error_.empty()) {
     out.error = error_;
-  } else if (num_chunks_ == 0) {
+  } else if (num_chunks_ == 0 && !(done_ && completion_tokens_ > 0)) {
+    // Tokens whose text is empty (special tokens the detokenizer skips, which dummy weights may
+    // repeat for a whole answer) are still generated tokens when the usage counts them: such a
+    // stream succeeds, timed from its first chunk.
     out.error = "the stream carried no generated text";
   } else if (!done_) {
     out.error = "the stream ended without [DONE] or a finish_reason";

@@ -88,6 +88,7 @@ class StreamAccumulator {
   bool first_chunk_ = true;
   double ttft_s_ = 0.0;
   double last_chunk_s_ = 0.0;
+  double first_choice_s_ = -1.0;  // the first event carrying a choice (text or not)
   std::vector<double> itl_s_;
   int64_t num_chunks_ = 0;
   int64_t prompt_tokens_ = -1;   // from usage / meta_info, -1 if never reported

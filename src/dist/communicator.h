@@ -5,12 +5,18 @@
 // the call throw GroupError (dist/tcp_group.h) instead of waiting forever.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace rlm {
+
+// Which algorithm all_reduce_sum uses. kAuto: the communicator's choice (NcclCommunicator: its
+// one-shot peer-to-peer kernel for small messages when the group has one, else NCCL); the others
+// force one, for the collectives benchmark (dist/collectives_bench.h).
+enum class AllReduceMode { kAuto, kLibrary, kOneShot };
 
 class Communicator {
  public:
@@ -26,6 +32,11 @@ class Communicator {
   virtual void broadcast_bytes(std::vector<uint8_t>& bytes) = 0;
   // Returns once every rank has called it (and, on a device, its queued work is done).
   virtual void barrier() = 0;
+  // The largest message (bytes) of the one-shot all-reduce; 0 when the group has none. The same
+  // on every rank.
+  virtual size_t one_shot_max_bytes() const { return 0; }
+  // Every rank sets the same mode (kOneShot only when one_shot_max_bytes() > 0).
+  virtual void set_all_reduce_mode(AllReduceMode /*mode*/) {}
 };
 
 // out = the ranks' `in` side by side along the last dimension (the vocab-parallel LM head's

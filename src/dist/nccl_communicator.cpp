@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/custom_all_reduce.h"
 #endif
 
 namespace rlm {
@@ -17,7 +18,8 @@ namespace rlm {
 
 bool nccl_compiled() { return false; }
 
-StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& /*group*/, Device device) {
+StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& /*group*/, Device device,
+                                                                bool /*one_shot*/) {
   return unimplemented(str("tensor parallelism on ", device.to_string(),
                            " needs NCCL, and radixlm was built without it (CMake did not find nccl.h / libnccl)"));
 }
@@ -47,9 +49,64 @@ ncclDataType_t nccl_type(DType t) {
   }
 }
 
+// The largest one-shot message: each rank reads size - 1 peers' copies, so the one-shot kernel
+// beats NCCL's ring up to a size that shrinks with the group (docs/perf/tensor_parallel.md).
+size_t one_shot_limit(int size) { return size <= 2 ? (size_t{8} << 20) : size <= 4 ? (size_t{2} << 20) : (size_t{1} << 20); }
+
+// This rank's one-shot buffer and every peer's, mapped over CUDA IPC (kernels/cuda/custom_all_reduce.h).
+class OneShot {
+ public:
+  // Collective. Null when some rank cannot reach another's GPU directly (every rank agrees).
+  static std::unique_ptr<OneShot> create(TcpGroup& group, Device device) {
+    const int n = group.size();
+    if (n > cuda::kCarMaxRanks) return nullptr;
+    const std::vector<uint8_t> mine = {static_cast<uint8_t>(device.index)};
+    const auto devices = group.all_gather(mine);
+    bool ok = true;
+    for (const auto& d : devices) ok = ok && d.size() == 1 && cuda::car_peer_access(device.index, d[0]);
+    const auto oks = group.all_gather({static_cast<uint8_t>(ok ? 1 : 0)});
+    for (const auto& o : oks) ok = ok && o.size() == 1 && o[0] == 1;
+    if (!ok) return nullptr;
+    std::unique_ptr<OneShot> s(new OneShot(device.index, group.rank(), n, one_shot_limit(n)));
+    s->buffers_[group.rank()] = cuda::car_alloc(device.index, cuda::car_buffer_bytes(s->max_bytes_));
+    const auto handles = group.all_gather(cuda::car_ipc_handle(device.index, s->buffers_[group.rank()]));
+    for (int r = 0; r < n; ++r) {
+      if (r != group.rank()) s->buffers_[r] = cuda::car_open_ipc(device.index, handles[r]);
+    }
+    group.barrier();  // every rank has mapped every buffer before any call
+    return s;
+  }
+  ~OneShot() {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) {
+        cuda::car_free(device_, buffers_[r]);
+      } else {
+        cuda::car_close_ipc(device_, buffers_[r]);
+      }
+    }
+  }
+  size_t max_bytes() const { return max_bytes_; }
+  // Every rank must take the same path for the same call: the test depends on the dtype, the size
+  // and the pointer's alignment, which is the same on every rank (the same allocations and views
+  // of the same shapes, from allocators that align to 256 bytes).
+  bool fits(const Tensor& t) const { return cuda::car_fits(t.data_ptr(), t.numel(), t.dtype(), max_bytes_); }
+  void all_reduce(const Tensor& t, void* stream) {
+    cuda::car_all_reduce(device_, buffers_.data(), rank_, size_, max_bytes_, t.data_ptr(), t.numel(), t.dtype(),
+                         stream);
+  }
+
+ private:
+  OneShot(int device, int rank, int size, size_t max_bytes)
+      : device_(device), rank_(rank), size_(size), max_bytes_(max_bytes), buffers_(static_cast<size_t>(size), nullptr) {}
+  int device_, rank_, size_;
+  size_t max_bytes_;
+  std::vector<void*> buffers_;
+};
+
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(TcpGroup& group, Device device, ncclComm_t comm) : group_(group), device_(device), comm_(comm) {
+  NcclCommunicator(TcpGroup& group, Device device, ncclComm_t comm, std::unique_ptr<OneShot> one_shot)
+      : group_(group), device_(device), comm_(comm), one_shot_(std::move(one_shot)) {
     watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclCommunicator() override {
@@ -62,8 +119,20 @@ class NcclCommunicator : public Communicator {
 
   void all_reduce_sum(const Tensor& t) override {
     check("all_reduce_sum", t);
+    const bool one_shot = one_shot_ != nullptr && mode_ != AllReduceMode::kLibrary && one_shot_->fits(t);
+    RLM_CHECK(one_shot || mode_ != AllReduceMode::kOneShot)
+        << "all_reduce_sum: " << t.describe() << " does not fit the one-shot all-reduce";
+    if (one_shot) {
+      one_shot_->all_reduce(t, stream());
+      return;
+    }
     RLM_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                                  ncclSum, comm_, stream()));
+  }
+  size_t one_shot_max_bytes() const override { return one_shot_ == nullptr ? 0 : one_shot_->max_bytes(); }
+  void set_all_reduce_mode(AllReduceMode mode) override {
+    RLM_CHECK(mode != AllReduceMode::kOneShot || one_shot_ != nullptr) << "this group has no one-shot all-reduce";
+    mode_ = mode;
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     check("all_gather", in);
@@ -110,6 +179,8 @@ class NcclCommunicator : public Communicator {
   TcpGroup& group_;
   Device device_;
   ncclComm_t comm_;
+  std::unique_ptr<OneShot> one_shot_;  // null: NCCL only
+  AllReduceMode mode_ = AllReduceMode::kAuto;
   std::atomic<bool> stop_{false};
   std::atomic<bool> aborted_{false};
   std::thread watchdog_;
@@ -117,7 +188,7 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device) {
+StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device, bool one_shot) {
   RLM_CHECK(device.is_cuda()) << "make_nccl_communicator on " << device.to_string();
   ncclUniqueId id;
   std::vector<uint8_t> bytes(sizeof(id));
@@ -136,7 +207,8 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, 
     return internal_error(str("ncclCommInitRank (rank ", group.rank(), " of ", group.size(), " on ",
                               device.to_string(), "): ", ncclGetErrorString(st)));
   }
-  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(group, device, comm));
+  std::unique_ptr<OneShot> shot = one_shot ? OneShot::create(group, device) : nullptr;
+  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(group, device, comm, std::move(shot)));
 }
 
 #endif

@@ -1,5 +1,6 @@
 // NcclCommunicator: collectives on CUDA tensors through NCCL, enqueued on the device's stream
-// (so CUDA graphs capture them). The NCCL unique id is made by rank 0 and sent over the group's
+// (so CUDA graphs capture them); all-reduces up to a few MB go through the one-shot peer-to-peer
+// kernel instead when the group has it (decode's small messages, where NCCL's latency dominates). The NCCL unique id is made by rank 0 and sent over the group's
 // TCP control plane (no other rendezvous). A watchdog thread watches the control connections and
 // NCCL's asynchronous errors: when a rank is gone it aborts the NCCL communicator, so collectives
 // waiting on it fail instead of hanging, and the process ends with an error naming the rank.
@@ -14,8 +15,10 @@
 
 namespace rlm {
 
-// Collective: every rank of `group` calls it with its own CUDA device.
-StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device);
+// Collective: every rank of `group` calls it with its own CUDA device. one_shot: also set up the
+// one-shot peer-to-peer all-reduce (kernels/cuda/custom_all_reduce.h) for small messages — only
+// for ranks on one host; it is used when every rank can reach every other rank's GPU directly.
+StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device, bool one_shot);
 
 // Whether this build has NCCL.
 bool nccl_compiled();

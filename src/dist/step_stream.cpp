@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "dist/collectives_bench.h"
+#include "dist/tp_group.h"
 #include "engine/model_runner.h"
 
 namespace rlm {
@@ -108,6 +110,12 @@ void StepSender::copy_state_slot(int32_t src, int32_t dst) {
   send(w.bytes);
 }
 
+void StepSender::bench_collectives() {
+  Writer w;
+  w.put(StepOp::kBenchCollectives);
+  send(w.bytes);
+}
+
 void StepSender::shutdown() {
   Writer w;
   w.put(StepOp::kShutdown);
@@ -164,6 +172,10 @@ void run_step_receiver(TcpGroup& group, ModelRunner& runner) {
         runner.mamba_pool()->copy_slot(src, dst);
         break;
       }
+      case StepOp::kBenchCollectives:
+        RLM_CHECK(runner.config().tp_group != nullptr) << "step stream: a collectives benchmark without a group";
+        (void)bench_all_reduce(runner.config().tp_group->comm(), runner.config().device);
+        break;
       case StepOp::kShutdown:
         return;
       default:

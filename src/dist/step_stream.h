@@ -18,7 +18,14 @@ namespace rlm {
 class ModelRunner;
 class ReqToTokenPool;
 
-enum class StepOp : uint8_t { kBuild = 1, kForward = 2, kRecordTokens = 3, kShutdown = 4, kCopyStateSlot = 5 };
+enum class StepOp : uint8_t {
+  kBuild = 1,
+  kForward = 2,
+  kRecordTokens = 3,
+  kShutdown = 4,
+  kCopyStateSlot = 5,
+  kBenchCollectives = 6,
+};
 
 // Rank 0's side.
 class StepSender {
@@ -31,6 +38,8 @@ class StepSender {
   void record_tokens(const std::vector<int32_t>& tokens, const std::vector<int32_t>& req_slots);
   // Rank 0's hybrid cache copied recurrent-state slot src into dst (MambaPool::copy_slot).
   void copy_state_slot(int32_t src, int32_t dst);
+  // Before rank 0 runs bench_all_reduce (dist/collectives_bench.h): the others run it too.
+  void bench_collectives();
   void shutdown();
 
  private:

@@ -45,9 +45,9 @@ Device rank_device(Device root_device, int rank, const TpOptions& o) {
   return Device::cuda(root_device.index + rank % o.ranks_per_node());
 }
 
-StatusOr<std::unique_ptr<Communicator>> make_communicator(TcpGroup& group, Device device) {
+StatusOr<std::unique_ptr<Communicator>> make_communicator(TcpGroup& group, Device device, bool one_shot) {
   if (device.is_cpu()) return std::unique_ptr<Communicator>(std::make_unique<CpuCommunicator>(group));
-  return make_nccl_communicator(group, device);
+  return make_nccl_communicator(group, device, one_shot);
 }
 
 Status TpGroup::spawn_local_ranks(const TpOptions& o, int first_rank, const HostPort& root, const std::string& binary) {
@@ -114,8 +114,8 @@ StatusOr<std::shared_ptr<TpGroup>> TpGroup::join(const TpOptions& o, int rank, s
   return g;
 }
 
-Status TpGroup::init_communicator(Device device) {
-  RLM_ASSIGN_OR_RETURN(comm_, make_communicator(*control_, device));
+Status TpGroup::init_communicator(Device device, bool one_shot) {
+  RLM_ASSIGN_OR_RETURN(comm_, make_communicator(*control_, device, one_shot));
   return Status::ok();
 }
 

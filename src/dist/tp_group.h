@@ -25,6 +25,7 @@ struct TpOptions {
   int nnodes = 1;              // machines; tp / nnodes ranks on each
   int node_rank = 0;           // this machine's index
   std::string dist_init_addr;  // rank 0's HOST:PORT; "": 127.0.0.1 and a free port (one node only)
+  bool custom_all_reduce = true;  // one-shot peer-to-peer all-reduce for small messages (one node)
   int ranks_per_node() const { return tp / nnodes; }
   Status validate() const;
 };
@@ -34,8 +35,9 @@ struct TpOptions {
 Device rank_device(Device root_device, int rank, const TpOptions& o);
 
 // The communicator for tensors on `device`: CpuCommunicator on the CPU, NcclCommunicator on CUDA
-// (collective: every rank calls it; kUnimplemented when radixlm was built without NCCL).
-StatusOr<std::unique_ptr<Communicator>> make_communicator(TcpGroup& group, Device device);
+// (collective: every rank calls it; kUnimplemented when radixlm was built without NCCL), with the
+// one-shot all-reduce when `one_shot` (TpOptions::custom_all_reduce on one node).
+StatusOr<std::unique_ptr<Communicator>> make_communicator(TcpGroup& group, Device device, bool one_shot);
 
 class TpGroup {
  public:
@@ -49,8 +51,8 @@ class TpGroup {
   int rank() const { return control_->rank(); }
   int size() const { return control_->size(); }
   TcpGroup& control() { return *control_; }
-  // Creates the communicator for `device` (collective).
-  Status init_communicator(Device device);
+  // Creates the communicator for `device` (collective; every rank passes the same `one_shot`).
+  Status init_communicator(Device device, bool one_shot);
   Communicator& comm() { return *comm_; }
   // What the model loader needs: this rank's shard and the communicator.
   TpShard shard() { return {rank(), size(), comm_.get()}; }

@@ -66,7 +66,7 @@ Status run_worker(const TpOptions& options, int rank) {
   if (!parse_device(load.at("device").get<std::string>(), &root)) return internal_error("bad device from rank 0");
   const Device device = rank_device(root, rank, options);
   if (const int threads = load.at("threads").get<int>(); threads > 0) cpu::set_num_threads(threads);
-  RLM_RETURN_IF_ERROR(group->init_communicator(device));
+  RLM_RETURN_IF_ERROR(group->init_communicator(device, load.at("one_shot_all_reduce").get<bool>()));
   LoadOptions lo;
   lo.load_format = load.at("load_format").get<std::string>();
   lo.dummy_seed = load.at("dummy_seed").get<uint64_t>();
@@ -88,7 +88,7 @@ Status run_worker(const TpOptions& options, int rank) {
 }  // namespace
 
 void send_worker_load(TpGroup& group, const std::string& model_path, const LoadOptions& options, Device root_device,
-                      int threads) {
+                      int threads, bool one_shot) {
   broadcast_json(group, {{"model_path", model_path},
                          {"load_format", options.load_format},
                          {"dummy_seed", options.dummy_seed},
@@ -96,7 +96,8 @@ void send_worker_load(TpGroup& group, const std::string& model_path, const LoadO
                          {"gguf_keep_quantized", options.gguf_keep_quantized},
                          {"quantization", options.quantization},
                          {"device", root_device.to_string()},
-                         {"threads", threads}});
+                         {"threads", threads},
+                         {"one_shot_all_reduce", one_shot}});
 }
 
 void send_worker_runner(TpGroup& group, const ModelRunnerConfig& config) {

@@ -43,6 +43,7 @@ TpOptions EngineArgs::tp_options() const {
   o.nnodes = nnodes;
   o.node_rank = node_rank;
   o.dist_init_addr = dist_init_addr;
+  o.custom_all_reduce = !disable_custom_all_reduce;
   return o;
 }
 

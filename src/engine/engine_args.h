@@ -51,6 +51,7 @@ struct EngineArgs {
   int nnodes = 1;              // machines the ranks are spread over
   int node_rank = 0;           // this machine's index (0 runs the scheduler)
   std::string dist_init_addr;  // rank 0's HOST:PORT; "": a free local port (one node)
+  bool disable_custom_all_reduce = false;  // NCCL for every all-reduce (no one-shot P2P kernel)
 
   // --- scheduler ---
   // 0: chosen for the hardware by with_limits_for() (engine/serving_limits.h); the running-request

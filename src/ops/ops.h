@@ -104,7 +104,8 @@ void soft_cap(const Tensor& x, float cap);
 // Writes new keys/values into the paged pool at slot indices (converting to the cache's dtype).
 //   k, v: f32/bf16/f16 [num_tokens, num_kv_heads, head_dim]; k_cache, v_cache: f32/bf16/f16/f8e4m3
 //   [num_slots, num_kv_heads, head_dim] (num_slots = num_pages * page_size, NHD layout); v and
-//   v_cache may have their own head size v_head_dim (split sizes);
+//   v_cache may have their own head size v_head_dim (split sizes); v has the dtype of k (one CUDA
+//   launch writes both);
 //   out_cache_loc: i32/i64 [num_tokens]. A slot outside [0, num_slots) is an error (nothing written).
 // On CUDA inside a ModelRunner step (deferred checks, kernels/cuda/index_check.h) a bad slot is
 // skipped and reported at the step's end instead, and -1 marks a padded CUDA-graph row (skipped).

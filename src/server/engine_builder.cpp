@@ -21,8 +21,9 @@ StatusOr<EngineFiles> load_engine_files(const EngineArgs& args, TokenizerUse use
     if (args.node_rank > 0) std::exit(run_tp_worker(tp, args.node_rank * tp.ranks_per_node()));
     RLM_ASSIGN_OR_RETURN(const Device device, resolve_device(args.device));
     RLM_ASSIGN_OR_RETURN(files.tp_group, TpGroup::start(tp));
-    send_worker_load(*files.tp_group, files.model_path, load, device, args.threads);
-    RLM_RETURN_IF_ERROR(files.tp_group->init_communicator(rank_device(device, 0, tp)));
+    const bool one_shot = tp.custom_all_reduce && tp.nnodes == 1;
+    send_worker_load(*files.tp_group, files.model_path, load, device, args.threads, one_shot);
+    RLM_RETURN_IF_ERROR(files.tp_group->init_communicator(rank_device(device, 0, tp), one_shot));
     load.tp = files.tp_group->shard();
   }
   RLM_ASSIGN_OR_RETURN(files.model, load_model(files.model_path, load));

@@ -158,3 +158,22 @@ def test_two_nodes_on_one_machine():
         if node1.poll() is None:
             node1.kill()
             node1.wait()
+
+
+def test_bench_one_batch_prints_the_per_rank_floor_and_the_all_reduce_table():
+    """`bench one-batch --tp 2` (every rank runs the all-reduce benchmark through the step stream)
+    prints the per-rank floor and one row per message size, here the CPU group's TCP all-reduce:
+    sizes from 8 KB in steps of 4x, positive times, bus bandwidth = bytes / time * 2(n-1)/n."""
+    binary = os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm"))
+    proc = subprocess.run([binary, "bench", "one-batch", "--model", os.path.join(GOLDEN, goldens()[1]), "--device",
+                           "cpu", "--threads", "1", "--tp", "2", "--batch-size", "2", "--input-len", "8",
+                           "--output-len", "3"], capture_output=True, text=True, timeout=limit(300))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("per-rank floor at --tp 2: ") for line in lines), proc.stdout
+    start = next(i for i, line in enumerate(lines) if line.startswith("all-reduce over 2 ranks"))
+    rows = [line.split() for line in lines[start + 1:] if line.strip().endswith("GB/s bus")]
+    assert [int(r[0]) for r in rows] == [8 * 4 ** i for i in range(len(rows))] and len(rows) >= 3, proc.stdout
+    for kb, unit, algo, us, _, bus, *_ in rows:
+        assert unit == "KB" and algo == "tcp" and float(us) > 0
+        assert abs(float(bus) - int(kb) * 1024 / (float(us) * 1e-6) / 1e9) <= 0.06 + 0.01 * float(bus)

@@ -153,6 +153,21 @@ TEST(BenchStreamAccumulator, Failures) {
     EXPECT_FALSE(out.success);
     EXPECT_NE(out.error.find("no generated text"), std::string::npos) << out.error;
   }
+  {
+    // Tokens whose text is empty (special tokens skipped by the detokenizer) are still tokens
+    // when the usage counts them; the stream is timed from its first chunk.
+    StreamAccumulator acc(Backend::kOpenAiCompletions);
+    acc.on_event(R"({"choices":[{"text":"","finish_reason":null}]})", 0.1);
+    acc.on_event(R"({"choices":[{"text":"","finish_reason":"length"}]})", 0.3);
+    acc.on_event(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}})", 0.3);
+    acc.on_event("[DONE]", 0.3);
+    RequestOutcome out;
+    acc.finish(0.3, out);
+    EXPECT_TRUE(out.success) << out.error;
+    EXPECT_EQ(out.num_chunks, 0);
+    EXPECT_EQ(out.output_len, 2);
+    EXPECT_DOUBLE_EQ(out.ttft_s, 0.1);
+  }
 }
 
 TEST(BenchRequestBody, PerBackend) {

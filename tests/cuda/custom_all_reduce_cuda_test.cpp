@@ -1,0 +1,131 @@
+// The one-shot peer-to-peer all-reduce (kernels/cuda/custom_all_reduce.h) against its CPU twin:
+// every rank must end with the f32 sum of the ranks' inputs taken in rank order 0..n-1, rounded
+// to the dtype once — bit for bit, on every rank. The ranks here are the GPUs of this process
+// (peer access enabled instead of CUDA IPC, which needs separate processes; the kernel is the same).
+// Calls repeat with changing sizes, so the per-block call counters and the varying grid are
+// exercised the way a decode loop does. Needs two GPUs that reach each other; skips otherwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "cuda/cuda_test_util.h"
+#include "kernels/cuda/custom_all_reduce.h"
+
+namespace rlm {
+namespace {
+
+using testing::TestRng;
+
+TEST(CustomAllReduce, EveryRankGetsTheRankOrderSum) {
+  const int devices = cuda_device_count();
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices, found " << devices;
+  std::vector<int> group_sizes = {2};
+  if (std::min(devices, cuda::kCarMaxRanks) > 2) group_sizes.push_back(std::min(devices, cuda::kCarMaxRanks));
+  constexpr size_t kMaxBytes = size_t{4} << 20;
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (const int n : group_sizes) {
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) {
+        if (!cuda::car_peer_access(a, b)) GTEST_SKIP() << "cuda:" << a << " cannot reach cuda:" << b;
+      }
+    }
+    std::vector<void*> buffers(static_cast<size_t>(n));
+    for (int d = 0; d < n; ++d) {
+      for (int p = 0; p < n; ++p) {
+        if (p != d) cuda::car_enable_peer_access(d, p);
+      }
+      buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
+    }
+    // 16 bytes up to the limit: one block, a few, and the full grid with several vectors per thread.
+    const std::vector<int64_t> sizes_bytes = {16, 8192, 16384, 96 * 1024, 1 << 20, 16, int64_t{4} << 20, 8192};
+    for (const DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+      for (const int64_t bytes : sizes_bytes) {
+        const int64_t numel = bytes / static_cast<int64_t>(dtype_size(dtype));
+        std::vector<Tensor> host, dev;
+        for (int d = 0; d < n; ++d) {
+          host.push_back(testing::random_dtype(rng, {numel}, dtype, 3.0f));
+          dev.push_back(host.back().to(Device::cuda(d)));
+        }
+        ASSERT_TRUE(cuda::car_fits(dev[0].data_ptr(), numel, dtype, kMaxBytes));
+        for (int d = 0; d < n; ++d) {
+          cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, dev[d].data_ptr(), numel, dtype, cuda_stream(d));
+        }
+        for (int d = 0; d < n; ++d) device_synchronize(Device::cuda(d));
+        Tensor sum = Tensor::zeros({numel}, DType::kF32);
+        for (int d = 0; d < n; ++d) {
+          const Tensor f = host[d].to(DType::kF32);
+          for (int64_t i = 0; i < numel; ++i) sum.data<float>()[i] += f.data<float>()[i];
+        }
+        const Tensor want = sum.to(dtype);
+        for (int d = 0; d < n; ++d) {
+          const Tensor got = dev[d].to(Device::cpu());
+          ASSERT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), static_cast<size_t>(bytes)), 0)
+              << n << " ranks, " << dtype_name(dtype) << ", " << bytes << " bytes: rank " << d
+              << " differs from the rank-order sum";
+        }
+      }
+    }
+    for (int d = 0; d < n; ++d) cuda::car_free(d, buffers[d]);
+  }
+}
+
+// Calls queued back to back with no wait in between (as in a decode step or a CUDA graph), on
+// prefixes of one tensor of changing length, so that the grid changes between calls and each rank
+// may run ahead of the others: the two alternating data areas must keep every call's sum exact.
+TEST(CustomAllReduce, BackToBackCallsOfChangingSize) {
+  const int devices = cuda_device_count();
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices, found " << devices;
+  if (!cuda::car_peer_access(0, 1) || !cuda::car_peer_access(1, 0)) GTEST_SKIP() << "cuda:0 and cuda:1 are not peers";
+  constexpr int n = 2;
+  constexpr size_t kMaxBytes = size_t{1} << 20;
+  constexpr int64_t kNumel = kMaxBytes / 2;
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  std::vector<void*> buffers(n);
+  for (int d = 0; d < n; ++d) {
+    cuda::car_enable_peer_access(d, 1 - d);
+    buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
+  }
+  std::vector<Tensor> host, dev;
+  for (int d = 0; d < n; ++d) {
+    host.push_back(testing::random_dtype(rng, {kNumel}, DType::kBF16, 0.01f));
+    dev.push_back(host.back().to(Device::cuda(d)));
+  }
+  const std::vector<int64_t> lengths = {kNumel, 8, 4096, kNumel / 2, 8, 65536, kNumel, 512, 8, 4096, kNumel / 4, 8};
+  for (const int64_t len : lengths) {
+    for (int d = 0; d < n; ++d) {
+      cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, dev[d].data_ptr(), len, DType::kBF16, cuda_stream(d));
+    }
+    // The CPU twin of the call: every rank's prefix becomes the rounded rank-order f32 sum.
+    for (int64_t i = 0; i < len; ++i) {
+      float acc = 0.0f;
+      for (int d = 0; d < n; ++d) acc += bf16_to_f32(host[d].data<bf16>()[i]);
+      for (int d = 0; d < n; ++d) host[d].data<bf16>()[i] = f32_to_bf16(acc);
+    }
+  }
+  for (int d = 0; d < n; ++d) {
+    device_synchronize(Device::cuda(d));
+    const Tensor got = dev[d].to(Device::cpu());
+    ASSERT_EQ(std::memcmp(got.data_ptr(), host[d].data_ptr(), kMaxBytes), 0) << "rank " << d;
+  }
+  for (int d = 0; d < n; ++d) cuda::car_free(d, buffers[d]);
+}
+
+TEST(CustomAllReduce, FitsOnlyAlignedSupportedMessages) {
+  constexpr size_t kMax = 1 << 20;
+  alignas(16) static char buf[64];
+  EXPECT_TRUE(cuda::car_fits(buf, 8, DType::kBF16, kMax));
+  EXPECT_FALSE(cuda::car_fits(buf, 7, DType::kBF16, kMax));       // 14 bytes: not whole vectors
+  EXPECT_FALSE(cuda::car_fits(buf + 2, 8, DType::kBF16, kMax));   // misaligned
+  EXPECT_FALSE(cuda::car_fits(buf, 8, DType::kI32, kMax));        // not a float type
+  EXPECT_FALSE(cuda::car_fits(buf, int64_t{1} << 20, DType::kF32, kMax));  // 4 MB > the limit
+  EXPECT_FALSE(cuda::car_fits(buf, 0, DType::kF32, kMax));
+}
+
+}  // namespace
+}  // namespace rlm
