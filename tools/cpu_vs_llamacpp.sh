@@ -52,8 +52,8 @@ if [[ ! -x $LLAMA_BUILD/bin/llama-bench ]]; then
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
   cmake --build "$LLAMA_BUILD" -j2 --target llama-bench llama-batched-bench llama-quantize >/dev/null
 fi
-RADIXLM=$ROOT/build/radixlm
-[[ -x $RADIXLM ]] || { echo "build radixlm first (cmake --build build -j2)" >&2; exit 1; }
+RADIXLM=${RADIXLM:-$ROOT/build/radixlm}  # RADIXLM=path picks another build
+[[ -x $RADIXLM ]] || { echo "build radixlm first (cmake --build build -j2), or set RADIXLM" >&2; exit 1; }
 
 MODELS=("$MODEL")
 if [[ $SKIP_Q4KM == 0 ]]; then
