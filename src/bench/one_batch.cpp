@@ -1,8 +1,8 @@
 #include "bench/one_batch.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -332,8 +332,8 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
     // Each rank reads its shard of the weights (1/tp of them; the small replicated norms aside)
     // and its own KV (bytes_per_token above is already the rank's).
     const double tp = group->size();
-    const double rank_ms = (weights_read / tp + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size)) /
-                           bw * 1e3;
+    const double rank_ms =
+        (weights_read / tp + kv_bytes_per_token * mid_len * static_cast<double>(a.batch_size)) / bw * 1e3;
     std::printf("per-rank floor at --tp %d: %.3f ms; step / per-rank floor = %.2f\n", group->size(), rank_ms,
                 step_ms / rank_ms);
     group->steps().bench_collectives();

@@ -73,9 +73,10 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
   app->add_option("--dist-init-addr", a.dist_init_addr,
                   "HOST:PORT where rank 0 listens for the other ranks (needed with --nnodes > 1; default: a free "
                   "port on 127.0.0.1)");
-  app->add_flag("--disable-custom-all-reduce", a.disable_custom_all_reduce,
-                "CUDA, --tp > 1 on one machine: every all-reduce through NCCL (default: messages up to a few MB "
-                "through radixlm's one-shot peer-to-peer kernel when the GPUs reach each other directly)");
+  app->add_flag(
+      "--disable-custom-all-reduce", a.disable_custom_all_reduce,
+      "CUDA, --tp > 1 on one machine: every all-reduce through NCCL (default: messages up to a few MB "
+      "through radixlm's one-shot peer-to-peer kernel when the GPUs reach each other directly)");
   if (!o.scheduler) return;
 
   // Scheduler.

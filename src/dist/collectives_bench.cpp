@@ -32,7 +32,8 @@ std::vector<AllReduceTiming> bench_all_reduce(Communicator& comm, Device device)
     if (cpu && bytes > (size_t{8} << 20)) break;  // the TCP communicator: small sizes tell enough
     const Tensor t = Tensor::zeros({static_cast<int64_t>(bytes / 2)}, DType::kBF16, device);
     const int iters = bytes <= (size_t{1} << 20) ? 200 : bytes <= (size_t{16} << 20) ? 50 : 10;
-    std::vector<std::pair<std::string, AllReduceMode>> algos = {{cpu ? "tcp" : "nccl", AllReduceMode::kLibrary}};
+    std::vector<std::pair<std::string, AllReduceMode>> algos = {
+        {cpu ? "tcp" : "nccl", AllReduceMode::kLibrary}};
     if (bytes <= comm.one_shot_max_bytes()) algos.push_back({"one-shot", AllReduceMode::kOneShot});
     for (const auto& [name, mode] : algos) {
       comm.set_all_reduce_mode(mode);
@@ -49,7 +50,8 @@ std::vector<AllReduceTiming> bench_all_reduce(Communicator& comm, Device device)
 }
 
 std::string format_all_reduce_timings(const std::vector<AllReduceTiming>& t, int ranks) {
-  std::string s = str("all-reduce over ", ranks, " ranks (bf16, eager back-to-back calls; bus bandwidth = bytes / time * "
+  std::string s = str("all-reduce over ", ranks,
+                      " ranks (bf16, eager back-to-back calls; bus bandwidth = bytes / time * "
                       "2(n-1)/n):\n");
   for (const AllReduceTiming& r : t) {
     char line[160];

@@ -1,11 +1,12 @@
 #include "dist/nccl_communicator.h"
 
 #ifdef RADIXLM_WITH_NCCL
+#include <nccl.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <nccl.h>
 #include <thread>
 
 #include "core/cuda_check.h"
@@ -19,7 +20,7 @@ namespace rlm {
 bool nccl_compiled() { return false; }
 
 StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& /*group*/, Device device,
-                                                                bool /*one_shot*/) {
+                                                               bool /*one_shot*/) {
   return unimplemented(str("tensor parallelism on ", device.to_string(),
                            " needs NCCL, and radixlm was built without it (CMake did not find nccl.h / libnccl)"));
 }
@@ -51,7 +52,9 @@ ncclDataType_t nccl_type(DType t) {
 
 // The largest one-shot message: each rank reads size - 1 peers' copies, so the one-shot kernel
 // beats NCCL's ring up to a size that shrinks with the group (docs/perf/tensor_parallel.md).
-size_t one_shot_limit(int size) { return size <= 2 ? (size_t{8} << 20) : size <= 4 ? (size_t{2} << 20) : (size_t{1} << 20); }
+size_t one_shot_limit(int size) {
+  return size <= 2 ? (size_t{8} << 20) : size <= 4 ? (size_t{2} << 20) : (size_t{1} << 20);
+}
 
 // This rank's one-shot buffer and every peer's, mapped over CUDA IPC (kernels/cuda/custom_all_reduce.h).
 class OneShot {
@@ -91,13 +94,17 @@ class OneShot {
   // of the same shapes, from allocators that align to 256 bytes).
   bool fits(const Tensor& t) const { return cuda::car_fits(t.data_ptr(), t.numel(), t.dtype(), max_bytes_); }
   void all_reduce(const Tensor& t, void* stream) {
-    cuda::car_all_reduce(device_, buffers_.data(), rank_, size_, max_bytes_, t.data_ptr(), t.numel(), t.dtype(),
-                         stream);
+    cuda::car_all_reduce(device_, buffers_.data(), rank_, size_, max_bytes_, t.data_ptr(), t.numel(),
+                         t.dtype(), stream);
   }
 
  private:
   OneShot(int device, int rank, int size, size_t max_bytes)
-      : device_(device), rank_(rank), size_(size), max_bytes_(max_bytes), buffers_(static_cast<size_t>(size), nullptr) {}
+      : device_(device),
+        rank_(rank),
+        size_(size),
+        max_bytes_(max_bytes),
+        buffers_(static_cast<size_t>(size), nullptr) {}
   int device_, rank_, size_;
   size_t max_bytes_;
   std::vector<void*> buffers_;
@@ -131,7 +138,8 @@ class NcclCommunicator : public Communicator {
   }
   size_t one_shot_max_bytes() const override { return one_shot_ == nullptr ? 0 : one_shot_->max_bytes(); }
   void set_all_reduce_mode(AllReduceMode mode) override {
-    RLM_CHECK(mode != AllReduceMode::kOneShot || one_shot_ != nullptr) << "this group has no one-shot all-reduce";
+    RLM_CHECK(mode != AllReduceMode::kOneShot || one_shot_ != nullptr)
+        << "this group has no one-shot all-reduce";
     mode_ = mode;
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
@@ -188,7 +196,8 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device, bool one_shot) {
+StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, Device device,
+                                                               bool one_shot) {
   RLM_CHECK(device.is_cuda()) << "make_nccl_communicator on " << device.to_string();
   ncclUniqueId id;
   std::vector<uint8_t> bytes(sizeof(id));
@@ -208,7 +217,8 @@ StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(TcpGroup& group, 
                               device.to_string(), "): ", ncclGetErrorString(st)));
   }
   std::unique_ptr<OneShot> shot = one_shot ? OneShot::create(group, device) : nullptr;
-  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(group, device, comm, std::move(shot)));
+  return std::unique_ptr<Communicator>(
+      std::make_unique<NcclCommunicator>(group, device, comm, std::move(shot)));
 }
 
 #endif

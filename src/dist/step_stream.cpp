@@ -173,7 +173,8 @@ void run_step_receiver(TcpGroup& group, ModelRunner& runner) {
         break;
       }
       case StepOp::kBenchCollectives:
-        RLM_CHECK(runner.config().tp_group != nullptr) << "step stream: a collectives benchmark without a group";
+        RLM_CHECK(runner.config().tp_group != nullptr)
+            << "step stream: a collectives benchmark without a group";
         (void)bench_all_reduce(runner.config().tp_group->comm(), runner.config().device);
         break;
       case StepOp::kShutdown:

@@ -87,17 +87,18 @@ Status run_worker(const TpOptions& options, int rank) {
 
 }  // namespace
 
-void send_worker_load(TpGroup& group, const std::string& model_path, const LoadOptions& options, Device root_device,
-                      int threads, bool one_shot) {
-  broadcast_json(group, {{"model_path", model_path},
-                         {"load_format", options.load_format},
-                         {"dummy_seed", options.dummy_seed},
-                         {"dummy_weight_type", options.dummy_weight_type ? dtype_name(*options.dummy_weight_type) : ""},
-                         {"gguf_keep_quantized", options.gguf_keep_quantized},
-                         {"quantization", options.quantization},
-                         {"device", root_device.to_string()},
-                         {"threads", threads},
-                         {"one_shot_all_reduce", one_shot}});
+void send_worker_load(TpGroup& group, const std::string& model_path, const LoadOptions& options,
+                      Device root_device, int threads, bool one_shot) {
+  broadcast_json(
+      group, {{"model_path", model_path},
+              {"load_format", options.load_format},
+              {"dummy_seed", options.dummy_seed},
+              {"dummy_weight_type", options.dummy_weight_type ? dtype_name(*options.dummy_weight_type) : ""},
+              {"gguf_keep_quantized", options.gguf_keep_quantized},
+              {"quantization", options.quantization},
+              {"device", root_device.to_string()},
+              {"threads", threads},
+              {"one_shot_all_reduce", one_shot}});
 }
 
 void send_worker_runner(TpGroup& group, const ModelRunnerConfig& config) {

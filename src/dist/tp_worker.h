@@ -15,8 +15,8 @@ namespace rlm {
 
 // Rank 0: the group's settings for loading the model and making the communicator (one_shot: see
 // make_communicator). Rank 0 itself then loads with `o.tp`.
-void send_worker_load(TpGroup& group, const std::string& model_path, const LoadOptions& options, Device root_device,
-                      int threads, bool one_shot);
+void send_worker_load(TpGroup& group, const std::string& model_path, const LoadOptions& options,
+                      Device root_device, int threads, bool one_shot);
 // Rank 0: the runner's config (its device is rank 0's; each rank takes its own, rank_device()).
 void send_worker_runner(TpGroup& group, const ModelRunnerConfig& config);
 

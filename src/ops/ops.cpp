@@ -526,7 +526,8 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
   check_heads(c, "k_cache", k_cache, caches, "[num_slots, num_kv_heads, head_dim]");
   check_heads(c, "v_cache", v_cache, caches, "[num_slots, num_kv_heads, v_head_dim]");
   if (v_cache.dtype() != k_cache.dtype()) c.fail_with(str("v_cache ", v_cache.describe(), " must match k_cache ", k_cache.describe()));
-  if (v.dtype() != k.dtype()) c.fail_with(str("v ", v.describe(), " must have the dtype of k ", k.describe()));
+  if (v.dtype() != k.dtype())
+    c.fail_with(str("v ", v.describe(), " must have the dtype of k ", k.describe()));
   check_kv_scales(c, k_cache, k_scale, v_scale);
   // v may have its own head size (v_head_dim = v.size(2)); everything else matches k.
   if (v.size(0) != k.size(0) || v.size(1) != k.size(1)) {

@@ -42,7 +42,8 @@ TEST(CustomAllReduce, EveryRankGetsTheRankOrderSum) {
       buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
     }
     // 16 bytes up to the limit: one block, a few, and the full grid with several vectors per thread.
-    const std::vector<int64_t> sizes_bytes = {16, 8192, 16384, 96 * 1024, 1 << 20, 16, int64_t{4} << 20, 8192};
+    const std::vector<int64_t> sizes_bytes = {16,  8192, 16384, 96 * 1024, 1 << 20, 16, int64_t{4} << 20,
+                                              8192};
     for (const DType dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
       for (const int64_t bytes : sizes_bytes) {
         const int64_t numel = bytes / static_cast<int64_t>(dtype_size(dtype));
@@ -53,7 +54,8 @@ TEST(CustomAllReduce, EveryRankGetsTheRankOrderSum) {
         }
         ASSERT_TRUE(cuda::car_fits(dev[0].data_ptr(), numel, dtype, kMaxBytes));
         for (int d = 0; d < n; ++d) {
-          cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, dev[d].data_ptr(), numel, dtype, cuda_stream(d));
+          cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, dev[d].data_ptr(), numel, dtype,
+                               cuda_stream(d));
         }
         for (int d = 0; d < n; ++d) device_synchronize(Device::cuda(d));
         Tensor sum = Tensor::zeros({numel}, DType::kF32);
@@ -80,7 +82,8 @@ TEST(CustomAllReduce, EveryRankGetsTheRankOrderSum) {
 TEST(CustomAllReduce, BackToBackCallsOfChangingSize) {
   const int devices = cuda_device_count();
   if (devices < 2) GTEST_SKIP() << "needs two CUDA devices, found " << devices;
-  if (!cuda::car_peer_access(0, 1) || !cuda::car_peer_access(1, 0)) GTEST_SKIP() << "cuda:0 and cuda:1 are not peers";
+  if (!cuda::car_peer_access(0, 1) || !cuda::car_peer_access(1, 0))
+    GTEST_SKIP() << "cuda:0 and cuda:1 are not peers";
   constexpr int n = 2;
   constexpr size_t kMaxBytes = size_t{1} << 20;
   constexpr int64_t kNumel = kMaxBytes / 2;
@@ -96,10 +99,12 @@ TEST(CustomAllReduce, BackToBackCallsOfChangingSize) {
     host.push_back(testing::random_dtype(rng, {kNumel}, DType::kBF16, 0.01f));
     dev.push_back(host.back().to(Device::cuda(d)));
   }
-  const std::vector<int64_t> lengths = {kNumel, 8, 4096, kNumel / 2, 8, 65536, kNumel, 512, 8, 4096, kNumel / 4, 8};
+  const std::vector<int64_t> lengths = {kNumel, 8,   4096, kNumel / 2, 8,          65536,
+                                        kNumel, 512, 8,    4096,       kNumel / 4, 8};
   for (const int64_t len : lengths) {
     for (int d = 0; d < n; ++d) {
-      cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, dev[d].data_ptr(), len, DType::kBF16, cuda_stream(d));
+      cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, dev[d].data_ptr(), len, DType::kBF16,
+                           cuda_stream(d));
     }
     // The CPU twin of the call: every rank's prefix becomes the rounded rank-order f32 sum.
     for (int64_t i = 0; i < len; ++i) {
@@ -120,9 +125,9 @@ TEST(CustomAllReduce, FitsOnlyAlignedSupportedMessages) {
   constexpr size_t kMax = 1 << 20;
   alignas(16) static char buf[64];
   EXPECT_TRUE(cuda::car_fits(buf, 8, DType::kBF16, kMax));
-  EXPECT_FALSE(cuda::car_fits(buf, 7, DType::kBF16, kMax));       // 14 bytes: not whole vectors
-  EXPECT_FALSE(cuda::car_fits(buf + 2, 8, DType::kBF16, kMax));   // misaligned
-  EXPECT_FALSE(cuda::car_fits(buf, 8, DType::kI32, kMax));        // not a float type
+  EXPECT_FALSE(cuda::car_fits(buf, 7, DType::kBF16, kMax));                // 14 bytes: not whole vectors
+  EXPECT_FALSE(cuda::car_fits(buf + 2, 8, DType::kBF16, kMax));            // misaligned
+  EXPECT_FALSE(cuda::car_fits(buf, 8, DType::kI32, kMax));                 // not a float type
   EXPECT_FALSE(cuda::car_fits(buf, int64_t{1} << 20, DType::kF32, kMax));  // 4 MB > the limit
   EXPECT_FALSE(cuda::car_fits(buf, 0, DType::kF32, kMax));
 }

@@ -271,6 +271,11 @@ TEST(OpsKvStore, WritesSlotsAndLeavesOthers) {
   const std::string msg =
       testing::error_of([&] { ops::store_kv_cache(k, k, kc, kc, Tensor::from_vector<int32_t>({4})); });
   EXPECT_NE(msg.find("out_cache_loc[0] = 4 is outside the pool [0, 4)"), std::string::npos) << msg;
+  // Keys and values are written by one launch on CUDA: they must share a dtype.
+  const Tensor v16 = Tensor::zeros({1, 1, 2}, DType::kBF16);
+  const std::string mixed =
+      testing::error_of([&] { ops::store_kv_cache(k, v16, kc, kc, Tensor::from_vector<int32_t>({0})); });
+  EXPECT_NE(mixed.find("must have the dtype of k"), std::string::npos) << mixed;
 }
 
 TEST(OpsSoftmax, SoftmaxLogSoftmaxArgmax) {

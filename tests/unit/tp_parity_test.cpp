@@ -164,8 +164,8 @@ TEST_P(TpParity, MatchesTp1) {
         diff = std::max(diff, std::abs(g - want));
         scale = std::max(scale, std::abs(want));
       }
-      std::printf("%s --tp %d on %s, prompt %zu: largest logit difference %.3g (logits up to %.3g)\n", name.c_str(),
-                  tp, test_device().c_str(), i, diff, scale);
+      std::printf("%s --tp %d on %s, prompt %zu: largest logit difference %.3g (logits up to %.3g)\n",
+                  name.c_str(), tp, test_device().c_str(), i, diff, scale);
       EXPECT_LE(diff, logits_rtol() * scale)
           << name << " --tp " << tp << " prompt " << i << " (logits up to " << scale << ")";
     }

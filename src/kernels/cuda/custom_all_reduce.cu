@@ -1,10 +1,9 @@
-#include "kernels/cuda/custom_all_reduce.h"
-
-#include <cuda/atomic>
 #include <cstring>
+#include <cuda/atomic>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/custom_all_reduce.h"
 
 namespace rlm::cuda {
 namespace {
@@ -25,7 +24,9 @@ struct Buffers {
   char* p[kCarMaxRanks];
 };
 
-__device__ __forceinline__ Signals* signals(const Buffers& b, int r) { return reinterpret_cast<Signals*>(b.p[r]); }
+__device__ __forceinline__ Signals* signals(const Buffers& b, int r) {
+  return reinterpret_cast<Signals*>(b.p[r]);
+}
 // Rank r's data area for calls of parity `flag & 1` (two areas: see the kernel).
 __device__ __forceinline__ uint4* data_of(const Buffers& b, int r, uint32_t flag, int64_t area_bytes) {
   return reinterpret_cast<uint4*>(b.p[r] + kDataOffset + (flag & 1u) * area_bytes);
@@ -103,12 +104,14 @@ template <typename T, int N>
 void launch(const Buffers& b, int rank, void* data, int64_t nvec, int64_t area_bytes, cudaStream_t stream) {
   const int64_t want = (nvec + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(want < kMaxBlocks ? want : kMaxBlocks);
-  one_shot_kernel<T, N><<<blocks, kThreads, 0, stream>>>(b, rank, static_cast<uint4*>(data), nvec, area_bytes);
+  one_shot_kernel<T, N>
+      <<<blocks, kThreads, 0, stream>>>(b, rank, static_cast<uint4*>(data), nvec, area_bytes);
   RLM_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void launch_ranks(const Buffers& b, int rank, int size, void* data, int64_t nvec, int64_t area, cudaStream_t stream) {
+void launch_ranks(const Buffers& b, int rank, int size, void* data, int64_t nvec, int64_t area,
+                  cudaStream_t stream) {
   switch (size) {
     case 2: return launch<T, 2>(b, rank, data, nvec, area, stream);
     case 3: return launch<T, 3>(b, rank, data, nvec, area, stream);
@@ -150,7 +153,8 @@ std::vector<uint8_t> car_ipc_handle(int device, void* buffer) {
 }
 
 void* car_open_ipc(int device, const std::vector<uint8_t>& handle) {
-  RLM_CHECK_EQ(handle.size(), sizeof(cudaIpcMemHandle_t)) << "custom all-reduce: a CUDA IPC handle of the wrong size";
+  RLM_CHECK_EQ(handle.size(), sizeof(cudaIpcMemHandle_t))
+      << "custom all-reduce: a CUDA IPC handle of the wrong size";
   RLM_CUDA_CHECK(cudaSetDevice(device));
   cudaIpcMemHandle_t h;
   std::memcpy(&h, handle.data(), sizeof(h));

@@ -26,8 +26,9 @@ struct KvPart {
 // slot outside [0, num_slots) is recorded once per token (deferred checks, see index_check.h) and
 // skipped.
 template <typename S, typename D>
-__global__ void store_kv_kernel(KvPart<S, D> k, KvPart<S, D> v, const void* loc, bool loc_i64, int64_t loc_stride,
-                                int64_t num_tokens, int64_t num_kv_heads, int64_t num_slots, DeviceErrorRecord* rec) {
+__global__ void store_kv_kernel(KvPart<S, D> k, KvPart<S, D> v, const void* loc, bool loc_i64,
+                                int64_t loc_stride, int64_t num_tokens, int64_t num_kv_heads,
+                                int64_t num_slots, DeviceErrorRecord* rec) {
   const int64_t k_total = num_tokens * num_kv_heads * k.head_dim;
   const int64_t total = k_total + num_tokens * num_kv_heads * v.head_dim;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -46,14 +47,15 @@ __global__ void store_kv_kernel(KvPart<S, D> k, KvPart<S, D> v, const void* loc,
       continue;
     }
     const float x = to_float(p.src[t * p.src_ts + h * p.src_hs + e]);
-    p.dst[slot * p.dst_ts + h * p.dst_hs + e] = from_float<D>(std::is_same_v<D, __nv_fp8_e4m3> ? x / p.scale : x);
+    p.dst[slot * p.dst_ts + h * p.dst_hs + e] =
+        from_float<D>(std::is_same_v<D, __nv_fp8_e4m3> ? x / p.scale : x);
   }
 }
 
-void launch_store_kv(const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache, const void* loc,
-                     bool loc_i64, int64_t loc_stride, int64_t num_tokens, int64_t num_kv_heads, int64_t head_dim,
-                     int64_t v_head_dim, int64_t num_slots, float k_scale, float v_scale, DeviceErrorRecord* rec,
-                     cudaStream_t stream) {
+void launch_store_kv(const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
+                     const void* loc, bool loc_i64, int64_t loc_stride, int64_t num_tokens,
+                     int64_t num_kv_heads, int64_t head_dim, int64_t v_head_dim, int64_t num_slots,
+                     float k_scale, float v_scale, DeviceErrorRecord* rec, cudaStream_t stream) {
   const int64_t total = num_tokens * num_kv_heads * (head_dim + v_head_dim);
   if (total == 0) return;
   RLM_CHECK(k.dtype == v.dtype && k_cache.dtype == v_cache.dtype)
@@ -62,12 +64,14 @@ void launch_store_kv(const KvRows& k, const KvRows& v, const KvRows& k_cache, co
     using S = decltype(s);
     dispatch_cache(k_cache.dtype, [&](auto d) {
       using D = decltype(d);
-      const KvPart<S, D> kp{static_cast<const S*>(k.data), k.token_stride, k.head_stride, static_cast<D*>(k_cache.data),
-                            k_cache.token_stride, k_cache.head_stride, head_dim, k_scale};
-      const KvPart<S, D> vp{static_cast<const S*>(v.data), v.token_stride, v.head_stride, static_cast<D*>(v_cache.data),
-                            v_cache.token_stride, v_cache.head_stride, v_head_dim, v_scale};
-      store_kv_kernel<S, D><<<grid_for(total), kBlock, 0, stream>>>(kp, vp, loc, loc_i64, loc_stride, num_tokens,
-                                                                    num_kv_heads, num_slots, rec);
+      const KvPart<S, D> kp{
+          static_cast<const S*>(k.data), k.token_stride,      k.head_stride, static_cast<D*>(k_cache.data),
+          k_cache.token_stride,          k_cache.head_stride, head_dim,      k_scale};
+      const KvPart<S, D> vp{
+          static_cast<const S*>(v.data), v.token_stride,      v.head_stride, static_cast<D*>(v_cache.data),
+          v_cache.token_stride,          v_cache.head_stride, v_head_dim,    v_scale};
+      store_kv_kernel<S, D><<<grid_for(total), kBlock, 0, stream>>>(kp, vp, loc, loc_i64, loc_stride,
+                                                                    num_tokens, num_kv_heads, num_slots, rec);
       RLM_CUDA_CHECK_LAUNCH();
     });
   });
@@ -92,8 +96,8 @@ void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& 
   }
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   launch_store_kv(k, v, k_cache, v_cache, out_cache_loc, loc_dtype == DType::kI64, loc_stride, num_tokens,
-                  num_kv_heads, head_dim, v_head_dim > 0 ? v_head_dim : head_dim, num_slots, k_scale, v_scale, rec,
-                  stream);
+                  num_kv_heads, head_dim, v_head_dim > 0 ? v_head_dim : head_dim, num_slots, k_scale, v_scale,
+                  rec, stream);
 }
 
 }  // namespace rlm::cuda
