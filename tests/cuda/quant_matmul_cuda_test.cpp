@@ -98,6 +98,23 @@ TEST(QuantMatmulCuda, LinearMatchesReference) {
   }
 }
 
+// Q4_K (and Q5_K for more than one row of x) run the paired-group kernel by default; the one-group
+// kernel (what the other types run) must stay right for them too. Rows of 39 super-blocks (156
+// units of 64 values): lanes take 4 or 5 units, an odd count for the loop unrolled twice.
+TEST(QuantMatmulCuda, PairedAndOneGroupKernelsMatchReference) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (bool pairs : {true, false}) {
+    SCOPED_TRACE(pairs ? "paired-group kernel" : "one-group kernel");
+    cuda::set_quant_gemv_pairs_enabled(pairs);
+    for (DType dtype : {DType::kQ4_K, DType::kQ5_K}) {
+      for (int64_t m : {1, 2, 5, 8}) check_linear(rng, dtype, m, 9984, 67);
+    }
+  }
+  cuda::set_quant_gemv_pairs_enabled(true);
+}
+
 // x too long for 8 (or 4, 2) rows of 8-bit activations in shared memory: fewer rows per launch.
 TEST(QuantMatmulCuda, LongRowsRunInFewerRowsPerLaunch) {
   RLM_REQUIRE_CUDA();

@@ -4,8 +4,11 @@
 //   m <= kQuantGemvMaxRows (decode): each block quantizes the rows of x to 8-bit 32-value blocks in
 //     shared memory (the CPU's quantize_activations arithmetic, bit for bit), then one warp per
 //     weight row: each lane unpacks a 32-value unit of the row into signed bytes and takes exact
-//     integer dot products with __dp4a, scaled once per unit (docs/perf/quant_gemv.md). Weights not
-//     aligned for the unit loads, or x too long for shared memory, take the prefill path.
+//     integer dot products with __dp4a, scaled once per unit (docs/perf/quant_gemv.md). Q4_K (and
+//     Q5_K with more than one row of x) take the paired-group kernel instead: a lane's unit is the
+//     two 32-value groups that share their quant bytes, loaded as 16-byte vectors with the
+//     super-block's header. Weights not aligned for the unit loads, or x too long for shared
+//     memory, take the prefill path.
 //   larger m (prefill): row blocks of the weight are dequantized to a bf16 scratch and multiplied by
 //     cuBLAS with x rounded to bf16 (f32 accumulation), as the bf16 linear does.
 // Dequantization on the GPU rounds each product separately in the reference order (no FMA
@@ -27,6 +30,11 @@ inline constexpr int64_t kQuantGemvMaxRows = 8;
 void quant_linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
                   DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype, float* out,
                   int64_t ldo);
+
+// Whether Q4_K / Q5_K decode GEMVs take the paired-group kernel where it applies (the default) or
+// the one-group kernel of the other types (for benchmarks and tests comparing the two).
+void set_quant_gemv_pairs_enabled(bool enabled);
+bool quant_gemv_pairs_enabled();
 
 // out[i, :] = dequant(weight row ids[i]) (ids: i32 with stride ids_stride, or nullptr for rows
 // 0..num_rows-1), in out_dtype (f32/bf16/f16) with row stride ldo. An id outside [0, vocab_size) is
