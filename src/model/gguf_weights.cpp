@@ -344,7 +344,11 @@ class GgufWeightSource : public WeightSource {
   // The tensor as stored (a view of the mapping) when kept quantized, else dequantized to f32.
   StatusOr<Tensor> load(const GgufTensorInfo& info) const {
     const std::optional<DType> stored = dtype_of_ggml_type(info.type);
-    if (mode_ == GgufWeights::kQuantized && info.shape.size() == 2 && stored && *stored != DType::kF32) {
+    // Matrices keep their stored type; stacked 3-D expert tensors keep block types (float ones are
+    // dequantized to f32, as the MoE experts take one float dtype for both projections).
+    const bool matrix = info.shape.size() == 2 && stored && *stored != DType::kF32;
+    const bool experts = info.shape.size() == 3 && stored && is_quantized(*stored);
+    if (mode_ == GgufWeights::kQuantized && (matrix || experts)) {
       std::span<const uint8_t> data = file_->tensor_data(info);
       return Tensor::from_blob(const_cast<uint8_t*>(data.data()), info.shape, *stored, Device::cpu(), file_);
     }

@@ -17,7 +17,8 @@
 //   blk.N.ffn_gate_inp.weight    model.layers.N.mlp.gate.weight (qwen3moe router)
 //   blk.N.ffn_{gate,up,down}_exps.weight
 //                                model.layers.N.mlp.experts.{gate,up,down}_proj (qwen3moe; stacked
-//                                [experts, rows, cols], dequantized to f32 like every 3-D tensor)
+//                                [experts, rows, cols]; block types kept as stored when weights
+//                                are kept quantized, float types dequantized to f32)
 //   gemma3: blk.N.post_attention_norm, blk.N.ffn_norm, blk.N.post_ffw_norm are the
 //   post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm; every gemma3
 //   norm weight is served as stored - 1 (f32), undoing the converter's 1 + w.

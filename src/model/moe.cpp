@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "formats/gguf_dequant.h"
 #include "ops/linear_attention_ops.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
@@ -71,6 +72,12 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
     RLM_ASSIGN_OR_RETURN(Tensor g, ws.get(p + ".experts.gate_proj", {e, inter, hidden}));
     RLM_ASSIGN_OR_RETURN(Tensor u, ws.get(p + ".experts.up_proj", {e, inter, hidden}));
     RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
+    // GGUF experts kept in their block types: gate and up are stacked into one matrix per expert
+    // when they share a type; otherwise both are dequantized to f32 (down keeps its own type).
+    if (g.dtype() != u.dtype() && (is_quantized(g.dtype()) || is_quantized(u.dtype()))) {
+      g = is_quantized(g.dtype()) ? dequantize(g) : g.to(DType::kF32);
+      u = is_quantized(u.dtype()) ? dequantize(u) : u.to(DType::kF32);
+    }
     for (int64_t x = 0; x < e; ++x) {
       gate_up.push_back(expert(g, x));
       gate_up.push_back(expert(u, x));
@@ -90,6 +97,7 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
     RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
   }
   for (const std::vector<Tensor>* parts : {&gate_up, &down}) {
+    if (parts->empty() || is_quantized((*parts)[0].dtype())) continue;
     for (const Tensor& t : *parts) {
       if (t.dtype() != gate_up[0].dtype()) {
         return invalid_argument(str(p, ".experts: expert weights have different dtypes (", dtype_name(t.dtype()),
@@ -99,13 +107,16 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
   }
   if (!gate_up.empty()) m.w_gate_up = concat_rows(gate_up).view({e, 2 * inter, hidden});
   if (!down.empty()) m.w_down = concat_rows(down).view({e, hidden, inter});
-  if (m.w_gate_up.dtype() != m.w_down.dtype()) {
+  const bool quantized = is_quantized(m.w_gate_up.dtype()) || is_quantized(m.w_down.dtype());
+  if (!quantized && m.w_gate_up.dtype() != m.w_down.dtype()) {
     return invalid_argument(str(p, ".experts: gate/up and down projections have different dtypes (",
                                 dtype_name(m.w_gate_up.dtype()), ", ", dtype_name(m.w_down.dtype()), ")"));
   }
-  if (!is_floating(m.w_gate_up.dtype())) {
-    return unimplemented(str(p, ".experts are ", dtype_name(m.w_gate_up.dtype()),
-                             "; the MoE experts take f32/bf16/f16 weights"));
+  for (const Tensor* t : {&m.w_gate_up, &m.w_down}) {
+    if (!is_floating(t->dtype()) && !is_quantized(t->dtype())) {
+      return unimplemented(str(p, ".experts are ", dtype_name(t->dtype()),
+                               "; the MoE experts take f32/bf16/f16 or GGUF block-quantized weights"));
+    }
   }
   m.w_gate_up = m.w_gate_up.contiguous();
   m.w_down = m.w_down.contiguous();
@@ -143,6 +154,11 @@ void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& s, const Tensor&
 }
 
 void move_sparse_moe(SparseMoeBlock& m, Device device) {
+  // The CUDA experts take float weights: block-quantized experts (GGUF) go there dequantized to
+  // f32, the floats alongside them as f32 (one dtype for both projections).
+  if (!device.is_cpu() && (is_quantized(m.w_gate_up.dtype()) || is_quantized(m.w_down.dtype()))) {
+    for (Tensor* t : {&m.w_gate_up, &m.w_down}) *t = is_quantized(t->dtype()) ? dequantize(*t) : t->to(DType::kF32);
+  }
   for (Tensor* t : {&m.router, &m.w_gate_up, &m.w_down, &m.shared_expert_gate}) {
     if (t->defined()) *t = t->contiguous().to(device);
   }

@@ -21,6 +21,8 @@ void moe_topk_softmax(const Tensor& router_logits, bool renormalize, const Tenso
 //   x: f32 [num_tokens, hidden] (unit last stride)
 //   w_gate_up: f32/bf16/f16 [num_experts, 2 * inter, hidden] (gate_proj rows, then up_proj rows), contiguous
 //   w_down: same dtype [num_experts, hidden, inter], contiguous
+//   On the CPU either may instead be a GGUF block type (each its own: Q4_K_M files store gate/up
+//   as Q4_K and down as Q6_K), multiplied as ops::linear multiplies quantized weights.
 //   topk_weights: f32 [num_tokens, top_k]; topk_ids: i32 [num_tokens, top_k], each in [0, num_experts)
 //     (an id out of range is an error; a token must not list one expert twice)
 //   out: f32 [num_tokens, hidden] (overwritten; must not overlap x)

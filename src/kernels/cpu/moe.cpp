@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "kernels/cpu/activation.h"
-#include "kernels/cpu/linear.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace rlm::cpu {
@@ -43,7 +42,7 @@ void moe_topk_softmax(const float* logits, int64_t ld, int64_t n, int64_t num_ex
 }
 
 void moe_experts(const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter, int64_t num_experts,
-                 const void* w_gate_up, const void* w_down, DType w_dtype, const float* weights,
+                 const MoeExpertLinear& gate_up_fn, const MoeExpertLinear& down_fn, const float* weights,
                  const int32_t* ids, int64_t top_k, float* out, int64_t ldo) {
   for (int64_t t = 0; t < n; ++t) std::fill(out + t * ldo, out + t * ldo + hidden, 0.0f);
   // Tokens (and their routing weight) per expert, in token order.
@@ -51,9 +50,6 @@ void moe_experts(const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < top_k; ++j) routed[ids[t * top_k + j]].emplace_back(t, weights[t * top_k + j]);
   }
-  const size_t es = dtype_size(w_dtype);
-  const char* gate_up_base = static_cast<const char*>(w_gate_up);
-  const char* down_base = static_cast<const char*>(w_down);
   std::vector<float> xs, gate_up, act, y;
   // Experts in increasing id: each token's contributions are summed in that order (HF index_add_).
   for (int64_t e = 0; e < num_experts; ++e) {
@@ -65,11 +61,9 @@ void moe_experts(const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t
     gate_up.resize(m * 2 * inter);
     act.resize(m * inter);
     y.resize(m * hidden);
-    linear(xs.data(), m, hidden, hidden, gate_up_base + static_cast<size_t>(e * 2 * inter * hidden) * es, w_dtype,
-           2 * inter, hidden, nullptr, DType::kF32, gate_up.data(), 2 * inter);
+    gate_up_fn(e, xs.data(), m, gate_up.data());
     silu_and_mul(gate_up.data(), m, inter, 2 * inter, act.data(), inter);
-    linear(act.data(), m, inter, inter, down_base + static_cast<size_t>(e * hidden * inter) * es, w_dtype, hidden,
-           inter, nullptr, DType::kF32, y.data(), hidden);
+    down_fn(e, act.data(), m, y.data());
     for (int64_t i = 0; i < m; ++i) {
       float* o = out + tokens[i].first * ldo;
       const float w = tokens[i].second;
