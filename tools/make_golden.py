@@ -31,7 +31,8 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+from transformers import (Gemma3Config, Gemma3ForCausalLM, Gemma3ForConditionalGeneration,
+                          Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM,
                           Qwen3NextConfig, Qwen3NextForCausalLM)
@@ -61,6 +62,9 @@ ARCHS = {
     "Qwen3NextForCausalLM": (Qwen3NextConfig, Qwen3NextForCausalLM),
     "Qwen3MoeForCausalLM": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
     "Gemma3ForCausalLM": (Gemma3TextConfig, Gemma3ForCausalLM),
+    # Text and vision model: spec.config holds text_config (vocab/max positions added to it) and
+    # vision_config; the goldens run it on text alone.
+    "Gemma3ForConditionalGeneration": (Gemma3Config, Gemma3ForConditionalGeneration),
     "MistralForCausalLM": (MistralConfig, MistralForCausalLM),
 }
 
@@ -283,6 +287,19 @@ MODELS = [
               covers="Gemma3 text, transformers 4.x style: no layer_types (sliding_window_pattern "
                      "3: layers 0, 1 local, 2 global), default RoPE dicts, query_pre_attn_scalar "
                      "256, hidden 48 (embedding scale sqrt(48)), bf16 on disk, untied"),
+    ModelSpec("gemma3cg_gqa2_hd32_sw4", "Gemma3ForConditionalGeneration", 6003,
+              dict(text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                    layer_types=["sliding_attention", "sliding_attention",
+                                                 "full_attention"],
+                                    sliding_window=4, rms_norm_eps=1e-6),
+                   vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, image_size=28, patch_size=14),
+                   mm_tokens_per_image=4, tie_word_embeddings=True),
+              covers="Gemma3ForConditionalGeneration (Gemma 3 4B-27B checkpoints) on text: the "
+                     "text model under model.language_model.*, its config in text_config, a tiny "
+                     "SigLIP vision tower and projector in the checkpoint (not loaded), 4-token "
+                     "sliding window on layers 0, 1, tied"),
     ModelSpec("mistral_gqa2_hd64_sw8", "MistralForCausalLM", 7001,
               dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
@@ -323,7 +340,13 @@ def setup_determinism() -> None:
 
 def build_model(spec: ModelSpec, seed: int) -> torch.nn.Module:
     config_cls, model_cls = ARCHS[spec.architecture]
-    config = config_cls(vocab_size=VOCAB, max_position_embeddings=MAX_POS, **spec.config)
+    if "text_config" in spec.config:
+        kwargs = dict(spec.config)
+        kwargs["text_config"] = dict(vocab_size=VOCAB, max_position_embeddings=MAX_POS,
+                                     **spec.config["text_config"])
+        config = config_cls(**kwargs)
+    else:
+        config = config_cls(vocab_size=VOCAB, max_position_embeddings=MAX_POS, **spec.config)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     model = model_cls(config).to(torch.float32)
@@ -346,7 +369,9 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
     NORM_NOISE_STD); biases: N(0, BIAS_STD); Qwen3-Next GDN conv taps N(0, CONV_STD), A_log
     N(A_LOG_MEAN, A_LOG_STD), dt_bias N(0, DT_BIAS_STD). Parameters are
     visited in sorted name order with one seeded generator, so the result depends only on the
-    seed and the architecture. Tied weights appear once in named_parameters().
+    seed and the architecture. Tied weights appear once in named_parameters(). A vision tower
+    and its projector (Gemma3ForConditionalGeneration) keep transformers' seeded initialisation:
+    text-only prompts never reach them.
     """
     gen = torch.Generator().manual_seed(seed)
     # Qwen3-Next's RMSNorms scale by (1 + weight): their weights get the noise alone.
@@ -354,6 +379,8 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
                     if type(m).__name__ in ("Qwen3NextRMSNorm", "Gemma3RMSNorm")}
     with torch.no_grad():
         for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            if "vision_tower" in name or "multi_modal_projector" in name:
+                continue
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if name in zero_centred:
                 p.copy_(noise * NORM_NOISE_STD)
@@ -379,8 +406,12 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
 
 def load_reference(model_dir: str) -> torch.nn.Module:
     """Loads a saved golden directory as the float32 eager reference."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager")
+    with open(os.path.join(model_dir, "config.json")) as f:
+        arch = json.load(f)["architectures"][0]
+    # AutoModelForCausalLM would build Gemma3ForCausalLM from a Gemma3ForConditionalGeneration
+    # checkpoint; the class the checkpoint names is the reference.
+    cls = ARCHS[arch][1] if arch == "Gemma3ForConditionalGeneration" else transformers.AutoModelForCausalLM
+    model = cls.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     return model
 

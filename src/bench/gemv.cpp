@@ -43,7 +43,8 @@ int run_gemv(const GemvArgs& a) {
   }
   StatusOr<DType> parsed = parse_dtype(a.dtype);
   if (!parsed.is_ok() || !(*parsed == DType::kBF16 || *parsed == DType::kF16 || is_quantized(*parsed))) {
-    std::fprintf(stderr, "radixlm bench gemv: --dtype must be bf16, f16 or a GGUF block type (q4_k, ...), got %s\n",
+    std::fprintf(stderr,
+                 "radixlm bench gemv: --dtype must be bf16, f16 or a GGUF block type (q4_k, ...), got %s\n",
                  a.dtype.c_str());
     return 2;
   }
@@ -77,9 +78,9 @@ int run_gemv(const GemvArgs& a) {
   std::printf("device %s (%d SMs, L2 %d MiB); %s weights, f32 x/out; ratio = GB/s / copy GB/s\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, dtype_name(dtype));
   for (int64_t m : a.ms) {
-    std::printf("m = %lld\n  %-8s %7s %6s %4s %9s %9s %9s %8s_us %7s %7s_r %9s %8s\n", static_cast<long long>(m),
-                "linear", "n", "k", "cps", "copy_us", "copy_GBs", "gemv_us", alt_name, "gemv_r", alt_name, "gemv_path",
-                "speedup");
+    std::printf("m = %lld\n  %-8s %7s %6s %4s %9s %9s %9s %8s_us %7s %7s_r %9s %8s\n",
+                static_cast<long long>(m), "linear", "n", "k", "cps", "copy_us", "copy_GBs", "gemv_us",
+                alt_name, "gemv_r", alt_name, "gemv_path", "speedup");
     double step_gemv = 0, step_cublas = 0, step_copy = 0, step_bytes = 0;
     for (const Shape2& s : shapes) {
       const size_t bytes = dtype_nbytes(dtype, s.n * s.k);
@@ -125,27 +126,35 @@ int run_gemv(const GemvArgs& a) {
       const double copy_gbs = 2.0 * gb / t_copy, gemv_gbs = gb / t_gemv, cublas_gbs = gb / t_cublas;
       const char* path = quantized ? (m <= cuda::kQuantGemvMaxRows ? "qgemv" : "dequant")
                          : cuda::linear_uses_gemv(0, m, s.k, w[0].data_ptr(), dtype, s.k) ? "gemv"
-                                                                                           : "cublas";
+                                                                                          : "cublas";
       std::printf("  %-8s %7lld %6lld %4lld %9.2f %9.0f %9.2f %11.2f %7.3f %9.3f %9s %8.3f\n", s.name,
                   static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(copies),
-                  t_copy * 1e6, copy_gbs, t_gemv * 1e6, t_cublas * 1e6, gemv_gbs / copy_gbs, cublas_gbs / copy_gbs,
-                  path, t_cublas / t_gemv);
+                  t_copy * 1e6, copy_gbs, t_gemv * 1e6, t_cublas * 1e6, gemv_gbs / copy_gbs,
+                  cublas_gbs / copy_gbs, path, t_cublas / t_gemv);
       step_gemv += t_gemv * static_cast<double>(s.per_step);
       step_cublas += t_cublas * static_cast<double>(s.per_step);
       step_copy += t_copy * static_cast<double>(s.per_step);
       step_bytes += gb * static_cast<double>(s.per_step);
-      nlohmann::json row{{"m", m},          {"name", s.name},      {"n", s.n},
-                         {"k", s.k},        {"copies", copies},    {"copy_us", t_copy * 1e6},
-                         {"copy_gbs", copy_gbs}, {"gemv_us", t_gemv * 1e6}, {std::string(alt_name) + "_us", t_cublas * 1e6},
-                         {"gemv_ratio_to_copy", gemv_gbs / copy_gbs}, {std::string(alt_name) + "_ratio_to_copy", cublas_gbs / copy_gbs}};
+      nlohmann::json row{{"m", m},
+                         {"name", s.name},
+                         {"n", s.n},
+                         {"k", s.k},
+                         {"copies", copies},
+                         {"copy_us", t_copy * 1e6},
+                         {"copy_gbs", copy_gbs},
+                         {"gemv_us", t_gemv * 1e6},
+                         {std::string(alt_name) + "_us", t_cublas * 1e6},
+                         {"gemv_ratio_to_copy", gemv_gbs / copy_gbs},
+                         {std::string(alt_name) + "_ratio_to_copy", cublas_gbs / copy_gbs}};
       j["runs"].push_back(row);
     }
     // Floor: the step's weight bytes read at the copy's rate (read + write counted, so bytes / (copy GB/s)).
     const double floor_s = step_bytes / (2.0 * step_bytes / step_copy);
-    std::printf("  step (%lld layers + lm_head, %.2f GB of weights): gemv %.3f ms, %s %.3f ms, weight-read floor "
-                "at copy speed %.3f ms (gemv %.3fx, %s %.3fx of it)\n",
-                static_cast<long long>(a.layers), step_bytes, step_gemv * 1e3, alt_name, step_cublas * 1e3,
-                floor_s * 1e3, step_gemv / floor_s, alt_name, step_cublas / floor_s);
+    std::printf(
+        "  step (%lld layers + lm_head, %.2f GB of weights): gemv %.3f ms, %s %.3f ms, weight-read floor "
+        "at copy speed %.3f ms (gemv %.3fx, %s %.3fx of it)\n",
+        static_cast<long long>(a.layers), step_bytes, step_gemv * 1e3, alt_name, step_cublas * 1e3,
+        floor_s * 1e3, step_gemv / floor_s, alt_name, step_cublas / floor_s);
     j["steps"].push_back({{"m", m},
                           {"weight_gb", step_bytes},
                           {"gemv_ms", step_gemv * 1e3},

@@ -67,6 +67,54 @@ StatusOr<std::unique_ptr<CausalLM>> create_gemma3(const ModelConfig& config, Wei
   return Gemma3ForCausalLM::create(config, weights);
 }
 
+namespace {
+
+// The text model's tensors of a Gemma3ForConditionalGeneration checkpoint under the names
+// Gemma3ForCausalLM asks for ("model.X", "lm_head.weight").
+class LanguageModelWeights : public WeightSource {
+ public:
+  explicit LanguageModelWeights(WeightSource& base) : base_(base) { load_options = base.load_options; }
+
+  bool has(const std::string& name) const override { return base_.has(stored(name)); }
+  StatusOr<Tensor> get(const std::string& name, const Shape& shape) override {
+    return base_.get(stored(name), shape);
+  }
+  std::vector<std::string> names() const override { return base_.names(); }
+  bool synthesizes_any_name() const override { return base_.synthesizes_any_name(); }
+  std::string describe() const override {
+    return base_.describe() + " (text model of Gemma3ForConditionalGeneration)";
+  }
+
+ private:
+  // transformers' saved layout first, then the in-memory one; a name in neither is asked for in
+  // the saved layout (so a missing tensor is reported under the name the file would use).
+  std::string stored(const std::string& name) const {
+    std::vector<std::string> candidates;
+    if (name.rfind("model.", 0) == 0) {
+      const std::string rest = name.substr(6);
+      candidates = {"language_model.model." + rest, "model.language_model." + rest};
+    } else if (name.rfind("lm_head.", 0) == 0) {
+      candidates = {"language_model." + name, name};
+    } else {
+      return name;
+    }
+    for (const std::string& c : candidates) {
+      if (base_.has(c)) return c;
+    }
+    return candidates[0];
+  }
+
+  WeightSource& base_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CausalLM>> create_gemma3_conditional(const ModelConfig& config,
+                                                              WeightSource& weights) {
+  LanguageModelWeights text(weights);
+  return Gemma3ForCausalLM::create(config, text);
+}
+
 KVShape Gemma3ForCausalLM::kv_shape() const {
   return {config_.num_hidden_layers, config_.num_key_value_heads, config_.head_dim};
 }

@@ -68,4 +68,12 @@ class Gemma3ForCausalLM : public CausalLM {
 
 StatusOr<std::unique_ptr<CausalLM>> create_gemma3(const ModelConfig& config, WeightSource& weights);
 
+// Gemma3ForConditionalGeneration (the Gemma 3 4B-27B checkpoints) on text: its config's
+// text_config (parse_model_config) and the text model's tensors, stored under
+// language_model.model.* / language_model.lm_head.* (as transformers saves them) or
+// model.language_model.* / lm_head.*; the vision tower and projector are not loaded, so image
+// inputs are not supported.
+StatusOr<std::unique_ptr<CausalLM>> create_gemma3_conditional(const ModelConfig& config,
+                                                              WeightSource& weights);
+
 }  // namespace rlm

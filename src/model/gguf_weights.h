@@ -22,9 +22,9 @@
 //   gemma3: blk.N.post_attention_norm, blk.N.ffn_norm, blk.N.post_ffw_norm are the
 //   post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm; every gemma3
 //   norm weight is served as stored - 1 (f32), undoing the converter's 1 + w.
-// For "llama" only, llama.cpp's converter permutes the rows of q_proj/k_proj (weights and biases) within each head
-// from HF's rotate-half order into interleaved pairs; they are un-permuted here, so the tensors
-// match the Hugging Face checkpoint (and transformers' own GGUF loader).
+// For "llama" only, llama.cpp's converter permutes the rows of q_proj/k_proj (weights and biases) within each
+// head from HF's rotate-half order into interleaved pairs; they are un-permuted here, so the tensors match
+// the Hugging Face checkpoint (and transformers' own GGUF loader).
 #pragma once
 
 #include <memory>

@@ -341,6 +341,27 @@ bool ModelConfig::is_sliding_layer(int64_t layer) const {
 
 StatusOr<ModelConfig> parse_model_config(const json& j) {
   if (!j.is_object()) return invalid_argument(str("config must be a JSON object, got ", j.type_name()));
+  // Gemma3ForConditionalGeneration: the text model's config is text_config; the tying of the
+  // embedding is the outer config's (the model that ties), token ids come from text_config or
+  // else the outer config.
+  if (present(j, "architectures") && j.at("architectures").is_array() && !j.at("architectures").empty() &&
+      j.at("architectures")[0] == "Gemma3ForConditionalGeneration") {
+    if (!present(j, "text_config") || !j.at("text_config").is_object()) {
+      return invalid_argument("Gemma3ForConditionalGeneration config without a text_config object");
+    }
+    json t = j.at("text_config");
+    if (present(j, "tie_word_embeddings")) t["tie_word_embeddings"] = j.at("tie_word_embeddings");
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+      if (present(j, key) && !present(t, key)) t[key] = j.at(key);
+    }
+    if (!present(t, "model_type")) t["model_type"] = "gemma3_text";
+    t.erase("architectures");
+    auto c = parse_model_config(t);
+    if (!c.is_ok()) return invalid_argument(str("text_config: ", c.status().message()));
+    c->architecture = "Gemma3ForConditionalGeneration";
+    c->raw["architectures"] = j.at("architectures");
+    return c;
+  }
   ModelConfig c;
   c.raw = j;
   if (present(j, "architectures")) {

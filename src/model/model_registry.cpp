@@ -27,6 +27,7 @@ StatusOr<std::unique_ptr<CausalLM>> create_llama(const ModelConfig& config, Weig
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> r = {
       {"Gemma3ForCausalLM", create_gemma3},
+      {"Gemma3ForConditionalGeneration", create_gemma3_conditional},
       {"LlamaForCausalLM", create_llama},
       {"MistralForCausalLM", create_llama},
       {"Qwen2ForCausalLM", create_qwen2},

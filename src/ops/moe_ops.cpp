@@ -45,7 +45,8 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
   c.dims("x", x, 2, "[num_tokens, hidden]");
   c.unit_last_stride("x", x);
   const int64_t n = x.size(0), hidden = x.size(1);
-  if (!is_quantized(w_gate_up.dtype())) c.dtype("w_gate_up", w_gate_up, {DType::kF32, DType::kBF16, DType::kF16});
+  if (!is_quantized(w_gate_up.dtype()))
+    c.dtype("w_gate_up", w_gate_up, {DType::kF32, DType::kBF16, DType::kF16});
   c.dims("w_gate_up", w_gate_up, 3, "[num_experts, 2 * inter, hidden]");
   c.size("w_gate_up", w_gate_up, 2, hidden, "hidden");
   c.contiguous("w_gate_up", w_gate_up);
@@ -54,12 +55,14 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
   // Block-quantized experts (CPU): either projection may be quantized, each in its own type.
   const bool quantized = is_quantized(w_gate_up.dtype()) || is_quantized(w_down.dtype());
   if (quantized && !x.device().is_cpu()) {
-    c.fail_with(str("block-quantized experts (", dtype_name(w_gate_up.dtype()), ", ", dtype_name(w_down.dtype()),
-                    ") run on the CPU; dequantize them for ", x.device().to_string()));
+    c.fail_with(str("block-quantized experts (", dtype_name(w_gate_up.dtype()), ", ",
+                    dtype_name(w_down.dtype()), ") run on the CPU; dequantize them for ",
+                    x.device().to_string()));
   }
   if (!is_quantized(w_down.dtype())) {
-    c.dtype("w_down", w_down, quantized ? std::initializer_list<DType>{DType::kF32, DType::kBF16, DType::kF16}
-                                        : std::initializer_list<DType>{w_gate_up.dtype()});
+    c.dtype("w_down", w_down,
+            quantized ? std::initializer_list<DType>{DType::kF32, DType::kBF16, DType::kF16}
+                      : std::initializer_list<DType>{w_gate_up.dtype()});
   }
   c.dims("w_down", w_down, 3, "[num_experts, hidden, inter]");
   c.size("w_down", w_down, 0, experts, "num_experts");
@@ -103,7 +106,8 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
   // activations as ops::quantized_linear_activations() says).
   auto expert_linear = [](const Tensor& w) {
     return [&w](int64_t e, const float* xs, int64_t m, float* ys) {
-      const Tensor xt = Tensor::from_blob(const_cast<float*>(xs), {m, w.size(2)}, DType::kF32, Device::cpu(), nullptr);
+      const Tensor xt =
+          Tensor::from_blob(const_cast<float*>(xs), {m, w.size(2)}, DType::kF32, Device::cpu(), nullptr);
       const Tensor yt = Tensor::from_blob(ys, {m, w.size(1)}, DType::kF32, Device::cpu(), nullptr);
       linear(xt, w.select(0, e), std::nullopt, yt);
     };

@@ -41,6 +41,17 @@ def load_config(name):
         return json.load(f)
 
 
+def text_config(cfg):
+    """The language model's config: text_config for a text-and-vision model, else cfg itself."""
+    return cfg.get("text_config", cfg)
+
+
+# Where the language model's tensors are stored: Gemma3ForConditionalGeneration checkpoints keep
+# it under language_model.* (beside the vision tower), as transformers saves them.
+def text_prefix(cfg):
+    return "language_model." if cfg["architectures"][0] == "Gemma3ForConditionalGeneration" else ""
+
+
 def read_logits(name, case):
     path = os.path.join(GOLDEN, name, case["logits_file"])
     return np.fromfile(path, dtype="<f4").reshape(case["logits_shape"])
@@ -97,9 +108,9 @@ def test_golden_structure(name):
     assert g["architecture"] == cfg["architectures"][0]
     assert g["architecture"] in ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                 "Qwen3NextForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
-                                "MistralForCausalLM")
+                                "Gemma3ForConditionalGeneration", "MistralForCausalLM")
     assert g["disk_dtype"] == cfg["dtype"]
-    vocab = cfg["vocab_size"]
+    vocab = text_config(cfg)["vocab_size"]
     assert g["cases"], "no cases"
     for i, case in enumerate(g["cases"]):
         assert case["logits_file"] == f"logits_{i}.f32"
@@ -149,8 +160,9 @@ def test_weight_files(name):
     assert seen == wmap, "index weight_map does not match the shard headers"
     # Tied models store no head, except the golden of the rule "a stored head wins".
     stored_head = not cfg["tie_word_embeddings"] or g.get("stored_lm_head", False)
-    assert ("lm_head.weight" in seen) == stored_head
-    assert "model.embed_tokens.weight" in seen
+    prefix = text_prefix(cfg)
+    assert (prefix + "lm_head.weight" in seen) == stored_head
+    assert prefix + "model.embed_tokens.weight" in seen
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +211,7 @@ def test_logits_mismatch_detects_small_change():
 def test_llama3_rope_golden_changes_frequencies(tf):
     """The llama3-scaled golden must exercise all three llama3 bands (kept, smoothed, scaled)."""
     torch, mg = tf
-    cfgs = {n: load_config(n) for n in NAMES}
+    cfgs = {n: text_config(load_config(n)) for n in NAMES}
     # (Gemma3's rope_parameters hold one dict per layer type, without a top-level rope_type.)
     llama3 = [n for n, c in cfgs.items() if c["rope_parameters"].get("rope_type") == "llama3"]
     assert llama3, "no golden uses llama3 rope scaling"
@@ -263,7 +275,7 @@ def test_greedy_matches_kv_cached_generate(tf, name):
     generate() would otherwise mask prompt tokens equal to pad_token_id."""
     torch, mg = tf
     model = mg.load_reference(os.path.join(GOLDEN, name))
-    cfg = load_config(name)
+    cfg = text_config(load_config(name))
     vocab = cfg["vocab_size"]
     for i, case in enumerate(load_golden(name)["cases"]):
         ids = torch.tensor([case["prompt_ids"]], dtype=torch.long)

@@ -26,7 +26,7 @@ def splits(name, tp):
     """Whether --tp tp can split the golden (the rules of model/tensor_parallel.h; tp_parity_test
     checks that the others are refused with a clear error)."""
     c = json.load(open(os.path.join(GOLDEN, name, "config.json")))
-    if c["architectures"][0] in ("Gemma3ForCausalLM", "Qwen3MoeForCausalLM"):
+    if c["architectures"][0] in ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "Qwen3MoeForCausalLM"):
         return False
     heads = [c.get(k) for k in ("num_attention_heads", "num_key_value_heads", "linear_num_key_heads")]
     sizes = [c.get(k) for k in ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size")]

@@ -1,6 +1,8 @@
 // The Gated DeltaNet and MoE ops on the CPU: chunked vs recurrent gated delta rule vs a
 // double-precision token loop, batching, snapshots, conv prefill vs decode, MoE vs plain loops,
 // and errors on bad inputs. Fresh random inputs per run (the seed is printed on failure).
+#include "ops/linear_attention_ops.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <numeric>
 
 #include "formats/gguf_dequant.h"
-#include "ops/linear_attention_ops.h"
 #include "ops/moe_ops.h"
 #include "ops/ops.h"
 #include "ops_test_util.h"
@@ -467,7 +468,8 @@ TEST(Moe, QuantizedExpertsMatchDequantizedReference) {
       fill_random_blocks(dt, t.data_ptr(), experts * rows * cols / dtype_block_size(dt), rng.gen()(), 0.1f);
       return t;
     };
-    const Tensor gu = experts_of(k.gate_up, 2 * k.inter, k.hidden), dn = experts_of(k.down, k.hidden, k.inter);
+    const Tensor gu = experts_of(k.gate_up, 2 * k.inter, k.hidden),
+                 dn = experts_of(k.down, k.hidden, k.inter);
     const Tensor gu_f = dequantize(gu), dn_f = dequantize(dn);
     const Tensor x = testing::random_normal(rng, {n, k.hidden});
     Tensor w = Tensor::empty({n, top_k}, DType::kF32), ids = Tensor::empty({n, top_k}, DType::kI32);
@@ -500,8 +502,8 @@ TEST(Moe, QuantizedExpertsMatchDequantizedReference) {
     testing::poison(out);
     ops::moe_experts(x, gu, dn, w, ids, out);
     const double err = rel_l2(out, want);
-    std::cout << dtype_name(k.gate_up) << " / " << dtype_name(k.down) << " experts, 8-bit activations: rel L2 " << err
-              << "\n";
+    std::cout << dtype_name(k.gate_up) << " / " << dtype_name(k.down)
+              << " experts, 8-bit activations: rel L2 " << err << "\n";
     EXPECT_LE(err, 3e-2);
   }
 }

@@ -374,9 +374,9 @@ __device__ __forceinline__ void prefetch_row(const uint8_t* row, size_t row_byte
 // behind the weight stream, and the rounds do not wait for each other's round trips.
 // Rounds run whole warps (the shuffles need every lane); lanes past the end quantize zeros.
 template <int M, bool kPieceMajor>
-__device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, int64_t k, int64_t ldx, int8_t* xq,
-                                                 float* xd, float* xs, const uint8_t* w, size_t row_bytes,
-                                                 int64_t n) {
+__device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, int64_t k, int64_t ldx,
+                                                 int8_t* xq, float* xd, float* xs, const uint8_t* w,
+                                                 size_t row_bytes, int64_t n) {
   constexpr int kRounds = 4;
   const int64_t nb = k / 32, tasks = M * nb * 4;
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
@@ -447,13 +447,14 @@ __device__ __forceinline__ const uint8_t* warp_row(const uint8_t* w, size_t row_
 
 // Warp sums of the M accumulators (a fixed xor tree) written by lane 0, plus the bias.
 template <int M>
-__device__ __forceinline__ void store_row_sums(const float (&acc)[M], int64_t j, const void* bias, DType bias_dtype,
-                                               float* __restrict__ out, int64_t ldo) {
+__device__ __forceinline__ void store_row_sums(const float (&acc)[M], int64_t j, const void* bias,
+                                               DType bias_dtype, float* __restrict__ out, int64_t ldo) {
 #pragma unroll
   for (int r = 0; r < M; ++r) {
     float s = acc[r];
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x % 32 == 0) out[r * ldo + j] = s + (bias != nullptr ? load_bias(bias, bias_dtype, j) : 0.0f);
+    if (threadIdx.x % 32 == 0)
+      out[r * ldo + j] = s + (bias != nullptr ? load_bias(bias, bias_dtype, j) : 0.0f);
   }
 }
 
@@ -504,8 +505,8 @@ constexpr bool kPairKernel = T == DType::kQ4_K || T == DType::kQ5_K;
 template <DType T, int M>
 __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
     quant_gemv_pair_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ w,
-                           size_t row_bytes, int64_t n, const void* bias, DType bias_dtype, float* __restrict__ out,
-                           int64_t ldo) {
+                           size_t row_bytes, int64_t n, const void* bias, DType bias_dtype,
+                           float* __restrict__ out, int64_t ldo) {
   static_assert(kPairKernel<T>);
   constexpr int kBytes = T == DType::kQ4_K ? 144 : 176, kQs = T == DType::kQ4_K ? 16 : 48;
   extern __shared__ int4 gemv_smem[];
