@@ -15,12 +15,16 @@ std::string default_model_path() {
 
 namespace {
 
-// FP8 projections run in the Llama-family decoder (Llama, Qwen2, Qwen3) only.
+// FP8 projections run in the Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) and Gemma 3; not
+// in Qwen3-MoE (its experts take 16-bit or GGUF weights) or Qwen3-Next.
 Status check_fp8_architecture(const ModelConfig& config, const std::string& what) {
-  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+  for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {
     if (config.architecture == arch) return Status::ok();
   }
-  return unimplemented(str(what, " is supported for LlamaForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM, not ",
+  return unimplemented(str(what,
+                           " is supported for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                           "Qwen3ForCausalLM, Gemma3ForCausalLM and Gemma3ForConditionalGeneration, not ",
                            config.architecture));
 }
 

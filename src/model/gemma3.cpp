@@ -141,6 +141,8 @@ Status Gemma3ForCausalLM::load(WeightSource& ws) {
                                                             p + ".self_attn.v_proj"},
                                                            {hq * d, hk * d, hk * d}, hidden, bias));
     RLM_ASSIGN_OR_RETURN(layer.o_proj, load_linear(ws, p + ".self_attn.o_proj", hidden, hq * d, bias));
+    RLM_ASSIGN_OR_RETURN(const KvScales kvs, load_kv_scales(ws, p + ".self_attn"));
+    kv_scales_.push_back(kvs);
     RLM_ASSIGN_OR_RETURN(layer.q_norm, load_zero_centred_norm(ws, p + ".self_attn.q_norm.weight", d));
     RLM_ASSIGN_OR_RETURN(layer.k_norm, load_zero_centred_norm(ws, p + ".self_attn.k_norm.weight", d));
     RLM_ASSIGN_OR_RETURN(layer.gate_up_proj,

@@ -34,6 +34,7 @@ class Gemma3ForCausalLM : public CausalLM {
   Tensor forward(const ForwardBatch& batch) override;
   void to(Device device) override;
   Device device() const override { return device_; }
+  std::vector<KvScales> kv_scales() const override { return kv_scales_; }
 
  private:
   struct DecoderLayer {
@@ -64,6 +65,7 @@ class Gemma3ForCausalLM : public CausalLM {
   Tensor rope_local_;    // f32 [max_positions, head_dim]
   Tensor rope_global_;   // f32 [max_positions, head_dim]
   Device device_ = Device::cpu();
+  std::vector<KvScales> kv_scales_;  // [num_layers] from an FP8 checkpoint (1 when absent)
 };
 
 StatusOr<std::unique_ptr<CausalLM>> create_gemma3(const ModelConfig& config, WeightSource& weights);

@@ -27,14 +27,17 @@ using testing::read_json;
 
 const std::string kGoldenDir = std::string(RADIXLM_SOURCE_DIR) + "/tests/golden";
 
-// The Llama-family goldens (the architectures FP8 projections run in).
-std::vector<std::string> llama_family_goldens() {
+// The goldens of the architectures FP8 projections run in: the Llama family (Llama, Mistral, Qwen2,
+// Qwen3) and Gemma 3 (text model and the text model of Gemma3ForConditionalGeneration).
+std::vector<std::string> fp8_goldens() {
   std::vector<std::string> out;
   const nlohmann::json index = read_json(kGoldenDir + "/index.json");
   for (const auto& n : index["models"]) {
     const std::string name = n.get<std::string>();
     const std::string type = read_json(kGoldenDir + "/" + name + "/config.json").value("model_type", "");
-    if (type == "llama" || type == "qwen2" || type == "qwen3") out.push_back(name);
+    for (const char* t : {"llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gemma3"}) {
+      if (type == t) out.push_back(name);
+    }
   }
   return out;
 }
@@ -115,8 +118,8 @@ void check_golden(const std::string& name) {
 }
 
 TEST(Fp8Accuracy, TinyGoldensAgainstTheFp32Reference) {
-  const std::vector<std::string> names = llama_family_goldens();
-  ASSERT_GE(names.size(), 8u);
+  const std::vector<std::string> names = fp8_goldens();
+  ASSERT_GE(names.size(), 12u);
   for (const std::string& name : names) check_golden(name);
 }
 
@@ -185,11 +188,15 @@ TEST(Fp8Load, QuantizationFp8IsRejectedForOtherArchitecturesAndUnknownMethods) {
   const nlohmann::json index = read_json(kGoldenDir + "/index.json");
   for (const auto& n : index["models"]) {
     const std::string name = n.get<std::string>();
-    if (read_json(kGoldenDir + "/" + name + "/config.json").value("model_type", "") != "qwen3_next") continue;
+    const nlohmann::json config = read_json(kGoldenDir + "/" + name + "/config.json");
+    const std::string type = config.value("model_type", "");
+    if (type != "qwen3_next" && type != "qwen3_moe") continue;
     lo.quantization = "fp8";
-    auto hybrid = load_model(kGoldenDir + "/" + name, lo);
-    ASSERT_FALSE(hybrid.is_ok()) << name;
-    EXPECT_NE(hybrid.status().message().find("Qwen3NextForCausalLM"), std::string::npos) << hybrid.status().to_string();
+    auto refused = load_model(kGoldenDir + "/" + name, lo);
+    ASSERT_FALSE(refused.is_ok()) << name;
+    EXPECT_NE(refused.status().message().find(config["architectures"][0].get<std::string>()),
+              std::string::npos)
+        << refused.status().to_string();
   }
 }
 
