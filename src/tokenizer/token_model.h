@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -29,5 +30,10 @@ class TokenModel {
 // The model of a tokenizer.json "model" object (type BPE when absent); unknown types give
 // kUnimplemented.
 StatusOr<std::unique_ptr<TokenModel>> make_token_model(const nlohmann::json& spec);
+
+// Reads a model's "vocab" object (token -> id; ids may have gaps) into `ids`, and `tokens` /
+// `has_id` indexed by id.
+Status read_vocab(const nlohmann::json& vocab, std::unordered_map<std::string, int32_t>& ids,
+                  std::vector<std::string>& tokens, std::vector<bool>& has_id);
 
 }  // namespace rlm

@@ -4,47 +4,17 @@
 #include <nlohmann/json.hpp>
 
 #include "core/utf8.h"
-#include "tokenizer/bpe_model.h"
 
 namespace rlm {
 
 using nlohmann::json;
-
-StatusOr<std::unique_ptr<TokenModel>> make_token_model(const json& spec) {
-  if (!spec.is_object()) return invalid_argument("tokenizer.json 'model' must be an object");
-  const std::string type = spec.value("type", "BPE");
-  if (type == "BPE") {
-    RLM_ASSIGN_OR_RETURN(BpeModel m, BpeModel::from_json(spec));
-    return std::unique_ptr<TokenModel>(new BpeModel(std::move(m)));
-  }
-  if (type == "WordPiece") {
-    RLM_ASSIGN_OR_RETURN(auto m, WordPieceModel::from_json(spec));
-    return std::unique_ptr<TokenModel>(std::move(m));
-  }
-  return unimplemented("unsupported tokenizer.json model type '" + type + "' (BPE, WordPiece)");
-}
 
 StatusOr<std::unique_ptr<WordPieceModel>> WordPieceModel::from_json(const json& model) {
   if (!model.contains("vocab") || !model["vocab"].is_object()) {
     return invalid_argument("tokenizer.json WordPiece model has no 'vocab' object");
   }
   std::unique_ptr<WordPieceModel> m(new WordPieceModel());
-  int32_t max_id = -1;
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX - 1) {
-      return invalid_argument("tokenizer.json vocab entry '" + it.key() + "' has an invalid id");
-    }
-    const auto id = it.value().get<int32_t>();
-    m->vocab_[it.key()] = id;
-    max_id = std::max(max_id, id);
-  }
-  m->id_to_token_.resize(max_id + 1);
-  m->has_id_.assign(max_id + 1, false);
-  for (const auto& [tok, id] : m->vocab_) {
-    m->id_to_token_[id] = tok;
-    m->has_id_[id] = true;
-  }
+  RLM_RETURN_IF_ERROR(read_vocab(model["vocab"], m->vocab_, m->id_to_token_, m->has_id_));
   const json unk = model.value("unk_token", json("[UNK]"));
   if (!unk.is_string() || !m->vocab_.contains(unk.get<std::string>())) {
     return invalid_argument("tokenizer.json WordPiece unk_token is missing from the vocab");
