@@ -128,7 +128,7 @@ fi
 # llama.cpp's test vocabularies (vocab-only GGUFs + .inp/.out from the llama-cpp-python sdist,
 # downloaded once into build/tokenizer_wheels/), each rebuilt as a tokenizer.json, checked against
 # its .out ids with tokenizers, and its corpus goldens (tests/data/tokenizer/README.md).
-if [ ! -s tests/data/tokenizer/generated/gguf_vocab/bert-bge.ref.jsonl ]; then
+if [ ! -s tests/data/tokenizer/generated/gguf_vocab/bert-accents.ref.jsonl ]; then
   .venv/bin/python tools/make_gguf_vocab_fixtures.py
 fi
 echo "setup: done"

@@ -12,7 +12,8 @@
    `tokenizers` package that it reproduces every .out line exactly; a family that does not is
    an error (nothing is written for it).
 3. Writes generated/gguf_vocab/<family>.tokenizer.json and the goldens of that tokenizer on the
-   corpus, generated/gguf_vocab/<family>.ref.jsonl (fields as in make_tokenizer_golden.py).
+   corpus, generated/gguf_vocab/<family>.ref.jsonl (fields as in make_tokenizer_golden.py); also
+   for VARIANTS, a rebuilt tokenizer.json with other normalizer / decoder / model options.
 
 Token types (tokenizer.ggml.token_type): 3 (control) becomes a special added token, 4 (user-
 defined) a non-special one; 2 (unknown) is a special added token for byte-level vocabularies and
@@ -96,6 +97,18 @@ BYTE_LEVEL_PRE = {
     "llama-bpe": (None, seq(split(LLAMA3_REGEX), byte_level(False))),
     "qwen2": (NFC, seq(split(QWEN2_REGEX), byte_level(False))),
     "qwen35": (None, seq(split(QWEN35_REGEX), byte_level(False))),
+}
+# Variants of a family's rebuilt tokenizer.json with other options (no .out to check them against:
+# goldens only), covering the BertNormalizer / WordPiece options bert-bge leaves at one value.
+VARIANTS = {
+    "bert-cased": ("bert-bge", {
+        "normalizer": {"type": "BertNormalizer", "clean_text": False, "handle_chinese_chars": False,
+                       "strip_accents": None, "lowercase": False}}),
+    "bert-accents": ("bert-bge", {
+        "normalizer": {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                       "strip_accents": True, "lowercase": False},
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+        "model.max_input_chars_per_word": 8}),
 }
 FAMILIES = ["gpt-2", "mpt", "starcoder", "refact", "command-r", "falcon", "deepseek-llm", "deepseek-coder",
             "llama-bpe", "qwen2", "qwen35", "llama-spm", "phi-3", "gemma-4", "bert-bge"]
@@ -181,7 +194,11 @@ def build(family, get):
     bos, eos, unk = (get(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "unknown"))
     add_bos = bool(get("tokenizer.ggml.add_bos_token", model != "gpt2"))
     add_eos = bool(get("tokenizer.ggml.add_eos_token", False))
-    tj = {"version": "1.0", "truncation": None, "padding": None}
+    spm = model == "llama"
+    rstrip_keep = {"<unk>", "<s>", "<|endoftext|>"}
+    added = [added_token(i, tokens[i], types[i] != 4, arch == "phi3" and tokens[i] not in rstrip_keep)
+             for i in range(len(tokens)) if tokens[i] and (types[i] in (3, 4) or (types[i] == 2 and not spm))]
+    tj = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added}
 
     if model == "bert":
         # llama.cpp's converter writes word-initial pieces with a leading U+2581 and continuation
@@ -191,7 +208,6 @@ def build(family, get):
             orig = t if types[i] == 3 or (t.startswith("[") and t.endswith("]")) else \
                 t[1:] if t.startswith(SPACE) else "##" + t
             vocab.setdefault(orig, i)
-        tj["added_tokens"] = [added_token(i, tokens[i], True) for i in range(len(tokens)) if types[i] == 3]
         tj["normalizer"] = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
                             "strip_accents": None, "lowercase": True}
         tj["pre_tokenizer"] = {"type": "BertPreTokenizer"}
@@ -205,11 +221,6 @@ def build(family, get):
     vocab = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
-    spm = model == "llama"
-    rstrip_keep = {"<unk>", "<s>", "<|endoftext|>"}
-    tj["added_tokens"] = [
-        added_token(i, tokens[i], types[i] != 4, arch == "phi3" and tokens[i] not in rstrip_keep)
-        for i in range(len(tokens)) if tokens[i] and (types[i] in (3, 4) or (types[i] == 2 and not spm))]
     prefix = [(tokens[bos], bos)] if add_bos and bos is not None else []
     suffix = [(tokens[eos], eos)] if add_eos and eos is not None else []
     tj["post_processor"] = template(prefix, suffix) if prefix or suffix else None
@@ -272,18 +283,33 @@ def check_out(family, tok):
     return len(inputs)
 
 
+def variant(name):
+    base, changes = VARIANTS[name]
+    with open(os.path.join(OUT, f"{base}.tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    for key, value in changes.items():
+        obj = tj
+        *path, last = key.split(".")
+        for k in path:
+            obj = obj[k]
+        obj[last] = value
+    return tj
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default=",".join(FAMILIES))
+    ap.add_argument("--only", default=",".join(FAMILIES + list(VARIANTS)))
     args = ap.parse_args()
     from tokenizers import Tokenizer
     fetch()
     for family in args.only.split(","):
-        get = read_gguf(os.path.join(OUT, f"{family}.gguf"))
-        tj = build(family, get)
+        if family in VARIANTS:
+            tj = variant(family)
+        else:
+            tj = build(family, read_gguf(os.path.join(OUT, f"{family}.gguf")))
         text = json.dumps(tj, ensure_ascii=False)
         tok = Tokenizer.from_str(text)
-        n = check_out(family, tok)
+        n = 0 if family in VARIANTS else check_out(family, tok)
         plain = Tokenizer.from_str(text)
         plain.encode_special_tokens = True
         lines = 0
@@ -299,7 +325,8 @@ def main():
         os.replace(os.path.join(OUT, f"{family}.ref.jsonl.tmp"), os.path.join(OUT, f"{family}.ref.jsonl"))
         with open(os.path.join(OUT, f"{family}.tokenizer.json"), "w", encoding="utf-8") as f:
             f.write(text)
-        print(f"{family}: {n} .inp strings match .out; wrote {family}.ref.jsonl ({lines} lines)")
+        checked = "a variant" if family in VARIANTS else f"{n} .inp strings match .out"
+        print(f"{family}: {checked}; wrote {family}.ref.jsonl ({lines} lines)")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,10 @@ inline const std::vector<Fixture>& fixtures() {
       RLM_GGUF_VOCAB("gemma_4", "gemma-4"),
       RLM_GGUF_VOCAB("bert_bge", "bert-bge"),
 #undef RLM_GGUF_VOCAB
+      // bert-bge's tokenizer.json with other BertNormalizer / WordPiece options.
+      {"hf_bert_cased", "generated/gguf_vocab/bert-cased.tokenizer.json", true, "generated/gguf_vocab/bert-cased"},
+      {"hf_bert_accents", "generated/gguf_vocab/bert-accents.tokenizer.json", true,
+       "generated/gguf_vocab/bert-accents"},
   };
   return f;
 }
