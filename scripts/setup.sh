@@ -125,4 +125,10 @@ fi
 if [ ! -s tests/data/tokenizer/generated/llama3/tokenizer.json ] || [ ! -s tests/data/tokenizer/generated/qwen3/tokenizer.json ]; then
   .venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3
 fi
+# llama.cpp's test vocabularies (vocab-only GGUFs + .inp/.out from the llama-cpp-python sdist,
+# downloaded once into build/tokenizer_wheels/), each rebuilt as a tokenizer.json, checked against
+# its .out ids with tokenizers, and its corpus goldens (tests/data/tokenizer/README.md).
+if [ ! -s tests/data/tokenizer/generated/gguf_vocab/bert-accents.ref.jsonl ]; then
+  .venv/bin/python tools/make_gguf_vocab_fixtures.py
+fi
 echo "setup: done"

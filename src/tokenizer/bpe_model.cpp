@@ -29,22 +29,7 @@ StatusOr<BpeModel> BpeModel::from_json(const json& model) {
     return unimplemented("tokenizer.json BPE dropout is not supported");
   }
   BpeModel m;
-  int32_t max_id = -1;
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
-        it.value().get<int64_t>() > INT32_MAX - 1) {
-      return invalid_argument("tokenizer.json vocab entry '" + it.key() + "' has an invalid id");
-    }
-    const auto id = it.value().get<int32_t>();
-    m.vocab_[it.key()] = id;
-    max_id = std::max(max_id, id);
-  }
-  m.id_to_token_.resize(max_id + 1);
-  m.has_id_.assign(max_id + 1, false);
-  for (const auto& [tok, id] : m.vocab_) {
-    m.id_to_token_[id] = tok;
-    m.has_id_[id] = true;
-  }
+  RLM_RETURN_IF_ERROR(read_vocab(model["vocab"], m.vocab_, m.id_to_token_, m.has_id_));
   int32_t rank = 0;
   for (const json& merge : model["merges"]) {
     std::string a, b;

@@ -7,31 +7,27 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "core/status.h"
+#include "tokenizer/token_model.h"
 
 namespace rlm {
 
-class BpeModel {
+class BpeModel : public TokenModel {
  public:
   // From a tokenizer.json "model" object of type BPE.
   static StatusOr<BpeModel> from_json(const nlohmann::json& model);
 
-  // Appends the ids of one pre-tokenized word to `out`.
-  void tokenize(std::string_view word, std::vector<int32_t>& out) const;
-
-  std::optional<int32_t> token_to_id(std::string_view token) const;
-  // The vocabulary string of `id`, or nullptr when the id is not in the vocabulary.
-  const std::string* id_to_token(int32_t id) const;
-  // One past the largest id in the vocabulary.
-  int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }
+  void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  const std::string* id_to_token(int32_t id) const override;
+  int32_t vocab_size() const override { return static_cast<int32_t>(id_to_token_.size()); }
 
  private:
   struct MergeTarget {

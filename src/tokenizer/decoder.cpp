@@ -154,6 +154,35 @@ class MetaspaceDecoder : public Decoder {
   bool strip_first_;
 };
 
+// BERT's WordPiece decoder: continuation pieces lose their prefix, other pieces after the first
+// get a leading space; cleanup removes the space before punctuation and English contractions.
+class WordPieceDecoder : public Decoder {
+ public:
+  WordPieceDecoder(std::string prefix, bool cleanup) : prefix_(std::move(prefix)), cleanup_(cleanup) {}
+  Tokens decode_chain(Tokens tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string& t = tokens[i];
+      if (i > 0) {
+        if (!prefix_.empty() && t.compare(0, prefix_.size(), prefix_) == 0)
+          t.erase(0, prefix_.size());
+        else
+          t = std::string(" ").append(t);
+      }
+      if (cleanup_) {
+        for (const auto& [from, to] : kCleanup) t = replace_all(std::move(t), from, to);
+      }
+    }
+    return tokens;
+  }
+
+ private:
+  static constexpr std::pair<const char*, const char*> kCleanup[] = {
+      {" .", "."},   {" ?", "?"},           {" !", "!"},   {" ,", ","},     {" ' ", "'"},   {" n't", "n't"},
+      {" 'm", "'m"}, {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  std::string prefix_;
+  bool cleanup_;
+};
+
 class SequenceDecoder : public Decoder {
  public:
   explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> parts) : parts_(std::move(parts)) {}
@@ -195,6 +224,9 @@ StatusOr<std::unique_ptr<Decoder>> make_decoder(const json& spec) {
   }
   if (type == "Strip") {
     return Ptr(new StripDecoder(spec.value("content", " "), spec.value("start", size_t{0}), spec.value("stop", size_t{0})));
+  }
+  if (type == "WordPiece") {
+    return Ptr(new WordPieceDecoder(spec.value("prefix", "##"), spec.value("cleanup", true)));
   }
   if (type == "Metaspace") {
     const std::string scheme = spec.value("prepend_scheme", spec.value("add_prefix_space", true) ? "always" : "never");

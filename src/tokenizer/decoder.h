@@ -1,4 +1,5 @@
-// tokenizer.json decoders: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, Sequence.
+// tokenizer.json decoders: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace, WordPiece,
+// Sequence.
 // As in Hugging Face, a decoder maps the list of token strings to a new list (decode_chain) and
 // the final text is their concatenation; without a decoder, tokens are joined with spaces.
 #pragma once

@@ -91,8 +91,7 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::from_json(const json& tj, co
   if (!tj.is_object()) return invalid_argument("tokenizer.json must hold a JSON object");
   if (!tj.contains("model")) return invalid_argument("tokenizer.json has no 'model'");
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
-  RLM_ASSIGN_OR_RETURN(BpeModel model, BpeModel::from_json(tj["model"]));
-  t->model_ = std::move(model);
+  RLM_ASSIGN_OR_RETURN(t->model_, make_token_model(tj["model"]));
   RLM_ASSIGN_OR_RETURN(t->added_, AddedVocabulary::from_json(tj.value("added_tokens", json())));
   RLM_ASSIGN_OR_RETURN(t->normalizer_, make_normalizer(tj.value("normalizer", json())));
   RLM_ASSIGN_OR_RETURN(t->pre_tokenizer_, make_pre_tokenizer(tj.value("pre_tokenizer", json())));

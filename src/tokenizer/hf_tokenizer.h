@@ -1,22 +1,20 @@
-// A Hugging Face tokenizer.json with a BPE model: added tokens -> normalizer -> pre-tokenizer ->
-// BPE -> post-processor (TemplateProcessing / ByteLevel / Roberta / Bert / Sequence) for encode,
-// and decoder chains for decode. tokenizer_config.json next to it supplies bos/eos and
-// add_bos_token / add_eos_token (applied only where the post-processor does not already add
-// that token).
+// A Hugging Face tokenizer.json with a BPE or WordPiece model: added tokens -> normalizer ->
+// pre-tokenizer -> model -> post-processor (TemplateProcessing / ByteLevel / Roberta / Bert / Sequence) for
+// encode, and decoder chains for decode. tokenizer_config.json next to it supplies bos/eos and add_bos_token
+// / add_eos_token (applied only where the post-processor does not already add that token).
 #pragma once
 
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "tokenizer/added_vocabulary.h"
-#include "tokenizer/bpe_model.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/token_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace rlm {
@@ -48,7 +46,7 @@ class HfTokenizer : public Tokenizer {
   AddedVocabulary added_;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
-  std::optional<BpeModel> model_;
+  std::unique_ptr<TokenModel> model_;
   std::unique_ptr<Decoder> decoder_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;  // added around a single sequence
   std::optional<int32_t> bos_id_, eos_id_;

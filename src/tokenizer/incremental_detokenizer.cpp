@@ -17,7 +17,8 @@ constexpr size_t kPromptContext = 6;
 
 // "<0xAB>": a byte-fallback piece. Hugging Face's ByteFallback decoder turns a whole run of them
 // into U+FFFDs once any byte makes the run invalid, so text decoded from an open run can still
-// change: nothing is emitted while the last id is a byte piece.
+// change: nothing is emitted while the last id the decoder sees is a byte piece (a skipped
+// special token between two byte pieces does not end their run).
 bool is_byte_piece(const std::optional<std::string>& token) {
   return token && token->size() == 6 && token->compare(0, 3, "<0x") == 0 && (*token)[5] == '>';
 }
@@ -35,6 +36,15 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
 
 std::string IncrementalDetokenizer::decode_range(size_t begin, size_t end) const {
   return tokenizer_.decode(std::span<const int32_t>(ids_.data() + begin, end - begin), skip_special_tokens_);
+}
+
+bool IncrementalDetokenizer::ends_in_byte_run() const {
+  for (auto it = ids_.rbegin(); it != ids_.rend(); ++it) {
+    const auto token = tokenizer_.id_to_token(*it);
+    if (!token || (skip_special_tokens_ && tokenizer_.is_special(*it))) continue;
+    return is_byte_piece(token);
+  }
+  return false;
 }
 
 std::string IncrementalDetokenizer::take_piece(const std::string& prefix_text, const std::string& new_text) {
@@ -60,7 +70,7 @@ std::string IncrementalDetokenizer::take_piece(const std::string& prefix_text, c
 std::string IncrementalDetokenizer::push(int32_t id) {
   RLM_CHECK(!finished_) << "IncrementalDetokenizer::push after finish";
   ids_.push_back(id);
-  if (is_byte_piece(tokenizer_.id_to_token(id))) return {};
+  if (ends_in_byte_run()) return {};
   const std::string prefix_text = decode_range(prefix_offset_, read_offset_);
   const std::string new_text = decode_range(prefix_offset_, ids_.size());
   // Hold back while the text does not grow (e.g. a skipped special token) or ends in U+FFFD

@@ -37,6 +37,9 @@ class IncrementalDetokenizer {
  private:
   // Decodes ids_[begin, end).
   std::string decode_range(size_t begin, size_t end) const;
+  // True when the last id the decoder sees (skipped special tokens and unknown ids are not seen)
+  // is a byte-fallback piece: its run may still turn into U+FFFDs.
+  bool ends_in_byte_run() const;
   // The piece between the window text and its prefix text, re-synchronising on the full decode
   // if the prefix property ever fails.
   std::string take_piece(const std::string& prefix_text, const std::string& new_text);

@@ -1,10 +1,12 @@
 #include "tokenizer/normalizer.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
 #include "core/utf8.h"
+#include "tokenizer/hf_unicode_tables.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode_nfc.h"
 
@@ -74,6 +76,84 @@ class StripNormalizer : public Normalizer {
   bool left_, right_;
 };
 
+bool in_ranges(const hf_tables::Range* table, size_t size, char32_t cp) {
+  const auto* end = table + size;
+  const auto* it =
+      std::upper_bound(table, end, cp, [](char32_t c, const hf_tables::Range& r) { return c < r.first; });
+  return it != table && cp <= (it - 1)->last;
+}
+
+// Appends the mapping of `cp` in `table` (or `cp` itself) to `out`.
+void append_mapped(const hf_tables::Mapping* table, size_t size, char32_t cp, std::u32string& out) {
+  const auto* end = table + size;
+  const auto* it =
+      std::lower_bound(table, end, cp, [](const hf_tables::Mapping& m, char32_t c) { return m.cp < c; });
+  if (it == end || it->cp != cp) {
+    out.push_back(cp);
+    return;
+  }
+  out.append(hf_tables::kData + it->offset, it->length);
+}
+
+bool is_chinese_char(char32_t c) {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||
+         (c >= 0x2A700 && c <= 0x2B73F) || (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+// Hugging Face's BertNormalizer: clean_text (drop control characters, white space -> " "),
+// handle_chinese_chars (spaces around CJK ideographs), strip_accents (NFD, then drop nonspacing
+// marks) and lowercase, in that order, with the Unicode data of the tokenizers package.
+class BertNormalizer : public Normalizer {
+ public:
+  BertNormalizer(bool clean, bool chinese, bool strip, bool lower)
+      : clean_(clean), chinese_(chinese), strip_(strip), lower_(lower) {}
+  std::string normalize(std::string text) const override {
+    namespace bt = hf_tables;
+    std::u32string cps;
+    for (char32_t cp : utf8::decode(text)) {
+      if (clean_) {
+        if (in_ranges(bt::kRemoved, bt::kRemovedSize, cp)) continue;
+        if (std::binary_search(bt::kSpace, bt::kSpace + bt::kSpaceSize, cp)) cp = U' ';
+      }
+      if (chinese_ && is_chinese_char(cp)) {
+        cps += U' ';
+        cps += cp;
+        cps += U' ';
+      } else {
+        cps += cp;
+      }
+    }
+    if (strip_) {
+      std::u32string nfd;
+      for (char32_t cp : cps) {
+        if (cp >= 0xAC00 && cp < 0xAC00 + 11172) {  // Hangul syllable: L V (T)
+          const char32_t s = cp - 0xAC00;
+          nfd += static_cast<char32_t>(0x1100 + s / 588);
+          nfd += static_cast<char32_t>(0x1161 + (s % 588) / 28);
+          if (s % 28 != 0) nfd += static_cast<char32_t>(0x11A7 + s % 28);
+        } else {
+          append_mapped(bt::kNfd, bt::kNfdSize, cp, nfd);
+        }
+      }
+      canonical_order(nfd);
+      cps.clear();
+      for (char32_t cp : nfd) {
+        if (!in_ranges(bt::kMn, bt::kMnSize, cp)) cps += cp;
+      }
+    }
+    if (lower_) {
+      std::u32string lowered;
+      for (char32_t cp : cps) append_mapped(bt::kLower, bt::kLowerSize, cp, lowered);
+      cps = std::move(lowered);
+    }
+    return utf8::encode(cps);
+  }
+
+ private:
+  bool clean_, chinese_, strip_, lower_;
+};
+
 class SequenceNormalizer : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts) : parts_(std::move(parts)) {}
@@ -134,6 +214,20 @@ StatusOr<std::unique_ptr<Normalizer>> make_normalizer(const json& spec) {
   if (type == "Strip") {
     return std::unique_ptr<Normalizer>(
         new StripNormalizer(spec.value("strip_left", true), spec.value("strip_right", true)));
+  }
+  if (type == "BertNormalizer") {
+    auto flag = [&](const char* key, bool fallback) -> StatusOr<bool> {
+      const json v = spec.value(key, json(fallback));
+      if (v.is_null()) return fallback;
+      if (!v.is_boolean())
+        return invalid_argument(str("BertNormalizer '", key, "' must be a boolean or null"));
+      return v.get<bool>();
+    };
+    RLM_ASSIGN_OR_RETURN(bool clean, flag("clean_text", true));
+    RLM_ASSIGN_OR_RETURN(bool chinese, flag("handle_chinese_chars", true));
+    RLM_ASSIGN_OR_RETURN(bool lower, flag("lowercase", true));
+    RLM_ASSIGN_OR_RETURN(bool strip, flag("strip_accents", lower));  // null: follows lowercase
+    return std::unique_ptr<Normalizer>(new BertNormalizer(clean, chinese, strip, lower));
   }
   if (type == "Sequence") {
     if (!spec.contains("normalizers") || !spec["normalizers"].is_array()) {

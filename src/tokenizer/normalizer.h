@@ -1,5 +1,5 @@
 // tokenizer.json normalizers: NFC, Prepend, Replace (string or regex pattern), Strip,
-// Sequence. Each works on valid UTF-8 text. Offsets are not tracked (radixlm needs ids only).
+// BertNormalizer, Sequence. Each works on valid UTF-8 text. Offsets are not tracked (radixlm needs ids only).
 #pragma once
 
 #include <memory>

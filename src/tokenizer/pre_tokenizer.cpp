@@ -1,11 +1,13 @@
 #include "tokenizer/pre_tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/hf_unicode_tables.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
 
@@ -17,6 +19,20 @@ const char* const kGpt2SplitRegex =
 namespace {
 
 using nlohmann::json;
+
+// Hugging Face's punctuation test (ASCII punctuation or a Unicode P* character, with the
+// tokenizers package's Unicode data) as a character class.
+std::string punctuation_class() {
+  std::string out = "[";
+  char buf[32];
+  for (size_t i = 0; i < hf_tables::kPunctuationSize; ++i) {
+    const auto& r = hf_tables::kPunctuation[i];
+    std::snprintf(buf, sizeof buf, "\\x{%X}-\\x{%X}", static_cast<unsigned>(r.first),
+                  static_cast<unsigned>(r.last));
+    out += buf;
+  }
+  return out + "]";
+}
 
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
@@ -158,8 +174,8 @@ std::string regex_escape(const std::string& s) {
   return out;
 }
 
-StatusOr<SplitBehavior> parse_behavior(const json& spec) {
-  const std::string b = spec.value("behavior", "");
+StatusOr<SplitBehavior> parse_behavior(const json& spec, const char* fallback = "") {
+  const std::string b = spec.value("behavior", fallback);
   if (b == "Removed") return SplitBehavior::kRemoved;
   if (b == "Isolated") return SplitBehavior::kIsolated;
   if (b == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
@@ -199,6 +215,19 @@ StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const json& spec) {
     RLM_ASSIGN_OR_RETURN(Regex re, Regex::compile(R"(\p{N})"));
     const auto behavior = spec.value("individual_digits", false) ? SplitBehavior::kIsolated : SplitBehavior::kContiguous;
     return Ptr(new SplitPreTokenizer(std::move(re), behavior, false));
+  }
+  if (type == "Punctuation") {
+    RLM_ASSIGN_OR_RETURN(Regex re, Regex::compile(punctuation_class()));
+    RLM_ASSIGN_OR_RETURN(SplitBehavior behavior, parse_behavior(spec, "Isolated"));
+    return Ptr(new SplitPreTokenizer(std::move(re), behavior, false));
+  }
+  if (type == "BertPreTokenizer") {  // white space removed, punctuation isolated
+    RLM_ASSIGN_OR_RETURN(Regex space, Regex::compile(R"(\s)"));
+    RLM_ASSIGN_OR_RETURN(Regex punct, Regex::compile(punctuation_class()));
+    std::vector<Ptr> parts;
+    parts.emplace_back(new SplitPreTokenizer(std::move(space), SplitBehavior::kRemoved, false));
+    parts.emplace_back(new SplitPreTokenizer(std::move(punct), SplitBehavior::kIsolated, false));
+    return Ptr(new SequencePreTokenizer(std::move(parts)));
   }
   if (type == "Metaspace") {
     const std::string replacement = spec.value("replacement", "\u2581");

@@ -1,5 +1,5 @@
-// tokenizer.json pre-tokenizers: Split, ByteLevel, Digits, Metaspace, Sequence. A
-// pre-tokenizer refines a list of pieces (the words the model tokenizes separately).
+// tokenizer.json pre-tokenizers: Split, ByteLevel, Digits, Punctuation, Metaspace, Sequence,
+// BertPreTokenizer. A pre-tokenizer refines a list of pieces (the words the model tokenizes separately).
 #pragma once
 
 #include <memory>

@@ -15,14 +15,6 @@ constexpr char32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0
 constexpr char32_t kLCount = 19, kVCount = 21, kTCount = 28;
 constexpr char32_t kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
 
-uint8_t combining_class(char32_t cp) {
-  if (cp < 0x300) return 0;
-  const auto* end = ut::kCcc + ut::kCccSize;
-  const auto* it = std::lower_bound(ut::kCcc, end, cp,
-                                    [](const ut::CccEntry& e, char32_t c) { return e.cp < c; });
-  return (it != end && it->cp == cp) ? it->ccc : 0;
-}
-
 void decompose(char32_t cp, std::vector<char32_t>& out) {
   if (cp >= kSBase && cp < kSBase + kSCount) {
     const char32_t s = cp - kSBase;
@@ -91,18 +83,15 @@ class MayChange {
 
 }  // namespace
 
-std::string nfc_normalize(std::string_view text) {
-  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
-    return std::string(text);
-  }
-  static const MayChange may_change;
-  const std::u32string input = utf8::decode(text);
-  if (std::none_of(input.begin(), input.end(), [](char32_t cp) { return may_change(cp); })) {
-    return std::string(text);
-  }
-  std::vector<char32_t> cps;
-  for (char32_t cp : input) decompose(cp, cps);
-  // Canonical ordering: stable-sort each run of non-starters by combining class.
+uint8_t combining_class(char32_t cp) {
+  if (cp < 0x300) return 0;
+  const auto* end = ut::kCcc + ut::kCccSize;
+  const auto* it =
+      std::lower_bound(ut::kCcc, end, cp, [](const ut::CccEntry& e, char32_t c) { return e.cp < c; });
+  return (it != end && it->cp == cp) ? it->ccc : 0;
+}
+
+void canonical_order(std::u32string& cps) {
   for (size_t i = 0; i < cps.size();) {
     if (combining_class(cps[i]) == 0) {
       ++i;
@@ -115,6 +104,21 @@ std::string nfc_normalize(std::string_view text) {
     });
     i = j;
   }
+}
+
+std::string nfc_normalize(std::string_view text) {
+  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; })) {
+    return std::string(text);
+  }
+  static const MayChange may_change;
+  const std::u32string input = utf8::decode(text);
+  if (std::none_of(input.begin(), input.end(), [](char32_t cp) { return may_change(cp); })) {
+    return std::string(text);
+  }
+  std::vector<char32_t> decomposed;
+  for (char32_t cp : input) decompose(cp, decomposed);
+  std::u32string cps(decomposed.begin(), decomposed.end());
+  canonical_order(cps);
   // Canonical composition.
   std::u32string out;
   out.reserve(cps.size());

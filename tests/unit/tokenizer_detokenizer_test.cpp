@@ -104,6 +104,9 @@ TEST_P(Detokenizer, MultiByteCharacterIsHeldUntilComplete) {
     if (auto id = tok_->token_to_id(byte_level::encode(std::string(1, static_cast<char>(c))))) level.push_back(*id);
     if (auto id = tok_->token_to_id(name)) fallback.push_back(*id);
   }
+  if (level.size() != text.size() && fallback.size() != text.size()) {
+    GTEST_SKIP() << "vocabulary without byte-level or byte-fallback tokens (WordPiece)";
+  }
   if (level.size() == text.size() && !tok_->token_to_id("<0xE4>")) {
     IncrementalDetokenizer detok(*tok_, true);
     EXPECT_EQ(detok.push(level[0]), "");
@@ -114,7 +117,6 @@ TEST_P(Detokenizer, MultiByteCharacterIsHeldUntilComplete) {
     EXPECT_EQ(detok.push(level[5]), "\xE5\xA5\xBD");
     EXPECT_EQ(detok.finish(), "");
   } else {
-    ASSERT_EQ(fallback.size(), text.size()) << "vocab has neither byte-level nor byte-fallback tokens";
     // A byte-fallback run is held until a non-byte token closes it (or finish()).
     const auto word = tok_->encode("x", false, true);
     std::vector<int32_t> ids = fallback;
@@ -139,7 +141,7 @@ TEST_P(Detokenizer, PromptEndingInsideACharacter) {
     std::snprintf(name, sizeof(name), "<0x%02X>", c);
     auto id = tok_->token_to_id(name);
     if (!id) id = tok_->token_to_id(byte_level::encode(std::string(1, static_cast<char>(c))));
-    ASSERT_TRUE(id.has_value());
+    if (!id) GTEST_SKIP() << "vocabulary without byte-level or byte-fallback tokens (WordPiece)";
     bytes.push_back(*id);
   }
   std::vector<int32_t> prompt = tok_->encode("Hi", false);

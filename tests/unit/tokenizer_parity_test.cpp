@@ -25,7 +25,8 @@ TEST_P(TokenizerParity, MatchesReferenceOnEveryCorpusLine) {
   const test::Fixture& f = GetParam();
   if (!test::fixture_available(f)) {
     GTEST_SKIP() << test::fixture_path(f) << " is missing: run scripts/setup.sh (default model) and "
-                 << ".venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3";
+                 << ".venv/bin/python tools/make_tokenizer_fixtures.py --only llama3,qwen3 and "
+                 << "tools/make_gguf_vocab_fixtures.py";
   }
   auto tok = test::load_fixture(f);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();

@@ -209,8 +209,8 @@ TEST_F(MalformedTokenizer, BadJson) {
 
 TEST_F(MalformedTokenizer, UnknownModelType) {
   json tj = minimal();
-  tj["model"]["type"] = "WordPiece";
-  expect_error(tj, StatusCode::kUnimplemented, "WordPiece");
+  tj["model"]["type"] = "Unigram";
+  expect_error(tj, StatusCode::kUnimplemented, "Unigram");
 }
 
 TEST_F(MalformedTokenizer, MissingVocab) {
@@ -227,8 +227,8 @@ TEST_F(MalformedTokenizer, MergeOfUnknownTokens) {
 
 TEST_F(MalformedTokenizer, UnknownPreTokenizerAndBadRegex) {
   json tj = minimal();
-  tj["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
-  expect_error(tj, StatusCode::kUnimplemented, "BertPreTokenizer");
+  tj["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  expect_error(tj, StatusCode::kUnimplemented, "UnicodeScripts");
   tj["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   expect_error(tj, StatusCode::kInvalidArgument, "(unclosed");
 }

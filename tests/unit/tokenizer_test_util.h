@@ -50,6 +50,32 @@ inline const std::vector<Fixture>& fixtures() {
       {"mistral_v1_gguf", "mistral_v1/vocab.gguf", false, "mistral_v1"},
       {"llama3_gguf", "generated/llama3/vocab.gguf", true, "llama3"},
       {"qwen3_gguf", "generated/qwen3/vocab.gguf", true, "qwen3"},
+  // llama.cpp's test vocabularies (tools/make_gguf_vocab_fixtures.py): each GGUF, and the
+  // Hugging Face tokenizer.json rebuilt from it (checked against llama.cpp's .out ids), against
+  // the goldens of that tokenizer.json.
+#define RLM_GGUF_VOCAB(id, family)                                                            \
+  {"gguf_" id, "generated/gguf_vocab/" family ".gguf", true, "generated/gguf_vocab/" family}, \
+      {"hf_" id, "generated/gguf_vocab/" family ".tokenizer.json", true, "generated/gguf_vocab/" family}
+      RLM_GGUF_VOCAB("gpt_2", "gpt-2"),
+      RLM_GGUF_VOCAB("mpt", "mpt"),
+      RLM_GGUF_VOCAB("starcoder", "starcoder"),
+      RLM_GGUF_VOCAB("refact", "refact"),
+      RLM_GGUF_VOCAB("command_r", "command-r"),
+      RLM_GGUF_VOCAB("falcon", "falcon"),
+      RLM_GGUF_VOCAB("deepseek_llm", "deepseek-llm"),
+      RLM_GGUF_VOCAB("deepseek_coder", "deepseek-coder"),
+      RLM_GGUF_VOCAB("llama_bpe", "llama-bpe"),
+      RLM_GGUF_VOCAB("qwen2", "qwen2"),
+      RLM_GGUF_VOCAB("qwen35", "qwen35"),
+      RLM_GGUF_VOCAB("llama_spm", "llama-spm"),
+      RLM_GGUF_VOCAB("phi_3", "phi-3"),
+      RLM_GGUF_VOCAB("gemma_4", "gemma-4"),
+      RLM_GGUF_VOCAB("bert_bge", "bert-bge"),
+#undef RLM_GGUF_VOCAB
+      // bert-bge's tokenizer.json with other BertNormalizer / WordPiece options.
+      {"hf_bert_cased", "generated/gguf_vocab/bert-cased.tokenizer.json", true, "generated/gguf_vocab/bert-cased"},
+      {"hf_bert_accents", "generated/gguf_vocab/bert-accents.tokenizer.json", true,
+       "generated/gguf_vocab/bert-accents"},
   };
   return f;
 }
