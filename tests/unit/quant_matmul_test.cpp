@@ -156,12 +156,14 @@ TEST(QuantMatmul, EachRowIsTheSameBitsInAnyBatch) {
   }
 }
 
-// Q4_K runs the packed kernels; Q5_0 with 6 rows the unpacked weight tiles of batches.
+// Q4_K runs the packed kernels; Q5_0 with 6 rows the unpacked weight tiles of batches, and with
+// k = 5632 the activations are quantized on the thread pool too.
 TEST(QuantMatmul, BiasRowStridesAndThreadCountsGiveTheSameBits) {
-  const int64_t m = 6, n = 53, ldo = 60, ldx = 300;
+  const int64_t m = 6, n = 53, ldo = 60;
   for (DType dtype : {DType::kQ4_K, DType::kQ5_0}) {
     SCOPED_TRACE(dtype_name(dtype));
-    Problem p = make_problem(dtype, m, n, dtype_block_size(dtype) == 32 ? 8 : 1, 9);
+    Problem p = make_problem(dtype, m, n, dtype_block_size(dtype) == 32 ? 176 : 1, 9);
+    const int64_t ldx = p.k + 44;
     std::vector<float> x(static_cast<size_t>(m * ldx), 1e30f);  // row padding must not be read
     for (int64_t i = 0; i < m; ++i) std::copy_n(p.x.begin() + i * p.k, p.k, x.begin() + i * ldx);
     std::vector<float> bias(static_cast<size_t>(n));
