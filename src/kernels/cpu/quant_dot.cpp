@@ -336,7 +336,11 @@ QuantDotFn scalar_dot_kernel(DType wtype) {
 
 namespace {
 
-Q8View view_rows(const Q8Activations& a, int64_t r0) {
+// Activation rows [r0, r0 + nr) of `a` as the kernels of `wtype` read them.
+Q8View view_rows(const char* what, DType wtype, const Q8Activations& a, int64_t r0, int nr) {
+  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
+      << what << ": rows " << r0 << "+" << nr;
+  RLM_CHECK_EQ(a.block, activation_block(wtype));
   return {a.row_q(r0), a.row_d(r0), a.block == 32 ? a.row_sum(r0) : nullptr,
           a.block == 256 ? a.row_bsums(r0) : nullptr, a.group_d4(r0), a.k};
 }
@@ -345,14 +349,11 @@ Q8View view_rows(const Q8Activations& a, int64_t r0) {
 
 void quant_dot_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n,
                     const Q8Activations& a, int64_t r0, int nr, float* out, int64_t ldo) {
-  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
-      << "quant_dot_rows: rows " << r0 << "+" << nr;
-  RLM_CHECK_EQ(a.block, activation_block(wtype));
   QuantDotFn fn = nullptr;
   if (isa == CpuIsa::kAvx512) fn = avx512_dot_kernel(wtype);
   if (fn == nullptr && isa != CpuIsa::kScalar) fn = avx2_dot_kernel(wtype);
   if (fn == nullptr) fn = scalar_dot_kernel(wtype);
-  const Q8View v = view_rows(a, r0);
+  const Q8View v = view_rows("quant_dot_rows", wtype, a, r0, nr);
   fn(w, w_row_bytes, n, v, nr, out, ldo);
 }
 
@@ -374,15 +375,12 @@ void quant_unpack_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_b
 
 void quant_dot_unpacked_rows(CpuIsa isa, DType wtype, const uint8_t* wu, int64_t n, const Q8Activations& a,
                              int64_t r0, int nr, float* out, int64_t ldo) {
-  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
-      << "quant_dot_unpacked_rows: rows " << r0 << "+" << nr;
-  RLM_CHECK_EQ(a.block, activation_block(wtype));
   QuantDotFn fn = nullptr;
   if (isa == CpuIsa::kAvx512) fn = avx512_unpacked_dot_kernel(wtype);
   if (fn == nullptr && isa != CpuIsa::kScalar) fn = avx2_unpacked_dot_kernel(wtype);
   RLM_CHECK(fn != nullptr) << "quant_dot_unpacked_rows: no unpacked kernel for " << dtype_name(wtype) << " on "
                            << cpu_isa_name(isa);
-  const Q8View v = view_rows(a, r0);
+  const Q8View v = view_rows("quant_dot_unpacked_rows", wtype, a, r0, nr);
   fn(wu, unpacked_row_bytes(isa, wtype, a.k), n, v, nr, out, ldo);
 }
 
