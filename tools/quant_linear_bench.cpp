@@ -5,14 +5,15 @@
 //
 //   g++ -O2 -std=c++20 -DNDEBUG -Isrc tools/quant_linear_bench.cpp build/libradixlm_lib.a -lopenblas \
 //       -lpthread -o build/quant_linear_bench
-//   build/quant_linear_bench M [THREADS] [REPS] [lm_head_all_rows]
-// M = 512 is a 512-token prefill (the lm_head then runs on one row), M = 32 a 32-sequence decode
-// step (pass a 4th argument: the lm_head runs on all rows).
+//   build/quant_linear_bench M [THREADS] [REPS] [LM_HEAD_ROWS] [TYPE]
+// M = 512 is a 512-token prefill (LM_HEAD_ROWS 1, the default), M = 32 a 32-sequence decode step
+// (LM_HEAD_ROWS 32). TYPE (e.g. Q4_1) replaces the type of every matrix but the lm_head.
 #include <time.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -43,24 +44,34 @@ int main(int argc, char** argv) {
   const int64_t m = argc > 1 ? std::atoll(argv[1]) : 1;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 1;
   const int reps = argc > 3 ? std::atoi(argv[3]) : 5;
-  const bool lm_head_all_rows = argc > 4;
+  const int64_t lm_head_rows = argc > 4 ? std::atoll(argv[4]) : 1;
+  std::optional<DType> as_type;
+  if (argc > 5) {
+    StatusOr<DType> t = parse_dtype(argv[5]);
+    if (!t.is_ok() || !is_quantized(t.value())) {
+      std::fprintf(stderr, "%s is not a block-quantized type\n", argv[5]);
+      return 2;
+    }
+    as_type = t.value();
+  }
   cpu::set_num_threads(threads);
   const WeightShape shapes[] = {
-      {"q5_0 attn_q/output", DType::kQ5_0, 576, 576, 60, false},
-      {"q5_0 attn_k", DType::kQ5_0, 192, 576, 30, false},
-      {"q5_0 attn_v", DType::kQ5_0, 192, 576, 16, false},
-      {"q8_0 attn_v", DType::kQ8_0, 192, 576, 14, false},
-      {"q5_0 ffn_gate/up", DType::kQ5_0, 1536, 576, 60, false},
-      {"q4_k ffn_down", DType::kQ4_K, 576, 1536, 16, false},
-      {"q6_k ffn_down", DType::kQ6_K, 576, 1536, 14, false},
-      {"q8_0 lm_head", DType::kQ8_0, 49152, 576, 1, true},
+      {"attn_q/output", DType::kQ5_0, 576, 576, 60, false},
+      {"attn_k", DType::kQ5_0, 192, 576, 30, false},
+      {"attn_v", DType::kQ5_0, 192, 576, 16, false},
+      {"attn_v", DType::kQ8_0, 192, 576, 14, false},
+      {"ffn_gate/up", DType::kQ5_0, 1536, 576, 60, false},
+      {"ffn_down", DType::kQ4_K, 576, 1536, 16, false},
+      {"ffn_down", DType::kQ6_K, 576, 1536, 14, false},
+      {"lm_head", DType::kQ8_0, 49152, 576, 1, true},
   };
   double total = 0;
-  for (const WeightShape& s : shapes) {
+  for (WeightShape s : shapes) {
+    if (as_type && !s.lm_head) s.dtype = *as_type;
     const size_t row_bytes = dtype_nbytes(s.dtype, s.k);
     std::vector<uint8_t> w(row_bytes * static_cast<size_t>(s.n));
     fill_random_blocks(s.dtype, w.data(), s.n * (s.k / dtype_block_size(s.dtype)), 1, 0.5f);
-    const int64_t rows = s.lm_head && !lm_head_all_rows ? 1 : m;
+    const int64_t rows = s.lm_head ? lm_head_rows : m;
     std::vector<float> x(static_cast<size_t>(rows * s.k)), out(static_cast<size_t>(rows * s.n));
     std::mt19937 rng(1);
     std::normal_distribution<float> normal;
@@ -72,7 +83,8 @@ int main(int argc, char** argv) {
                         s.n);
       best = std::min(best, seconds(threads == 1) - t0);
     }
-    std::printf("%-20s m=%4lld %9.3f ms x%-3lld %9.2f ms %6.1f GMAC/s\n", s.name, static_cast<long long>(rows),
+    std::printf("%-5s %-16s m=%4lld %9.3f ms x%-3lld %9.2f ms %6.1f GMAC/s\n", dtype_name(s.dtype), s.name,
+                static_cast<long long>(rows),
                 best * 1e3, static_cast<long long>(s.count), best * 1e3 * static_cast<double>(s.count),
                 1e-9 * static_cast<double>(rows * s.n * s.k) / best);
     total += best * static_cast<double>(s.count);
