@@ -156,8 +156,8 @@ TEST(QuantMatmul, EachRowIsTheSameBitsInAnyBatch) {
   }
 }
 
-// Q4_K runs the packed kernels; Q5_0 with 6 rows the unpacked weight tiles of batches, and with
-// k = 5632 the activations are quantized on the thread pool too.
+// Q4_K runs the packed kernels; Q5_0 with 6 rows the unpacked weight tiles of batches (k = 5632:
+// several tiles per thread's chunk).
 TEST(QuantMatmul, BiasRowStridesAndThreadCountsGiveTheSameBits) {
   const int64_t m = 6, n = 53, ldo = 60;
   for (DType dtype : {DType::kQ4_K, DType::kQ5_0}) {

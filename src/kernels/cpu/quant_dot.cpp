@@ -7,7 +7,6 @@
 #include <string>
 
 #include "core/check.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace rlm::cpu {
 
@@ -83,8 +82,6 @@ int64_t activation_block(DType weight_dtype) {
 
 namespace {
 
-constexpr int64_t kParallelQuantizeValues = 32 << 10;  // from this many values on, rows go to the pool
-
 // Round to nearest, ties to even (the SIMD paths' rounding), so every path gives the same q.
 void quantize_row_q8_scalar(const float* x, int64_t k, int64_t block, int8_t* q, float* d, float* sum,
                             int16_t* bsums) {
@@ -127,26 +124,18 @@ void quantize_activations(CpuIsa isa, const float* x, int64_t m, int64_t k, int6
   out->bsums.resize(block == 256 ? static_cast<size_t>(m * (k / 16)) : 0);
   const int64_t nb = k / block;
   out->d4.assign(static_cast<size_t>((m + 3) / 4 * nb * 4), 0.0f);
-  const auto rows = [&](int64_t r_begin, int64_t r_end) {
-    for (int64_t r = r_begin; r < r_end; ++r) {
-      int8_t* q = out->q.data() + r * k;
-      float* d = out->d.data() + r * (k / block);
-      float* s = block == 32 ? out->sum.data() + r * (k / 32) : nullptr;
-      int16_t* bs = block == 256 ? out->bsums.data() + r * (k / 16) : nullptr;
-      if (isa != CpuIsa::kScalar) {
-        quantize_row_q8_avx2(x + r * ldx, k, block, q, d, s, bs);
-      } else {
-        quantize_row_q8_scalar(x + r * ldx, k, block, q, d, s, bs);
-      }
-      float* d4 = out->d4.data() + (r / 4) * nb * 4 + r % 4;
-      for (int64_t b = 0; b < nb; ++b) d4[b * 4] = d[b];
+  for (int64_t r = 0; r < m; ++r) {
+    int8_t* q = out->q.data() + r * k;
+    float* d = out->d.data() + r * (k / block);
+    float* s = block == 32 ? out->sum.data() + r * (k / 32) : nullptr;
+    int16_t* bs = block == 256 ? out->bsums.data() + r * (k / 16) : nullptr;
+    if (isa != CpuIsa::kScalar) {
+      quantize_row_q8_avx2(x + r * ldx, k, block, q, d, s, bs);
+    } else {
+      quantize_row_q8_scalar(x + r * ldx, k, block, q, d, s, bs);
     }
-  };
-  // Rows are independent: batches (prefill) quantize them on the thread pool, small calls inline.
-  if (m * k >= kParallelQuantizeValues) {
-    parallel_for(m, std::max<int64_t>(1, kParallelQuantizeValues / k), rows);
-  } else {
-    rows(0, m);
+    float* d4 = out->d4.data() + (r / 4) * nb * 4 + r % 4;
+    for (int64_t b = 0; b < nb; ++b) d4[b * 4] = d[b];
   }
 }
 
