@@ -56,14 +56,10 @@ int main(int argc, char** argv) {
   }
   cpu::set_num_threads(threads);
   const WeightShape shapes[] = {
-      {"attn_q/output", DType::kQ5_0, 576, 576, 60, false},
-      {"attn_k", DType::kQ5_0, 192, 576, 30, false},
-      {"attn_v", DType::kQ5_0, 192, 576, 16, false},
-      {"attn_v", DType::kQ8_0, 192, 576, 14, false},
-      {"ffn_gate/up", DType::kQ5_0, 1536, 576, 60, false},
-      {"ffn_down", DType::kQ4_K, 576, 1536, 16, false},
-      {"ffn_down", DType::kQ6_K, 576, 1536, 14, false},
-      {"lm_head", DType::kQ8_0, 49152, 576, 1, true},
+      {"attn_q/output", DType::kQ5_0, 576, 576, 60, false}, {"attn_k", DType::kQ5_0, 192, 576, 30, false},
+      {"attn_v", DType::kQ5_0, 192, 576, 16, false},        {"attn_v", DType::kQ8_0, 192, 576, 14, false},
+      {"ffn_gate/up", DType::kQ5_0, 1536, 576, 60, false},  {"ffn_down", DType::kQ4_K, 576, 1536, 16, false},
+      {"ffn_down", DType::kQ6_K, 576, 1536, 14, false},     {"lm_head", DType::kQ8_0, 49152, 576, 1, true},
   };
   double total = 0;
   for (WeightShape s : shapes) {
@@ -79,13 +75,13 @@ int main(int argc, char** argv) {
     double best = 1e30;
     for (int r = 0; r < reps; ++r) {
       const double t0 = seconds(threads == 1);
-      cpu::quant_linear(x.data(), rows, s.k, s.k, w.data(), s.dtype, s.n, row_bytes, nullptr, DType::kF32, out.data(),
-                        s.n);
+      cpu::quant_linear(x.data(), rows, s.k, s.k, w.data(), s.dtype, s.n, row_bytes, nullptr, DType::kF32,
+                        out.data(), s.n);
       best = std::min(best, seconds(threads == 1) - t0);
     }
     std::printf("%-5s %-16s m=%4lld %9.3f ms x%-3lld %9.2f ms %6.1f GMAC/s\n", dtype_name(s.dtype), s.name,
-                static_cast<long long>(rows),
-                best * 1e3, static_cast<long long>(s.count), best * 1e3 * static_cast<double>(s.count),
+                static_cast<long long>(rows), best * 1e3, static_cast<long long>(s.count),
+                best * 1e3 * static_cast<double>(s.count),
                 1e-9 * static_cast<double>(rows * s.n * s.k) / best);
     total += best * static_cast<double>(s.count);
   }

@@ -169,15 +169,17 @@ TEST(QuantMatmul, BiasRowStridesAndThreadCountsGiveTheSameBits) {
     std::vector<float> bias(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) bias[j] = 0.25f * static_cast<float>(j);
     std::vector<float> plain(static_cast<size_t>(m * n));
-    quant_linear(p.x.data(), m, p.k, p.k, p.w.data(), dtype, n, p.row_bytes(), nullptr, DType::kF32, plain.data(), n);
+    quant_linear(p.x.data(), m, p.k, p.k, p.w.data(), dtype, n, p.row_bytes(), nullptr, DType::kF32,
+                 plain.data(), n);
     const int threads = num_threads();
     for (int t : {1, 2, 3}) {
       set_num_threads(t);
       std::vector<float> out(static_cast<size_t>(m * ldo), -7.0f);
-      quant_linear(x.data(), m, p.k, ldx, p.w.data(), dtype, n, p.row_bytes(), bias.data(), DType::kF32, out.data(),
-                   ldo);
+      quant_linear(x.data(), m, p.k, ldx, p.w.data(), dtype, n, p.row_bytes(), bias.data(), DType::kF32,
+                   out.data(), ldo);
       for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[i * ldo + j], plain[i * n + j] + bias[j]) << t << " threads";
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(out[i * ldo + j], plain[i * n + j] + bias[j]) << t << " threads";
         for (int64_t j = n; j < ldo; ++j) ASSERT_EQ(out[i * ldo + j], -7.0f) << "padding written";
       }
     }

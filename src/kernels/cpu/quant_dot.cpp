@@ -330,8 +330,12 @@ Q8View view_rows(const char* what, DType wtype, const Q8Activations& a, int64_t 
   RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
       << what << ": rows " << r0 << "+" << nr;
   RLM_CHECK_EQ(a.block, activation_block(wtype));
-  return {a.row_q(r0), a.row_d(r0), a.block == 32 ? a.row_sum(r0) : nullptr,
-          a.block == 256 ? a.row_bsums(r0) : nullptr, a.group_d4(r0), a.k};
+  return {a.row_q(r0),
+          a.row_d(r0),
+          a.block == 32 ? a.row_sum(r0) : nullptr,
+          a.block == 256 ? a.row_bsums(r0) : nullptr,
+          a.group_d4(r0),
+          a.k};
 }
 
 }  // namespace
@@ -367,8 +371,8 @@ void quant_dot_unpacked_rows(CpuIsa isa, DType wtype, const uint8_t* wu, int64_t
   QuantDotFn fn = nullptr;
   if (isa == CpuIsa::kAvx512) fn = avx512_unpacked_dot_kernel(wtype);
   if (fn == nullptr && isa != CpuIsa::kScalar) fn = avx2_unpacked_dot_kernel(wtype);
-  RLM_CHECK(fn != nullptr) << "quant_dot_unpacked_rows: no unpacked kernel for " << dtype_name(wtype) << " on "
-                           << cpu_isa_name(isa);
+  RLM_CHECK(fn != nullptr) << "quant_dot_unpacked_rows: no unpacked kernel for " << dtype_name(wtype)
+                           << " on " << cpu_isa_name(isa);
   const Q8View v = view_rows("quant_dot_unpacked_rows", wtype, a, r0, nr);
   fn(wu, unpacked_row_bytes(isa, wtype, a.k), n, v, nr, out, ldo);
 }

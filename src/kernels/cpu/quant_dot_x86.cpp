@@ -341,7 +341,8 @@ struct Unpacked32 {
 // n rows of `nb` blocks of W (ldw bytes apart) -> n rows of nb unpacked blocks.
 template <class W>
 void unpack_rows(const uint8_t* w, size_t ldw, int64_t n, int64_t nb, uint8_t* out) {
-  for (int64_t j = 0; j < n; ++j) Unpacked32<W>::unpack(w + j * ldw, nb, out + j * nb * Unpacked32<W>::kBytes);
+  for (int64_t j = 0; j < n; ++j)
+    Unpacked32<W>::unpack(w + j * ldw, nb, out + j * nb * Unpacked32<W>::kBytes);
 }
 
 // ---- shared by the kernels of both ISAs ----
@@ -456,7 +457,6 @@ UnpackFn x86_unpack_fn(DType wtype, size_t* block_bytes) {
     default: *block_bytes = 0; return nullptr;
   }
 }
-
 
 }  // namespace rlm::cpu
 
