@@ -135,7 +135,8 @@ TEST(QuantMatmul, MatchesDoublePrecisionReferenceWithinTheActivationRoundingBoun
 }
 
 // A row's result does not depend on the batch around it (batched generation equals one request
-// at a time): every row of an m-row call has the bits of the same row alone.
+// at a time): every row of an m-row call has the bits of the same row alone (13 rows run the
+// unpacked weight tiles of batches where the type has them, one row the packed kernels).
 TEST(QuantMatmul, EachRowIsTheSameBitsInAnyBatch) {
   uint64_t seed = 300;
   for (DType dtype : kTypes) {
@@ -155,27 +156,35 @@ TEST(QuantMatmul, EachRowIsTheSameBitsInAnyBatch) {
   }
 }
 
+// Q4_K runs the packed kernels; Q5_0 with 6 rows the unpacked weight tiles of batches (k = 5632:
+// several tiles per thread's chunk).
 TEST(QuantMatmul, BiasRowStridesAndThreadCountsGiveTheSameBits) {
-  const int64_t m = 6, n = 53, ldo = 60, ldx = 300;
-  Problem p = make_problem(DType::kQ4_K, m, n, 1, 9);
-  std::vector<float> x(static_cast<size_t>(m * ldx), 1e30f);  // row padding must not be read
-  for (int64_t i = 0; i < m; ++i) std::copy_n(p.x.begin() + i * p.k, p.k, x.begin() + i * ldx);
-  std::vector<float> bias(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) bias[j] = 0.25f * static_cast<float>(j);
-  std::vector<float> plain(static_cast<size_t>(m * n));
-  quant_linear(p.x.data(), m, p.k, p.k, p.w.data(), DType::kQ4_K, n, p.row_bytes(), nullptr, DType::kF32, plain.data(), n);
-  const int threads = num_threads();
-  for (int t : {1, 2, 3}) {
-    set_num_threads(t);
-    std::vector<float> out(static_cast<size_t>(m * ldo), -7.0f);
-    quant_linear(x.data(), m, p.k, ldx, p.w.data(), DType::kQ4_K, n, p.row_bytes(), bias.data(), DType::kF32,
-                 out.data(), ldo);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) ASSERT_EQ(out[i * ldo + j], plain[i * n + j] + bias[j]) << t << " threads";
-      for (int64_t j = n; j < ldo; ++j) ASSERT_EQ(out[i * ldo + j], -7.0f) << "padding written";
+  const int64_t m = 6, n = 53, ldo = 60;
+  for (DType dtype : {DType::kQ4_K, DType::kQ5_0}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    Problem p = make_problem(dtype, m, n, dtype_block_size(dtype) == 32 ? 176 : 1, 9);
+    const int64_t ldx = p.k + 44;
+    std::vector<float> x(static_cast<size_t>(m * ldx), 1e30f);  // row padding must not be read
+    for (int64_t i = 0; i < m; ++i) std::copy_n(p.x.begin() + i * p.k, p.k, x.begin() + i * ldx);
+    std::vector<float> bias(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) bias[j] = 0.25f * static_cast<float>(j);
+    std::vector<float> plain(static_cast<size_t>(m * n));
+    quant_linear(p.x.data(), m, p.k, p.k, p.w.data(), dtype, n, p.row_bytes(), nullptr, DType::kF32,
+                 plain.data(), n);
+    const int threads = num_threads();
+    for (int t : {1, 2, 3}) {
+      set_num_threads(t);
+      std::vector<float> out(static_cast<size_t>(m * ldo), -7.0f);
+      quant_linear(x.data(), m, p.k, ldx, p.w.data(), dtype, n, p.row_bytes(), bias.data(), DType::kF32,
+                   out.data(), ldo);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j)
+          ASSERT_EQ(out[i * ldo + j], plain[i * n + j] + bias[j]) << t << " threads";
+        for (int64_t j = n; j < ldo; ++j) ASSERT_EQ(out[i * ldo + j], -7.0f) << "padding written";
+      }
     }
+    set_num_threads(threads);
   }
-  set_num_threads(threads);
 }
 
 }  // namespace

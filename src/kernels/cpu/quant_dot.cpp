@@ -323,18 +323,58 @@ QuantDotFn scalar_dot_kernel(DType wtype) {
   }
 }
 
+namespace {
+
+// Activation rows [r0, r0 + nr) of `a` as the kernels of `wtype` read them.
+Q8View view_rows(const char* what, DType wtype, const Q8Activations& a, int64_t r0, int nr) {
+  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
+      << what << ": rows " << r0 << "+" << nr;
+  RLM_CHECK_EQ(a.block, activation_block(wtype));
+  return {a.row_q(r0),
+          a.row_d(r0),
+          a.block == 32 ? a.row_sum(r0) : nullptr,
+          a.block == 256 ? a.row_bsums(r0) : nullptr,
+          a.group_d4(r0),
+          a.k};
+}
+
+}  // namespace
+
 void quant_dot_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n,
                     const Q8Activations& a, int64_t r0, int nr, float* out, int64_t ldo) {
-  RLM_CHECK(nr >= 1 && nr <= kMaxDotRows && r0 + nr <= a.m && r0 % kMaxDotRows == 0)
-      << "quant_dot_rows: rows " << r0 << "+" << nr;
-  RLM_CHECK_EQ(a.block, activation_block(wtype));
   QuantDotFn fn = nullptr;
   if (isa == CpuIsa::kAvx512) fn = avx512_dot_kernel(wtype);
   if (fn == nullptr && isa != CpuIsa::kScalar) fn = avx2_dot_kernel(wtype);
   if (fn == nullptr) fn = scalar_dot_kernel(wtype);
-  const Q8View v{a.row_q(r0), a.row_d(r0), a.block == 32 ? a.row_sum(r0) : nullptr,
-                 a.block == 256 ? a.row_bsums(r0) : nullptr, a.group_d4(r0), a.k};
+  const Q8View v = view_rows("quant_dot_rows", wtype, a, r0, nr);
   fn(w, w_row_bytes, n, v, nr, out, ldo);
+}
+
+size_t unpacked_row_bytes(CpuIsa isa, DType wtype, int64_t k) {
+  if (isa == CpuIsa::kScalar) return 0;
+  size_t block_bytes = 0;
+  if (x86_unpack_fn(wtype, &block_bytes) == nullptr) return 0;
+  return block_bytes * static_cast<size_t>(k / dtype_block_size(wtype));
+}
+
+void quant_unpack_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n, int64_t k,
+                       uint8_t* out) {
+  size_t block_bytes = 0;
+  const UnpackFn fn = isa == CpuIsa::kScalar ? nullptr : x86_unpack_fn(wtype, &block_bytes);
+  RLM_CHECK(fn != nullptr) << "quant_unpack_rows: no unpacked kernel for " << dtype_name(wtype) << " on "
+                           << cpu_isa_name(isa);
+  fn(w, w_row_bytes, n, k / dtype_block_size(wtype), out);
+}
+
+void quant_dot_unpacked_rows(CpuIsa isa, DType wtype, const uint8_t* wu, int64_t n, const Q8Activations& a,
+                             int64_t r0, int nr, float* out, int64_t ldo) {
+  QuantDotFn fn = nullptr;
+  if (isa == CpuIsa::kAvx512) fn = avx512_unpacked_dot_kernel(wtype);
+  if (fn == nullptr && isa != CpuIsa::kScalar) fn = avx2_unpacked_dot_kernel(wtype);
+  RLM_CHECK(fn != nullptr) << "quant_dot_unpacked_rows: no unpacked kernel for " << dtype_name(wtype)
+                           << " on " << cpu_isa_name(isa);
+  const Q8View v = view_rows("quant_dot_unpacked_rows", wtype, a, r0, nr);
+  fn(wu, unpacked_row_bytes(isa, wtype, a.k), n, v, nr, out, ldo);
 }
 
 }  // namespace rlm::cpu

@@ -61,6 +61,23 @@ inline constexpr int kMaxDotRows = 4;
 void quant_dot_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n,
                     const Q8Activations& a, int64_t r0, int nr, float* out, int64_t ldo);
 
+// ---- batches: weight rows unpacked once for many activation rows ----
+// A batch runs every weight block once per group of kMaxDotRows activation rows; quant_matmul
+// unpacks a tile of weight rows once (values as bytes, scales as floats) and runs every
+// group of the pass over it. The unpacked kernels do the same arithmetic on the same values as
+// quant_dot_rows: the same bits.
+
+// Bytes of one unpacked weight row of k values; 0 where `isa` has no unpacked kernel for `wtype`
+// (the scalar kernels; Q8_0, whose blocks are bytes already; the K-quants and IQ4_XS, whose
+// super-blocks unpack cheaply per group).
+size_t unpacked_row_bytes(CpuIsa isa, DType wtype, int64_t k);
+// n weight rows (w_row_bytes apart) of k values -> out, unpacked_row_bytes(isa, wtype, k) apart.
+void quant_unpack_rows(CpuIsa isa, DType wtype, const uint8_t* w, size_t w_row_bytes, int64_t n, int64_t k,
+                       uint8_t* out);
+// quant_dot_rows over n rows unpacked by quant_unpack_rows.
+void quant_dot_unpacked_rows(CpuIsa isa, DType wtype, const uint8_t* wu, int64_t n, const Q8Activations& a,
+                             int64_t r0, int nr, float* out, int64_t ldo);
+
 // ---- kernel table (implementations in quant_dot.cpp and quant_dot_x86.cpp) ----
 
 // Activation rows as the kernels read them: row r of q at q + r * k, etc.
@@ -77,6 +94,11 @@ using QuantDotFn = void (*)(const uint8_t* w, size_t w_row_bytes, int64_t n, con
 QuantDotFn scalar_dot_kernel(DType wtype);
 QuantDotFn avx2_dot_kernel(DType wtype);    // nullptr when not built for x86
 QuantDotFn avx512_dot_kernel(DType wtype);  // nullptr when not built for x86
+QuantDotFn avx2_unpacked_dot_kernel(DType wtype);    // over unpacked rows; nullptr: none
+QuantDotFn avx512_unpacked_dot_kernel(DType wtype);  // over unpacked rows; nullptr: none
+// n rows of nb blocks (ldw bytes apart) -> n rows of nb unpacked blocks of *block_bytes each.
+using UnpackFn = void (*)(const uint8_t* w, size_t ldw, int64_t n, int64_t nb, uint8_t* out);
+UnpackFn x86_unpack_fn(DType wtype, size_t* block_bytes);  // nullptr (block_bytes 0): none
 void quantize_row_q8_avx2(const float* x, int64_t k, int64_t block, int8_t* q, float* d, float* sum, int16_t* bsums);
 
 }  // namespace rlm::cpu

@@ -311,6 +311,40 @@ struct WIQ4_XS {
   __m256i group(int g) const { return _mm256_shuffle_epi8(iq4nl_table(), nibbles(b + 8 + 16 * g)); }
 };
 
+// ---- unpacked weight blocks (batches) ----
+// A batch passes every weight block once per group of 4 activation rows. quant_matmul unpacks a
+// tile of weight rows once into a scratch buffer that all the groups of a pass read, a 32-element
+// block as its 32 values and the floats dw, c. The kernels read them through the same interface as
+// the packed blocks and do the same arithmetic on the same values, so the results are the same
+// bits. (The super-blocks unpack in a few instructions per group, and unpacked ones, 640 bytes
+// with their scale vectors, measured slower: the K-quants have no unpacked kernel.)
+
+template <class W>
+struct Unpacked32 {
+  static constexpr bool kSigned = W::kSigned, kCorr = W::kCorr;
+  static constexpr size_t kBytes = 40;  // v[32], dw, c
+  static __m256i load(const uint8_t* b, float* dw, float* c) {
+    std::memcpy(dw, b + 32, 4);
+    std::memcpy(c, b + 36, 4);
+    return load256(b);
+  }
+  static void unpack(const uint8_t* w, int64_t nb, uint8_t* out) {
+    for (int64_t b = 0; b < nb; ++b, w += W::kBytes, out += kBytes) {
+      float dw, c;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), W::load(w, &dw, &c));
+      std::memcpy(out + 32, &dw, 4);
+      std::memcpy(out + 36, &c, 4);
+    }
+  }
+};
+
+// n rows of `nb` blocks of W (ldw bytes apart) -> n rows of nb unpacked blocks.
+template <class W>
+void unpack_rows(const uint8_t* w, size_t ldw, int64_t n, int64_t nb, uint8_t* out) {
+  for (int64_t j = 0; j < n; ++j)
+    Unpacked32<W>::unpack(w + j * ldw, nb, out + j * nb * Unpacked32<W>::kBytes);
+}
+
 // ---- shared by the kernels of both ISAs ----
 
 // f32 dot product of n values.
@@ -410,7 +444,19 @@ struct Isa {
 }  // namespace
 
 QuantDotFn avx2_dot_kernel(DType wtype) { return isa_avx2::kernel(wtype); }
+QuantDotFn avx2_unpacked_dot_kernel(DType wtype) { return isa_avx2::unpacked_kernel(wtype); }
 
+UnpackFn x86_unpack_fn(DType wtype, size_t* block_bytes) {
+  *block_bytes = Unpacked32<WQ4_0>::kBytes;  // the same for every W
+  switch (wtype) {
+    case DType::kQ4_0: return unpack_rows<WQ4_0>;
+    case DType::kQ4_1: return unpack_rows<WQ4_1>;
+    case DType::kQ5_0: return unpack_rows<WQ5_0>;
+    case DType::kQ5_1: return unpack_rows<WQ5_1>;
+    case DType::kIQ4_NL: return unpack_rows<WIQ4_NL>;
+    default: *block_bytes = 0; return nullptr;
+  }
+}
 
 }  // namespace rlm::cpu
 
@@ -443,6 +489,7 @@ struct Isa {
 }  // namespace
 
 QuantDotFn avx512_dot_kernel(DType wtype) { return isa_avx512::kernel(wtype); }
+QuantDotFn avx512_unpacked_dot_kernel(DType wtype) { return isa_avx512::unpacked_kernel(wtype); }
 
 }  // namespace rlm::cpu
 
@@ -453,6 +500,12 @@ QuantDotFn avx512_dot_kernel(DType wtype) { return isa_avx512::kernel(wtype); }
 namespace rlm::cpu {
 QuantDotFn avx2_dot_kernel(DType) { return nullptr; }
 QuantDotFn avx512_dot_kernel(DType) { return nullptr; }
+QuantDotFn avx2_unpacked_dot_kernel(DType) { return nullptr; }
+QuantDotFn avx512_unpacked_dot_kernel(DType) { return nullptr; }
+UnpackFn x86_unpack_fn(DType, size_t* block_bytes) {
+  *block_bytes = 0;
+  return nullptr;
+}
 void quantize_row_q8_avx2(const float*, int64_t, int64_t, int8_t*, float*, float*, int16_t*) {
   fail("quantize_row_q8_avx2 on a non-x86 build");
 }

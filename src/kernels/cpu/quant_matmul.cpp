@@ -12,6 +12,8 @@ namespace {
 
 constexpr int64_t kWeightTile = 16;  // weight rows per kernel call: stay in L1 while activation tiles pass
 constexpr int64_t kActPass = 64;     // activation rows per pass over a weight chunk: stay in L2
+// An unpacked weight tile (batches) stays in L1 beside the activations.
+constexpr int64_t kUnpackedTileBytes = 16 << 10;
 
 }  // namespace
 
@@ -39,15 +41,31 @@ void quant_linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void*
   const auto* w = static_cast<const uint8_t*>(weight);
   // Chunks of weight rows per task; a task runs every activation row over its chunk.
   const int64_t grain = m == 1 ? 16 : kWeightTile;
+  // Batches of the types that have unpacked kernels: each tile of weight rows is unpacked once per
+  // pass (into this worker's scratch) and read by all the pass's row groups.
+  const size_t unpacked_bytes = m > kMaxDotRows ? unpacked_row_bytes(isa, weight_dtype, k) : 0;
+  const int64_t tile =
+      unpacked_bytes == 0
+          ? kWeightTile
+          : std::clamp<int64_t>(kUnpackedTileBytes / static_cast<int64_t>(unpacked_bytes), 1, kWeightTile);
   parallel_for(n, grain, [&](int64_t j_begin, int64_t j_end) {
+    thread_local std::vector<uint8_t> tls_tile;  // this worker's
+    if (unpacked_bytes != 0) tls_tile.resize(static_cast<size_t>(tile) * unpacked_bytes);
     for (int64_t i0 = 0; i0 < m; i0 += kActPass) {
       const int64_t i_end = std::min(m, i0 + kActPass);
-      for (int64_t j = j_begin; j < j_end; j += kWeightTile) {
-        const int64_t nj = std::min(kWeightTile, j_end - j);
+      for (int64_t j = j_begin; j < j_end; j += tile) {
+        const int64_t nj = std::min(tile, j_end - j);
+        const uint8_t* wj = w + static_cast<size_t>(j) * w_row_bytes;
+        if (unpacked_bytes != 0)
+          quant_unpack_rows(isa, weight_dtype, wj, w_row_bytes, nj, k, tls_tile.data());
         for (int64_t i = i0; i < i_end; i += kMaxDotRows) {
           const int nr = static_cast<int>(std::min<int64_t>(kMaxDotRows, i_end - i));
-          quant_dot_rows(isa, weight_dtype, w + static_cast<size_t>(j) * w_row_bytes, w_row_bytes, nj, act, i, nr,
-                         out + i * ldo + j, ldo);
+          if (unpacked_bytes != 0) {
+            quant_dot_unpacked_rows(isa, weight_dtype, tls_tile.data(), nj, act, i, nr, out + i * ldo + j,
+                                    ldo);
+          } else {
+            quant_dot_rows(isa, weight_dtype, wj, w_row_bytes, nj, act, i, nr, out + i * ldo + j, ldo);
+          }
         }
       }
     }

@@ -2,7 +2,9 @@
 // quantized to 8 bits per block once per call and multiplied with integer dot products
 // (quant_dot.h), split over the thread pool by output rows. Batched rows (prefill, batched decode)
 // reuse each weight row across a register tile of activation rows, and the rows are walked in
-// passes that keep both operands in cache.
+// passes that keep both operands in cache; for the 32-element block types but Q8_0, each tile of
+// weight rows is unpacked once per pass into a per-thread scratch tile (~16 KB) that every group
+// of activation rows of the pass reads.
 #pragma once
 
 #include <cstddef>
