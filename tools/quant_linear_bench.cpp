@@ -3,9 +3,8 @@
 // with one thread (robust on a shared machine), wall time with more; prints GMAC/s per shape and
 // the 30 layers' total for one step of m rows.
 //
-//   g++ -O2 -std=c++20 -DNDEBUG -Isrc tools/quant_linear_bench.cpp build/libradixlm_lib.a -lopenblas \
-//       -lpthread -o build/quant_linear_bench
-//   build/quant_linear_bench M [THREADS] [REPS] [LM_HEAD_ROWS] [TYPE]
+// Built with the project (CMake target quant_linear_bench, in the build directory):
+//   build-cpu/quant_linear_bench M [THREADS] [REPS] [LM_HEAD_ROWS] [TYPE]
 // M = 512 is a 512-token prefill (LM_HEAD_ROWS 1, the default), M = 32 a 32-sequence decode step
 // (LM_HEAD_ROWS 32). TYPE (e.g. Q4_1) replaces the type of every matrix but the lm_head.
 #include <time.h>
