@@ -96,12 +96,13 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
     RLM_ASSIGN_OR_RETURN(m.w_gate_up, ws.get(p + ".experts.gate_up_proj", {e, 2 * inter, hidden}));
     RLM_ASSIGN_OR_RETURN(m.w_down, ws.get(p + ".experts.down_proj", {e, hidden, inter}));
   }
+  // Each stacked matrix holds one dtype (gate/up and down may differ only when quantized: below).
   for (const std::vector<Tensor>* parts : {&gate_up, &down}) {
-    if (parts->empty() || is_quantized((*parts)[0].dtype())) continue;
     for (const Tensor& t : *parts) {
-      if (t.dtype() != gate_up[0].dtype()) {
-        return invalid_argument(str(p, ".experts: expert weights have different dtypes (", dtype_name(t.dtype()),
-                                    ", ", dtype_name(gate_up[0].dtype()), "); cannot stack them"));
+      if (t.dtype() != (*parts)[0].dtype()) {
+        return invalid_argument(str(p, ".experts: expert weights have different dtypes (",
+                                    dtype_name(t.dtype()), ", ", dtype_name((*parts)[0].dtype()),
+                                    "); cannot stack them"));
       }
     }
   }
