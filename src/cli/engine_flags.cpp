@@ -53,6 +53,10 @@ void add_engine_flags(CLI::App* app, EngineArgs& a, const EngineFlagOptions& o) 
                   "(default 0.88)")
       ->check(CLI::Range(0.01, 0.99));
   app->add_flag("--disable-cuda-graph", a.disable_cuda_graph, "CUDA: run decode eagerly (no CUDA graphs)");
+  app->add_flag(
+      "--disable-pdl", a.disable_pdl,
+      "CUDA: launch kernels one after another without programmatic dependent launch (default: the "
+      "decode step's kernels overlap their start with the previous kernel's end on Hopper and newer)");
   app->add_option("--cuda-graph-max-bs", a.cuda_graph_max_bs,
                   "CUDA: largest decode batch captured as a CUDA graph (0: by GPU memory, 256 on an 80 GB GPU; "
                   "capped at the running request limit)")

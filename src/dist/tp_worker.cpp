@@ -37,6 +37,7 @@ json runner_config_json(const ModelRunnerConfig& c) {
           {"max_num_tokens", c.max_num_tokens},
           {"cuda_graph", c.cuda_graph},
           {"cuda_graph_max_bs", c.cuda_graph_max_bs},
+          {"pdl", c.pdl},
           {"cascade_attention", cascade_mode_name(c.cascade_attention)}};
 }
 
@@ -55,6 +56,7 @@ StatusOr<ModelRunnerConfig> runner_config_from_json(const json& j) {
   c.max_num_tokens = j.at("max_num_tokens").get<int64_t>();
   c.cuda_graph = j.at("cuda_graph").get<bool>();
   c.cuda_graph_max_bs = j.at("cuda_graph_max_bs").get<int64_t>();
+  c.pdl = j.at("pdl").get<bool>();
   RLM_ASSIGN_OR_RETURN(c.cascade_attention, parse_cascade_mode(j.at("cascade_attention").get<std::string>()));
   return c;
 }

@@ -135,6 +135,7 @@ ModelRunnerConfig EngineArgs::runner_config(const ModelConfig& m, Device dev) co
   rc.mamba_slots = max_mamba_cache_size;
   rc.cuda_graph = !disable_cuda_graph;
   rc.cuda_graph_max_bs = cuda_graph_max_bs;
+  rc.pdl = !disable_pdl;
   if (max_prefill_tokens > 0) rc.max_num_tokens = max_prefill_tokens;  // the largest step the profile plans for
   StatusOr<CascadeMode> cascade = parse_cascade_mode(cascade_attention);
   RLM_CHECK(cascade.is_ok()) << cascade.status().to_string() << " (EngineArgs::validate() was not called)";

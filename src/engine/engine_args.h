@@ -43,6 +43,7 @@ struct EngineArgs {
   int64_t max_mamba_cache_size = 0;         // hybrid models: state slots; 0: 3 x max running requests
   double mem_fraction_static = 0.88;        // CUDA: weights + KV pool share of GPU memory
   bool disable_cuda_graph = false;
+  bool disable_pdl = false;                 // CUDA: plain kernel launches (no programmatic dependent launch)
   int64_t cuda_graph_max_bs = 0;            // 0: by GPU memory (engine/serving_limits.h)
   int threads = 0;                          // CPU kernel threads (process-wide); 0: every core
 

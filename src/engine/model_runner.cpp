@@ -12,6 +12,7 @@
 #include "engine/sampler.h"
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/index_check.h"
+#include "kernels/cuda/pdl.h"
 #endif
 #include "attention/hybrid_backend.h"
 #include "attention/hybrid_linear_backend.h"
@@ -261,6 +262,9 @@ StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::create(std::unique_ptr<Causa
     return invalid_argument(str("device ", config.device.to_string(), " is not available (",
                                 cuda_device_count(), " CUDA devices visible)"));
   }
+#ifdef RADIXLM_WITH_CUDA
+  if (config.device.is_cuda()) cuda::set_pdl_enabled(config.pdl);
+#endif
   model->to(config.device);
   if (const std::optional<MambaShape> ms = model->mamba_shape()) {
     if (r->config_.mamba_slots < 0) return invalid_argument("mamba_slots must not be negative");

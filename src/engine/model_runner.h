@@ -43,6 +43,9 @@ struct ModelRunnerConfig {
   // A failed capture is reported on stderr and the runner decodes eagerly.
   bool cuda_graph = false;
   int64_t cuda_graph_max_bs = 160;
+  // CUDA only: programmatic dependent launch of the decode kernels (kernels/cuda/pdl.h); a
+  // process-wide switch, set when the runner is made.
+  bool pdl = true;
   // Cascade attention for extend steps (attention/cascade_plan.h): auto / on / off.
   CascadeMode cascade_attention = CascadeMode::kAuto;
   // Tensor parallelism (dist/tp_group.h): the group this runner's model is a shard of; null at

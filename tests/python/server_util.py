@@ -24,9 +24,9 @@ def limit(seconds):
 
 
 class Server:
-    def __init__(self, *args, timeout=limit(120)):
+    def __init__(self, *args, timeout=limit(120), env=None):
         self.proc = subprocess.Popen([BIN, "serve", "--port", "0", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+                                     stderr=subprocess.STDOUT, text=True, env=env)
         self.lines = []
         deadline = time.time() + timeout
         self.port = None

@@ -2,7 +2,11 @@
 Llama, Qwen2, Qwen3, Qwen3-Next) served with --tp 2 and --tp 4 (rank processes over loopback) answers the same
 greedy tokens as --tp 1, with logprobs within 1e-4, for prompts that share prefixes (the radix
 cache serves them: cached_tokens > 0). A rank process that dies ends the server with a clear error
-instead of a hang."""
+instead of a hang.
+
+RADIXLM_TP_TEST_DEVICE=cuda runs the same tests on GPUs (one rank per GPU, at most
+RADIXLM_TP_TEST_GPUS of them, default 2; the two-machine tests give each "machine" its own GPUs
+through CUDA_VISIBLE_DEVICES)."""
 import concurrent.futures
 import json
 import os
@@ -15,7 +19,11 @@ import pytest
 from server_util import DEFAULT_MODEL, ROOT, Server, limit
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-pytestmark = pytest.mark.skipif(not os.path.exists(DEFAULT_MODEL), reason="default model (tokenizer) not installed")
+DEVICE = os.environ.get("RADIXLM_TP_TEST_DEVICE", "cpu")
+MAX_TP = 4 if DEVICE == "cpu" else int(os.environ.get("RADIXLM_TP_TEST_GPUS", "2"))
+# The servers' tokenizer: the default model's, or RADIXLM_TP_TEST_TOKENIZER (a tokenizer.json directory).
+TOKENIZER = os.environ.get("RADIXLM_TP_TEST_TOKENIZER", DEFAULT_MODEL)
+pytestmark = pytest.mark.skipif(not os.path.exists(TOKENIZER), reason="default model (tokenizer) not installed")
 
 
 def goldens():
@@ -45,7 +53,7 @@ PROMPTS = [PREFIX + [11, 12, 13], PREFIX + [11, 12, 14, 15], PREFIX[:20] + [99],
 
 def serve(model, tp):
     # The golden directories have no tokenizer: the SmolLM2 one (ids below 512 decode to text).
-    server = Server("--model", os.path.join(GOLDEN, model), "--tokenizer", DEFAULT_MODEL, "--device", "cpu",
+    server = Server("--model", os.path.join(GOLDEN, model), "--tokenizer", TOKENIZER, "--device", DEVICE,
                     "--threads", "1", "--tp", str(tp))
     server.model = model
     return server
@@ -70,7 +78,7 @@ def run(server):
 
 @pytest.mark.parametrize("model", goldens())
 def test_tp_serves_the_same_tokens_as_tp1(model):
-    sizes = [tp for tp in (2, 4) if splits(model, tp)]
+    sizes = [tp for tp in (2, 4) if splits(model, tp) and tp <= MAX_TP]
     if not sizes:
         pytest.skip(f"{model} cannot be split at --tp 2 or 4 (tp_parity_test checks the error)")
     results = {}
@@ -134,22 +142,33 @@ def free_port():
         return s.getsockname()[1]
 
 
+def node_env(node, per_node):
+    """The environment of "machine" `node`: on GPUs, its own per_node GPUs as cuda:0.."""
+    env = dict(os.environ)
+    if DEVICE == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(node * per_node + i) for i in range(per_node))
+    return env
+
+
 def test_two_nodes_on_one_machine():
-    """--nnodes 2: machine 0 (rank 0 and its rank 1) and machine 1 (ranks 2, 3) meet at
-    --dist-init-addr; `generate` on machine 0 gives the tokens of --tp 1, machine 1 exits 0 when
-    rank 0 ends the group."""
+    """--nnodes 2: machine 0 (rank 0 and, on the CPU, its rank 1) and machine 1 (the other ranks)
+    meet at --dist-init-addr; `generate` on machine 0 gives the tokens of --tp 1, machine 1 exits 0
+    when rank 0 ends the group."""
     binary = os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm"))
     model = os.path.join(GOLDEN, goldens()[1])
-    common = ["generate", "--model", model, "--device", "cpu", "--threads", "1", "--prompt-ids", "5,6,7,8",
+    common = ["generate", "--model", model, "--device", DEVICE, "--threads", "1", "--prompt-ids", "5,6,7,8",
               "--max-tokens", "8", "--ignore-eos"]
-    want = subprocess.run([binary, *common], capture_output=True, text=True, timeout=limit(120))
+    want = subprocess.run([binary, *common], capture_output=True, text=True, timeout=limit(120),
+                          env=node_env(0, 1))
     assert want.returncode == 0, want.stderr
     addr = f"127.0.0.1:{free_port()}"
-    tp = ["--tp", "4", "--nnodes", "2", "--dist-init-addr", addr]
+    per_node = 2 if DEVICE == "cpu" else MAX_TP // 2
+    tp = ["--tp", str(2 * per_node), "--nnodes", "2", "--dist-init-addr", addr]
     node1 = subprocess.Popen([binary, *common, *tp, "--node-rank", "1"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, env=node_env(1, per_node))
     try:
-        got = subprocess.run([binary, *common, *tp, "--node-rank", "0"], capture_output=True, text=True, timeout=limit(120))
+        got = subprocess.run([binary, *common, *tp, "--node-rank", "0"], capture_output=True, text=True,
+                             timeout=limit(120), env=node_env(0, per_node))
         assert got.returncode == 0, got.stderr
         assert json.loads(got.stdout.splitlines()[-1])["output_ids"] == json.loads(want.stdout.splitlines()[-1])["output_ids"]
         assert node1.wait(timeout=limit(60)) == 0, node1.stderr.read()
@@ -158,6 +177,37 @@ def test_two_nodes_on_one_machine():
         if node1.poll() is None:
             node1.kill()
             node1.wait()
+
+
+def test_a_dead_machine_ends_the_server_with_an_error():
+    """--nnodes 2: the server on machine 0 ends with a clear error, not a hang, when machine 1's
+    process dies between requests."""
+    binary = os.environ.get("RADIXLM_BIN", os.path.join(ROOT, "build", "radixlm"))
+    model = goldens()[0]
+    per_node = 1 if DEVICE == "cpu" else MAX_TP // 2
+    tp = ["--tp", str(2 * per_node), "--nnodes", "2", "--dist-init-addr", f"127.0.0.1:{free_port()}"]
+    args = ["--model", os.path.join(GOLDEN, model), "--tokenizer", TOKENIZER, "--device", DEVICE,
+            "--threads", "1", *tp]
+    node1 = subprocess.Popen([binary, "serve", "--port", "0", *args, "--node-rank", "1"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=node_env(1, per_node))
+    server = None
+    try:
+        server = Server(*args, "--node-rank", "0", env=node_env(0, per_node))
+        server.model = model
+        complete(server, PROMPTS[0])
+        node1.kill()
+        node1.wait()
+        with pytest.raises(Exception):
+            complete(server, PROMPTS[1])
+        server.proc.wait(timeout=limit(60))
+        output = "".join(server.lines) + server.proc.stdout.read()
+        assert server.proc.returncode != 0
+        assert "tensor-parallel group failed" in output, output
+    finally:
+        for proc in [node1] + ([server.proc] if server is not None else []):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_bench_one_batch_prints_the_per_rank_floor_and_the_all_reduce_table():

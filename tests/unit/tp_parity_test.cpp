@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -69,8 +70,18 @@ EngineArgs args_for(const std::string& name, int tp) {
 }
 
 StatusOr<std::unique_ptr<ServingEngine>> engine_for(const std::string& name, int tp) {
-  // The other ranks are the radixlm binary (ctest sets RADIXLM_BIN).
-  if (const char* bin = std::getenv("RADIXLM_BIN")) setenv("RADIXLM_TP_WORKER_BINARY", bin, 1);
+  // The other ranks are the radixlm binary: RADIXLM_BIN (ctest sets it), else the one beside this
+  // test binary. Never this binary itself: started as a rank, it would run the whole suite again.
+  const char* env = std::getenv("RADIXLM_BIN");
+  const std::string bin =
+      env != nullptr && *env != '\0'
+          ? std::string(env)
+          : (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "radixlm").string();
+  if (!std::filesystem::exists(bin)) {
+    return not_found(
+        str("the radixlm binary for the other ranks: ", bin, " does not exist (set RADIXLM_BIN)"));
+  }
+  setenv("RADIXLM_TP_WORKER_BINARY", bin.c_str(), 1);
   const EngineArgs a = args_for(name, tp);
   RLM_ASSIGN_OR_RETURN(EngineFiles files, load_engine_files(a, TokenizerUse::kNone));
   return build_engine(a, std::move(files));

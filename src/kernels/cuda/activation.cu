@@ -3,6 +3,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -34,6 +35,8 @@ struct SoftCap {
 // is read and written by the same thread.
 template <class Act>
 __global__ void act_and_mul_kernel(const float* x, int64_t n, int64_t inter, int64_t ldx, float* out, int64_t ldo) {
+  pdl_wait();
+  pdl_launch_dependents();
   const Act act;
   const int64_t total = n * inter;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -49,6 +52,8 @@ __global__ void act_and_mul_kernel(const float* x, int64_t n, int64_t inter, int
 template <class Act>
 __global__ void act_and_mul4_kernel(const float4* x, int64_t n, int64_t inter4, int64_t ldx4, float4* out,
                                     int64_t ldo4) {
+  pdl_wait();
+  pdl_launch_dependents();
   const Act act;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n * inter4;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -75,10 +80,12 @@ void launch_act_and_mul(const float* x, int64_t n, int64_t inter, int64_t ldx, f
   if (n * inter == 0) return;
   if (inter % 4 == 0 && ldx % 4 == 0 && ldo % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-    act_and_mul4_kernel<Act><<<grid_for(n * inter / 4), kBlock, 0, stream>>>(
-        reinterpret_cast<const float4*>(x), n, inter / 4, ldx / 4, reinterpret_cast<float4*>(out), ldo / 4);
+    launch_pdl(act_and_mul4_kernel<Act>, dim3(grid_for(n * inter / 4)), dim3(kBlock), 0, stream,
+               reinterpret_cast<const float4*>(x), n, inter / 4, ldx / 4, reinterpret_cast<float4*>(out),
+               ldo / 4);
   } else {
-    act_and_mul_kernel<Act><<<grid_for(n * inter), kBlock, 0, stream>>>(x, n, inter, ldx, out, ldo);
+    launch_pdl(act_and_mul_kernel<Act>, dim3(grid_for(n * inter)), dim3(kBlock), 0, stream, x, n, inter, ldx,
+               out, ldo);
   }
   RLM_CUDA_CHECK_LAUNCH();
 }

@@ -4,6 +4,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/custom_all_reduce.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -81,6 +82,8 @@ template <typename T, int N>
 __global__ void __launch_bounds__(kThreads)
     one_shot_kernel(Buffers b, int rank, uint4* data, int64_t nvec, int64_t area_bytes) {
   __shared__ uint32_t flag_s;
+  pdl_wait();
+  pdl_launch_dependents();
   if (threadIdx.x == 0) flag_s = signals(b, rank)->count[blockIdx.x] + 1;
   __syncthreads();
   const uint32_t flag = flag_s;
@@ -104,9 +107,8 @@ template <typename T, int N>
 void launch(const Buffers& b, int rank, void* data, int64_t nvec, int64_t area_bytes, cudaStream_t stream) {
   const int64_t want = (nvec + kThreads - 1) / kThreads;
   const int blocks = static_cast<int>(want < kMaxBlocks ? want : kMaxBlocks);
-  one_shot_kernel<T, N>
-      <<<blocks, kThreads, 0, stream>>>(b, rank, static_cast<uint4*>(data), nvec, area_bytes);
-  RLM_CUDA_CHECK_LAUNCH();
+  launch_pdl(one_shot_kernel<T, N>, dim3(blocks), dim3(kThreads), 0, stream, b, rank,
+             static_cast<uint4*>(data), nvec, area_bytes);
 }
 
 template <typename T>

@@ -9,12 +9,15 @@
 // the next step fetched one step ahead, and keeps its own online softmax (max, sum, C output
 // columns per head; rescaled only when the max grows) in registers: no barrier in the main loop.
 // At the end the slots are merged through shared memory; the block writes out directly when
-// num_splits == 1, else the split's normalised partial output and its log-sum-exp (natural log)
-// for merge_kernel.
+// num_splits == 1, else the split's normalised partial output and its log-sum-exp (natural log).
+// The splits are then merged by the last of the request's blocks of the same heads to finish
+// (merge_splits_if_last: a per-(request, head block) arrival counter that the last block resets
+// for the next launch or graph replay), or, without a counter buffer, by merge_kernel — the same
+// arithmetic in the same order.
 //
 // Keys of a request are divided evenly among the num_splits splits per request (on the device,
 // from seq_lens), so a fixed num_splits serves any batch; a split without keys writes lse = -inf
-// and returns at once (merge_kernel skips it). Scores are in log2 units (see score_log2).
+// and skips the work (the merge skips it). Scores are in log2 units (see score_log2).
 //
 // kPadded: the instantiation's width D is above the call's head sizes (a.head_dim for q/k,
 // a.v_head_dim for v/out, multiples of 16): the lanes whose columns lie past a size load nothing
@@ -27,6 +30,7 @@
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda::attn {
 
@@ -101,13 +105,72 @@ __device__ __forceinline__ void split_range(int seq_len, int sliding_window, int
   end = min(seq_len, begin + per);
 }
 
+constexpr int kMaxDecodeSplits = 64;
+
+// The merge of one request's splits for qo heads h0 .. h0 + HB - 1, run by the last of their
+// num_splits blocks to arrive (every thread of every block calls it; partial and lse as written
+// by the blocks): out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M), skipping the
+// splits without keys (lse = -inf; their partial rows are not written), summed in split order as
+// merge_kernel sums them. counters: int [bs * gridDim.y], zero before the launch and after it.
+template <int D, int HB>
+__device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const float* partial,
+                                     const float* lse, int* counters, int r, int h0) {
+  __shared__ bool s_last;
+  __shared__ float s_lse[HB][kMaxDecodeSplits], s_w[HB][kMaxDecodeSplits], s_den[HB];
+  __threadfence();  // this block's partial and lse rows, visible before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = counters + static_cast<int64_t>(r) * gridDim.y + blockIdx.y;
+    s_last = atomicAdd(counter, 1) == num_splits - 1;
+    if (s_last) *counter = 0;  // no other block of this launch touches it again
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int64_t base = static_cast<int64_t>(r) * a.num_qo_heads + h0;  // (request, first head) row
+  for (int i = threadIdx.x; i < HB * num_splits; i += blockDim.x) {
+    const int h = i / num_splits, s = i % num_splits;
+    s_lse[h][s] = __ldcg(lse + (base + h) * num_splits + s);  // L2: written by other blocks
+  }
+  __syncthreads();
+  if (threadIdx.x < HB) {
+    const int h = threadIdx.x;
+    float m = kNegInf;
+    for (int s = 0; s < num_splits; ++s) m = fmaxf(m, s_lse[h][s]);
+    float den = 0.0f;
+    for (int s = 0; s < num_splits; ++s) {
+      const float x = s_lse[h][s];
+      s_w[h][s] = x == kNegInf ? 0.0f : expf(x - m);
+      if (x != kNegInf) den += s_w[h][s];
+    }
+    s_den[h] = den;
+  }
+  __syncthreads();
+  const int row = a.qo_indptr[r];
+  for (int i = threadIdx.x; i < HB * D; i += blockDim.x) {
+    const int h = i / D, c = i % D;
+    if (c >= a.v_head_dim) continue;
+    const float* p = partial + (base + h) * num_splits * D + c;
+    float num = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < num_splits; ++s) {
+      if (s_lse[h][s] != kNegInf) num += s_w[h][s] * __ldcg(p + static_cast<int64_t>(s) * D);
+    }
+    a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
+        num / s_den[h];
+  }
+}
+
+// counters: nullptr, or (num_splits > 1) the arrival counters of merge_splits_if_last.
 template <int D, int HB, typename T, typename Cap, bool kPadded>
 __global__ void __launch_bounds__(kVecThreads)
-    decode_vec_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse) {
+    decode_vec_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
   using S = VecShape<D, HB>;
   constexpr int G = S::kLanesPerKey, C = S::kCols, U = S::kUnroll;
   __shared__ float s_m[S::kSlots][HB], s_l[S::kSlots][HB];
   __shared__ __align__(16) float s_acc[S::kSlots][HB][D];
+  pdl_wait();
+  pdl_launch_dependents();
 
   const int split = blockIdx.x;
   const int group = a.num_qo_heads / a.num_kv_heads;
@@ -127,6 +190,7 @@ __global__ void __launch_bounds__(kVecThreads)
   const int row = a.qo_indptr[r];
   if (k_begin >= k_end) {  // uniform for the block, before any barrier
     if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
+    if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
     return;
   }
   const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
@@ -280,9 +344,8 @@ __global__ void __launch_bounds__(kVecThreads)
       if (c == 0) lse[w] = (mx + log2f(den)) * kLn2;
     }
   }
+  if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
 }
-
-constexpr int kMaxDecodeSplits = 64;
 
 // Grid (num_qo_heads, bs), D threads: out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M)
 // over the splits' workspace rows (width D) of both decode kernels; columns past a.v_head_dim are
@@ -290,6 +353,8 @@ constexpr int kMaxDecodeSplits = 64;
 template <int D>
 __global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, const float* partial,
                                                   const float* lse) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int h = blockIdx.x, r = blockIdx.y, c = threadIdx.x;
   if (c >= a.v_head_dim) return;
   const int64_t base = (static_cast<int64_t>(r) * a.num_qo_heads + h) * num_splits;
@@ -307,8 +372,15 @@ __global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, 
   a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs + c] = num / den;
 }
 
-// Launches decode_vec_kernel (+ merge_kernel when the keys are split). requested_splits > 0 fixes
-// the split count (at most kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs, max_seq_len).
+// Zeroed arrival counters for merge_splits_if_last on the current device (a buffer of 65,536
+// ints, made on first use on the device's stream and never freed; the last block of each group
+// sets its counter back to 0), or nullptr when `count` exceeds that or the first use falls inside
+// a CUDA-graph capture (the CUDA-graph runner warms up eagerly first): merge_kernel then merges.
+int* decode_merge_counters(int64_t count);
+
+// Launches decode_vec_kernel (+ merge_kernel when the keys are split and no counters are free).
+// requested_splits > 0 fixes the split count (at most kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs,
+// max_seq_len).
 template <int D, int HB, typename T, bool kPadded, typename Cap>
 void launch_vec(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_seq_len) {
   auto* kernel = decode_vec_kernel<D, HB, T, Cap, kPadded>;
@@ -320,11 +392,12 @@ void launch_vec(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_
   float* partial = static_cast<float*>(buf.data());
   float* lse = partial + rows * D;
   const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
-  kernel<<<grid, kVecThreads, 0, current_stream()>>>(a, cap, num_splits, partial, lse);
-  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
-  if (num_splits > 1) {
-    merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D, 0, current_stream()>>>(a, num_splits, partial, lse);
-    RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  int* counters = num_splits > 1 ? decode_merge_counters(int64_t{a.batch_size} * grid.y) : nullptr;
+  launch_pdl(kernel, grid, dim3(kVecThreads), 0, current_stream(), a, cap, num_splits, partial, lse,
+             counters);
+  if (num_splits > 1 && counters == nullptr) {
+    launch_pdl(merge_kernel<D>, dim3(a.num_qo_heads, a.batch_size), dim3(D), 0, current_stream(), a,
+               num_splits, partial, lse);
   }
 }
 

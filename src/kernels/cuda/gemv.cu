@@ -8,11 +8,12 @@
 #include "kernels/cuda/gemv.cuh"
 
 #include <array>
-#include <type_traits>
 #include <atomic>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -73,17 +74,29 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const int64_t total_warps = static_cast<int64_t>(gridDim.x) * kWarps;
   const int64_t groups = (n + R - 1) / R;
 
-  // The first group's weight vectors head for L2 while the block stages x (hides x's latency).
+  // Weights are constant, so they are read before the wait for the kernel that writes x (PDL):
+  // for m <= 2, the first group's first 32 * U vectors per row into registers (when the rows have
+  // that many) and the next 32 * U into L2; for larger m (more accumulators; registers would
+  // spill) the first 32 * U into L2.
+  const bool preloaded = M <= 2 && warp < groups && kv >= 32 * U;
+  uint4 first[M <= 2 ? U : 1][R];
   if (warp < groups) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int64_t row = warp * R + r < n ? warp * R + r : n - 1;
+      const uint4* wr = reinterpret_cast<const uint4*>(w + row * ldw);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        if (lane + 32 * u < kv) prefetch_l2(reinterpret_cast<const uint4*>(w + row * ldw) + lane + 32 * u);
+        if constexpr (M <= 2) {
+          if (preloaded) first[u][r] = load_stream(wr + lane + 32 * u);
+        }
+        const int64_t next = preloaded ? lane + 32 * (U + u) : lane + 32 * u;
+        if (next < kv) prefetch_l2(wr + next);
       }
     }
   }
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t idx = threadIdx.x; idx < M * kv; idx += kThreads) {
     const int64_t i = idx / kv, c = (idx % kv) * 8;
     const float* src = x + i * ldx + c;
@@ -128,6 +141,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
     };
     int64_t v = lane;
+    if constexpr (M <= 2) {
+      if (it == 0 && preloaded) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) step(first[u], v + 32 * u);
+        v += 32 * U;
+      }
+    }
     for (; v + 32 * (U - 1) < kv; v += 32 * U) {
       uint4 wv[U][R];
 #pragma unroll
@@ -196,9 +216,8 @@ void launch_m(const float* x, int64_t k, int64_t ldx, const T* w, int64_t n, int
     RLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, M, R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
   }
-  gemv_kernel<T, M, R, U><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(
-      x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, iters);
-  RLM_CUDA_CHECK_LAUNCH();
+  launch_pdl(gemv_kernel<T, M, R, U>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, x, k,
+             ldx, w, n, ldw, bias, bias_dtype, out, ldo, iters);
 }
 
 template <typename T>

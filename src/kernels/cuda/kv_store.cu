@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/index_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -29,6 +30,8 @@ template <typename S, typename D>
 __global__ void store_kv_kernel(KvPart<S, D> k, KvPart<S, D> v, const void* loc, bool loc_i64,
                                 int64_t loc_stride, int64_t num_tokens, int64_t num_kv_heads,
                                 int64_t num_slots, DeviceErrorRecord* rec) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t k_total = num_tokens * num_kv_heads * k.head_dim;
   const int64_t total = k_total + num_tokens * num_kv_heads * v.head_dim;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -70,9 +73,8 @@ void launch_store_kv(const KvRows& k, const KvRows& v, const KvRows& k_cache, co
       const KvPart<S, D> vp{
           static_cast<const S*>(v.data), v.token_stride,      v.head_stride, static_cast<D*>(v_cache.data),
           v_cache.token_stride,          v_cache.head_stride, v_head_dim,    v_scale};
-      store_kv_kernel<S, D><<<grid_for(total), kBlock, 0, stream>>>(kp, vp, loc, loc_i64, loc_stride,
-                                                                    num_tokens, num_kv_heads, num_slots, rec);
-      RLM_CUDA_CHECK_LAUNCH();
+      launch_pdl(store_kv_kernel<S, D>, dim3(grid_for(total)), dim3(kBlock), 0, stream, kp, vp, loc, loc_i64,
+                 loc_stride, num_tokens, num_kv_heads, num_slots, rec);
     });
   });
 }

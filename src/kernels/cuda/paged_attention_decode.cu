@@ -10,13 +10,41 @@
 // Both write each split's normalised partial output and log-sum-exp to a workspace that
 // merge_kernel combines.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <limits>
+#include <mutex>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace rlm::cuda {
+
+namespace attn {
+
+int* decode_merge_counters(int64_t count) {
+  constexpr int64_t kCounters = int64_t{1} << 16;
+  static std::array<std::atomic<int*>, 64> buffers{};
+  static std::mutex mutex;
+  int device = 0;
+  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
+  if (count > kCounters || device < 0 || device >= static_cast<int>(buffers.size())) return nullptr;
+  if (int* p = buffers[device].load(std::memory_order_acquire)) return p;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RLM_CUDA_ATTN_CHECK(cudaStreamIsCapturing(current_stream(), &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (int* p = buffers[device].load(std::memory_order_acquire)) return p;
+  void* p = nullptr;
+  RLM_CUDA_ATTN_CHECK(cudaMalloc(&p, kCounters * sizeof(int)));
+  RLM_CUDA_ATTN_CHECK(cudaMemsetAsync(p, 0, kCounters * sizeof(int), current_stream()));
+  buffers[device].store(static_cast<int*>(p), std::memory_order_release);
+  return static_cast<int*>(p);
+}
+
+}  // namespace attn
+
 namespace {
 
 using namespace attn;
@@ -40,6 +68,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float s_q[kMaxHeads][D];
   __shared__ float s_p[kMaxHeads][kTile];
   __shared__ float s_m[kMaxHeads], s_l[kMaxHeads], s_alpha[kMaxHeads];
+  pdl_wait();
+  pdl_launch_dependents();
 
   const int split = blockIdx.x;
   const int group = a.num_qo_heads / a.num_kv_heads;
@@ -164,11 +194,10 @@ template <int D, typename T, bool kWindow, typename Cap>
 void launch(const DeviceArgs& a, Cap cap, int heads_per_block, int num_splits, int split_size, float* partial,
             float* lse) {
   const dim3 grid(num_splits, a.num_kv_heads * (a.num_qo_heads / a.num_kv_heads / heads_per_block), a.batch_size);
-  decode_split_kernel<D, T, kWindow, Cap><<<grid, kThreads, 0, current_stream()>>>(a, cap, heads_per_block, num_splits,
-                                                                                  split_size, partial, lse);
-  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
-  merge_kernel<D><<<dim3(a.num_qo_heads, a.batch_size), D, 0, current_stream()>>>(a, num_splits, partial, lse);
-  RLM_CUDA_ATTN_CHECK(cudaGetLastError());
+  launch_pdl(decode_split_kernel<D, T, kWindow, Cap>, grid, dim3(kThreads), 0, current_stream(), a, cap,
+             heads_per_block, num_splits, split_size, partial, lse);
+  launch_pdl(merge_kernel<D>, dim3(a.num_qo_heads, a.batch_size), dim3(D), 0, current_stream(), a, num_splits,
+             partial, lse);
 }
 
 template <int D, typename T>

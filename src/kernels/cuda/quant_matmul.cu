@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/index_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -369,15 +370,21 @@ __device__ __forceinline__ void prefetch_row(const uint8_t* row, size_t row_byte
 // Block prologue of the GEMVs: the M rows of x quantized into shared memory as 8-bit 32-value
 // blocks (q at x_offset, d and d * sum(q) per block), 4 lanes per block and 8 values each, with
 // the CPU's rounding: d = amax / 127, q = round-to-nearest-even(x * (127 / amax)).
-// The loads of up to kRounds rounds are issued before any is used (16-byte loads when x allows),
-// and only then each warp's first weight row is prefetched into L2: x's loads are not queued
-// behind the weight stream, and the rounds do not wait for each other's round trips.
+// Each warp's first weight row is prefetched into L2 first, while the kernel that writes x may
+// still run (the GEMV is launched with PDL; kernels/cuda/pdl.cuh); after the wait the loads of up
+// to kRounds rounds of x are issued before any is used (16-byte loads when x allows), so the rounds
+// do not wait for each other's round trips.
 // Rounds run whole warps (the shuffles need every lane); lanes past the end quantize zeros.
 template <int M, bool kPieceMajor>
 __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, int64_t k, int64_t ldx,
                                                  int8_t* xq, float* xd, float* xs, const uint8_t* w,
                                                  size_t row_bytes, int64_t n) {
   constexpr int kRounds = 4;
+  if (const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j0 < n) {
+    prefetch_row(w + static_cast<size_t>(j0) * row_bytes, row_bytes);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t nb = k / 32, tasks = M * nb * 4;
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   for (int64_t t0 = 0; t0 < tasks; t0 += kRounds * kQThreads) {
@@ -397,11 +404,6 @@ __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, in
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[i][e] = p[e];
-      }
-    }
-    if (t0 == 0) {
-      if (const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j0 < n) {
-        prefetch_row(w + static_cast<size_t>(j0) * row_bytes, row_bytes);
       }
     }
 #pragma unroll
@@ -676,9 +678,8 @@ void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8
   const int64_t max_warps = static_cast<int64_t>(sms) * std::max(per_sm, 1) * kQWarps;
   const int64_t iters = (n + max_warps - 1) / max_warps;
   const int64_t blocks = ((n + iters - 1) / iters + kQWarps - 1) / kQWarps;
-  kernel<<<static_cast<unsigned>(blocks), kQThreads, smem, stream>>>(x, k, ldx, w, row_bytes, n, bias, bias_dtype, out,
-                                                                     ldo);
-  RLM_CUDA_CHECK_LAUNCH();
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kQThreads), smem, stream, x, k, ldx, w,
+             row_bytes, n, bias, bias_dtype, out, ldo);
 }
 
 template <DType T>

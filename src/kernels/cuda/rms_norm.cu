@@ -3,6 +3,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -15,6 +16,8 @@ __device__ __forceinline__ float* row_ptr(const Rows& r, int64_t row) {
 // Each thread touches the same elements in both passes, so in-place (out == x) is safe.
 template <bool kFused, typename W>
 __global__ void rms_norm_kernel(Rows x, Rows other, int64_t d, const W* weight, float eps) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   float* xr = row_ptr(x, row);
   float* orow = row_ptr(other, row);  // kFused: residual row; else: output row
@@ -48,10 +51,22 @@ __global__ void rms_norm_kernel(Rows x, Rows other, int64_t d, const W* weight, 
 // split over threads differs, so sums agree to double rounding), the outputs with the same formula.
 template <bool kFused, typename W, int kVec>
 __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weight, float eps) {
+  const int64_t d4 = d / 4;
+  // The weights are constant: loaded before the wait for the kernel that writes x (PDL).
+  float4 wf[kVec];
+#pragma unroll
+  for (int u = 0; u < kVec; ++u) {
+    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    if (k < d4) {
+      const W* w = weight + 4 * k;
+      wf[u] = make_float4(to_float(w[0]), to_float(w[1]), to_float(w[2]), to_float(w[3]));
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x;
   float4* xr = reinterpret_cast<float4*>(row_ptr(x, row));
   float4* orow = reinterpret_cast<float4*>(row_ptr(other, row));
-  const int64_t d4 = d / 4;
   float4 v[kVec];
 #pragma unroll
   for (int u = 0; u < kVec; ++u) {
@@ -84,9 +99,8 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
   for (int u = 0; u < kVec; ++u) {
     const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
     if (k < d4) {
-      const W* w = weight + 4 * k;
-      dst[k] = make_float4(to_float(w[0]) * (v[u].x * inv), to_float(w[1]) * (v[u].y * inv),
-                           to_float(w[2]) * (v[u].z * inv), to_float(w[3]) * (v[u].w * inv));
+      dst[k] = make_float4(wf[u].x * (v[u].x * inv), wf[u].y * (v[u].y * inv), wf[u].z * (v[u].z * inv),
+                           wf[u].w * (v[u].w * inv));
     }
   }
 }
@@ -108,17 +122,20 @@ void launch_rms_norm(const Rows& x, const Rows& other, int64_t d, const void* we
     const W* wp = static_cast<const W*>(weight);
     const unsigned grid = static_cast<unsigned>(rows);
     if (!vec) {
-      rms_norm_kernel<kFused, W><<<grid, kBlock, 0, stream>>>(x, other, d, wp, eps);
+      launch_pdl(rms_norm_kernel<kFused, W>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp, eps);
     } else if (per_thread <= 1) {
-      rms_norm_vec_kernel<kFused, W, 1><<<grid, kBlock, 0, stream>>>(x, other, d, wp, eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 1>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
+                 eps);
     } else if (per_thread <= 2) {
-      rms_norm_vec_kernel<kFused, W, 2><<<grid, kBlock, 0, stream>>>(x, other, d, wp, eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 2>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
+                 eps);
     } else if (per_thread <= 4) {
-      rms_norm_vec_kernel<kFused, W, 4><<<grid, kBlock, 0, stream>>>(x, other, d, wp, eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 4>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
+                 eps);
     } else {
-      rms_norm_vec_kernel<kFused, W, 8><<<grid, kBlock, 0, stream>>>(x, other, d, wp, eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 8>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
+                 eps);
     }
-    RLM_CUDA_CHECK_LAUNCH();
   });
 }
 

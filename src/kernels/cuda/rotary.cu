@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/index_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -13,6 +14,8 @@ namespace {
 __global__ void rotary_kernel(Heads q, Heads k, int64_t num_tokens, const void* positions, bool pos_i64,
                               int64_t pos_stride, const float* cos_sin, int64_t max_positions, int64_t rotary_dim,
                               bool is_neox, DeviceErrorRecord* rec) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t half = rotary_dim / 2;
   const int64_t heads = q.num_heads + k.num_heads;
   const int64_t total = num_tokens * heads * half;
@@ -44,9 +47,8 @@ void launch_rotary(const Heads& q, const Heads& k, int64_t num_tokens, const voi
                    DeviceErrorRecord* rec, cudaStream_t stream) {
   const int64_t total = num_tokens * (q.num_heads + k.num_heads) * (rotary_dim / 2);
   if (total == 0) return;
-  rotary_kernel<<<grid_for(total), kBlock, 0, stream>>>(q, k, num_tokens, positions, pos_i64, pos_stride, cos_sin,
-                                                        max_positions, rotary_dim, is_neox, rec);
-  RLM_CUDA_CHECK_LAUNCH();
+  launch_pdl(rotary_kernel, dim3(grid_for(total)), dim3(kBlock), 0, stream, q, k, num_tokens, positions,
+             pos_i64, pos_stride, cos_sin, max_positions, rotary_dim, is_neox, rec);
 }
 
 }  // namespace
