@@ -26,6 +26,28 @@ class HidingSource : public WeightSource {
   std::string hidden_;
 };
 
+// Serves another source's tensors, those named in `names` converted to `dtype`.
+class RetypingSource : public WeightSource {
+ public:
+  RetypingSource(WeightSource& inner, std::vector<std::string> names, DType dtype)
+      : inner_(inner), names_(std::move(names)), dtype_(dtype) {}
+  bool has(const std::string& n) const override { return inner_.has(n); }
+  StatusOr<Tensor> get(const std::string& n, const Shape& s) override {
+    RLM_ASSIGN_OR_RETURN(Tensor t, inner_.get(n, s));
+    for (const std::string& x : names_) {
+      if (x == n) return t.to(dtype_);
+    }
+    return t;
+  }
+  std::vector<std::string> names() const override { return inner_.names(); }
+  std::string describe() const override { return "retyping(" + inner_.describe() + ")"; }
+
+ private:
+  WeightSource& inner_;
+  std::vector<std::string> names_;
+  DType dtype_;
+};
+
 TEST(ModelLoad, UnknownArchitectureIsUnimplemented) {
   auto cfg = load_model_config(kModel);
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
@@ -123,6 +145,39 @@ TEST(OfflineEngine, RejectsBadRequests) {
   too_long.params.max_new_tokens = 10;
   EXPECT_NE(gen.generate({too_long}).status().message().find("context length"), std::string::npos);
   EXPECT_EQ(gen.num_free_pages(), engine->runner().kv_pool().config().num_pages);
+}
+
+// Per-expert MoE matrices are stacked into one tensor per projection: experts whose matrices have
+// different dtypes, or gate/up and down projections of different float dtypes, are clear errors
+// naming the layer, never a failed check inside the stacking.
+TEST(ModelLoad, MoeExpertsOfMixedDtypesAreRefused) {
+  const std::string model = std::string(RADIXLM_SOURCE_DIR) + "/tests/golden/qwen3moe_gqa2_moe8top2_dense1";
+  auto cfg = load_model_config(model);
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+  auto ws = open_safetensors(model);
+  ASSERT_TRUE(ws.is_ok()) << ws.status().to_string();
+  {
+    RetypingSource one_expert(**ws, {"model.layers.0.mlp.experts.1.gate_proj.weight"}, DType::kBF16);
+    auto m = create_model(*cfg, one_expert);
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find("model.layers.0.mlp.experts: expert weights have different dtypes (bf16, f32)"),
+              std::string::npos)
+        << m.status().message();
+  }
+  {
+    std::vector<std::string> downs;
+    for (int e = 0; e < 8; ++e) downs.push_back("model.layers.0.mlp.experts." + std::to_string(e) + ".down_proj.weight");
+    RetypingSource all_downs(**ws, downs, DType::kBF16);
+    auto m = create_model(*cfg, all_downs);
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(m.status().message().find("gate/up and down projections have different dtypes (f32, bf16)"),
+              std::string::npos)
+        << m.status().message();
+  }
+  // The unchanged checkpoint loads.
+  EXPECT_TRUE(create_model(*cfg, **ws).is_ok());
 }
 
 }  // namespace
