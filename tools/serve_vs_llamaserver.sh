@@ -14,7 +14,7 @@
 #   radixlm bench serve --backend openai --dataset-name random --random-input-len I
 #     --random-output-len O --random-range-ratio 1 --num-prompts P --max-concurrency C
 # (ignore_eos, so every request generates O tokens; one warm-up request first). Prints every run's
-# median TPOT / TTFT, output tok/s and failed requests, then the medians over the rounds and the
+# median TPOT / ITL / TTFT, output tok/s and failed requests, then the medians over the rounds and the
 # ratios llama-server / radixlm for the times (> 1: radixlm faster) and radixlm / llama-server for
 # the throughput. A failed request makes the script fail: such a run is not a result. --result-dir
 # keeps every run's `bench serve --output-file` JSON (per-request TTFT, ITL, latency) and server log.
@@ -127,9 +127,9 @@ for ((round = 1; round <= ROUNDS; ++round)); do
 import json, sys
 path, model, engine, results, input_len, output_len = sys.argv[1:]
 r = json.load(open(path))
-row = [r["median_tpot_ms"], r["median_ttft_ms"], r["output_throughput"], r["failed"]]
-print(f"  {model:36} {engine:13} TPOT {row[0]:7.1f} ms  TTFT {row[1]:8.1f} ms  "
-      f"{row[2]:7.1f} out tok/s  failed {row[3]}")
+row = [r["median_tpot_ms"], r["median_itl_ms"], r["median_ttft_ms"], r["output_throughput"], r["failed"]]
+print(f"  {model:36} {engine:13} TPOT {row[0]:7.1f} ms  ITL {row[1]:6.1f} ms  TTFT {row[2]:8.1f} ms  "
+      f"{row[3]:7.1f} out tok/s  failed {row[4]}")
 # Both servers must have done the same work: every prompt read as I tokens, O tokens generated.
 other = [q for q in r["requests"]
          if q["success"] and (q["input_len"], q["output_len"]) != (int(input_len), int(output_len))]
@@ -154,14 +154,15 @@ for line in open(sys.argv[1]):
     model, engine, *values = line.rstrip("\n").split("\t")
     runs[(model, engine)].append([float(v) for v in values])
 models = list(dict.fromkeys(model for model, _ in runs))
-print(f"{'model':36} {'':13} {'TPOT ms':>8} {'TTFT ms':>9} {'out tok/s':>10}")
+print(f"{'model':36} {'':13} {'TPOT ms':>8} {'ITL ms':>8} {'TTFT ms':>9} {'out tok/s':>10}")
 for m in models:
     med = {}
     for engine in ("llama-server", "radixlm"):
         rows = runs[(m, engine)]
         med[engine] = [statistics.median(col) for col in zip(*rows)]
-        print(f"{m:36} {engine:13} {med[engine][0]:8.1f} {med[engine][1]:9.1f} {med[engine][2]:10.1f}")
+        e = med[engine]
+        print(f"{m:36} {engine:13} {e[0]:8.1f} {e[1]:8.1f} {e[2]:9.1f} {e[3]:10.1f}")
     l, r = med["llama-server"], med["radixlm"]
-    print(f"{m:36} {'ratio':13} {l[0] / r[0]:7.2f}x {l[1] / r[1]:8.2f}x {r[2] / l[2]:9.2f}x"
+    print(f"{m:36} {'ratio':13} {l[0] / r[0]:7.2f}x {l[1] / r[1]:7.2f}x {l[2] / r[2]:8.2f}x {r[3] / l[3]:9.2f}x"
           "  (> 1: radixlm better)")
 PY

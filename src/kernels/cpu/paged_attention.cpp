@@ -330,12 +330,16 @@ void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows&
       for (int64_t j = 0; j < qo_len; j += kQueryBlock) items.push_back({r, g, j, std::min(qo_len, j + kQueryBlock)});
     }
   }
+  // A prefill's items (16 queries over up to all keys each) are long: finer chunks, so the threads
+  // finish together.
+  const int chunks_per_thread =
+      batch.num_tokens >= 64 ? ThreadPool::kLongCallChunksPerThread : ThreadPool::kChunksPerThread;
   parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       run_item(items[i], q, k_cache, v_cache, batch, cfg, out, out_token_stride, out_head_stride, lse,
                lse_token_stride);
     }
-  });
+  }, chunks_per_thread);
 }
 
 void merge_attention_states(const float* parts, const float* lse, int64_t num_parts, int64_t n, int64_t heads,
