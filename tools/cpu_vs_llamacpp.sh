@@ -3,8 +3,8 @@
 #
 #   tools/cpu_vs_llamacpp.sh [--threads N] [--reps R] [--model GGUF] [--skip-q4km]
 #
-# llama.cpp comes from llama-cpp-python's source distribution on PyPI (vendor/llama.cpp, pinned
-# below), built with cmake under build/llamacpp/ (never committed). The script also makes a Q4_K_M
+# llama.cpp comes from llama-cpp-python's source distribution on PyPI (vendor/llama.cpp, pinned in
+# tools/llamacpp_build.sh), built with cmake under build/llamacpp/ (never committed). The script also makes a Q4_K_M
 # file of the model (llama-quantize --allow-requantize from the Q4_1 file) to measure K-quants.
 # Measured per model (each radixlm run is `radixlm bench one-batch --device cpu --threads N`):
 #   batch-1 decode   llama-bench -p 0 -n 128         vs  --batch-size 1 --input-len 1 --output-len 129
@@ -20,7 +20,6 @@ THREADS=2
 REPS=5
 MODEL=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
 SKIP_Q4KM=0
-LLAMA_CPP_PYTHON_VERSION=0.3.36  # vendors llama.cpp 0c1e57098
 while [[ $# -gt 0 ]]; do
   case $1 in
     --threads) THREADS=$2; shift 2 ;;
@@ -30,39 +29,15 @@ while [[ $# -gt 0 ]]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-WORK=$ROOT/build/llamacpp
-LLAMA_SRC=$WORK/src
-LLAMA_BUILD=$WORK/build
-mkdir -p "$WORK"
-
 # ---- llama.cpp from the PyPI sdist ------------------------------------------------------------
-if [[ ! -x $LLAMA_BUILD/bin/llama-bench ]]; then
-  if [[ ! -f $LLAMA_SRC/CMakeLists.txt ]]; then
-    echo "== downloading llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (source distribution)"
-    # --no-binary for the package itself (its build requirements may come as wheels).
-    "$ROOT/.venv/bin/pip" download --no-binary llama-cpp-python --no-deps -d "$WORK" \
-      "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" >/dev/null
-    tar -xzf "$WORK/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz" -C "$WORK"
-    rm -rf "$LLAMA_SRC"
-    mv "$WORK/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION/vendor/llama.cpp" "$LLAMA_SRC"
-    rm -rf "$WORK/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION"
-  fi
-  echo "== building llama.cpp (native CPU, Release)"
-  cmake -S "$LLAMA_SRC" -B "$LLAMA_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
-  cmake --build "$LLAMA_BUILD" -j2 --target llama-bench llama-batched-bench llama-quantize >/dev/null
-fi
+source "$ROOT/tools/llamacpp_build.sh"
+llama_cpp_build "$ROOT" llama-bench llama-batched-bench llama-quantize
 RADIXLM=${RADIXLM:-$ROOT/build/radixlm}  # RADIXLM=path picks another build
 [[ -x $RADIXLM ]] || { echo "build radixlm first (cmake --build build -j2), or set RADIXLM" >&2; exit 1; }
 
 MODELS=("$MODEL")
 if [[ $SKIP_Q4KM == 0 ]]; then
-  Q4KM=$WORK/$(basename "${MODEL%.gguf}").Q4_K_M.gguf
-  Q4KM=${Q4KM/.Q4_1.Q4_K_M/.Q4_K_M}
-  if [[ ! -f $Q4KM ]]; then
-    echo "== llama-quantize --allow-requantize $MODEL -> $Q4KM (Q4_K_M)"
-    "$LLAMA_BUILD/bin/llama-quantize" --allow-requantize "$MODEL" "$Q4KM" Q4_K_M "$THREADS" >/dev/null 2>&1
-  fi
+  Q4KM=$(llama_cpp_q4km "$MODEL")
   MODELS+=("$Q4KM")
 fi
 

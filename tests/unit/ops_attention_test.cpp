@@ -1,7 +1,7 @@
 // ops::paged_attention against a double-precision reference on random page tables, GQA ratios,
 // head dims, page sizes, mixed decode/extend batches with cached prefixes, sliding window and
 // logit soft-cap, a value head size of its own (split sizes); the batched call must equal
-// per-request calls bit for bit.
+// per-request calls bit for bit, and a prefill's rows the same queries as decode steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -225,6 +225,39 @@ TEST(OpsPagedAttention, SplitValueHeadDim) {
                          ops::AttentionParams{}, bad_out);
   });
   EXPECT_NE(msg.find("v_cache's head size"), std::string::npos) << msg;
+}
+
+// A prefill's rows equal the same queries run one at a time as decode steps (each query alone,
+// over the keys up to its position) bit for bit: the kernel scores keys four at a time, and how a
+// query's keys fall into those groups must not depend on the other queries of its batch. Head
+// sizes with an odd number of 8-float vectors (40) take the kernel's leftover paths.
+TEST(OpsPagedAttention, PrefillRowsEqualDecodeSteps) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t page_size = 16, hk = 2, hq = 6, num_pages = 8;
+  for (int64_t d : {40, 64}) {
+    for (float soft_cap : {0.0f, 5.0f}) {
+      SCOPED_TRACE(rlm::str("head_dim ", d, " soft_cap ", soft_cap));
+      const int32_t seq_len = 83, qo_len = 45;  // a cached prefix of 38, then 45 new tokens
+      const Batch b = make_batch(rng, {{seq_len, qo_len}}, page_size, num_pages);
+      const Tensor kc = testing::random_normal(rng, {num_pages * page_size, hk, d});
+      const Tensor vc = testing::random_normal(rng, {num_pages * page_size, hk, d});
+      const Tensor q = testing::random_normal(rng, {qo_len, hq, d}, 2.0f);
+      ops::AttentionParams p;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(d));
+      p.logit_soft_cap = soft_cap;
+      const Tensor out = run(q, kc, vc, b, page_size, p);
+      EXPECT_LE(testing::rel_l2(out, reference(q, kc, vc, b, page_size, p)), kAttnTol);
+      for (int32_t j = 0; j < qo_len; ++j) {
+        Batch step = b;
+        step.qo_indptr = {0, 1};
+        step.seq_lens = {seq_len - qo_len + j + 1};
+        step.num_tokens = 1;
+        const Tensor got = run(q.slice(0, j, j + 1).clone(), kc, vc, step, page_size, p);
+        EXPECT_TRUE(testing::bitwise_equal(got, out.slice(0, j, j + 1))) << "query " << j;
+      }
+    }
+  }
 }
 
 TEST(OpsPagedAttention, BadIndexDataIsAnError) {

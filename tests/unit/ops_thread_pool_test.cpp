@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -15,12 +16,26 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
   ThreadPool pool(4);
   for (int64_t n : {0, 1, 3, 17, 129, 10007}) {
     for (int64_t grain : {1, 7, 1000}) {
-      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-      pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
-        ASSERT_LT(b, e);
-        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
-      });
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n " << n << " grain " << grain << " i " << i;
+      for (int per_thread : {ThreadPool::kChunksPerThread, ThreadPool::kLongCallChunksPerThread}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int64_t> chunks{0};
+        pool.parallel_for(
+            n, grain,
+            [&](int64_t b, int64_t e) {
+              ASSERT_LT(b, e);
+              chunks.fetch_add(1);
+              for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+            },
+            per_thread);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(hits[i].load(), 1) << "n " << n << " grain " << grain << " per thread " << per_thread << " i " << i;
+        }
+        // Chunks of at least `grain` items, per_thread per thread where there are enough items.
+        if (n > grain) {
+          const int64_t size = std::max<int64_t>(grain, (n + 4 * per_thread - 1) / (4 * per_thread));
+          EXPECT_EQ(chunks.load(), (n + size - 1) / size) << "n " << n << " grain " << grain << " per thread " << per_thread;
+        }
+      }
     }
   }
 }

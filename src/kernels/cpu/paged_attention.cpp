@@ -112,6 +112,77 @@ RLM_VEC_INLINE float dot_v8(const float* a, const float* b, int64_t nv) {
   return hsum(acc0 + acc1);
 }
 
+typedef float V4 __attribute__((vector_size(16)));
+typedef int I4 __attribute__((vector_size(16)));
+
+// lane i: v[i] + v[i + 4], the first level of hsum.
+RLM_VEC_INLINE V4 fold4(V8 v) {
+  V4 lo, hi;
+  std::memcpy(&lo, &v, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&v) + sizeof(lo), sizeof(hi));
+  return lo + hi;
+}
+
+// sc[t - lo] = dot_v8(q, rows[t], nv) * scale for t in [lo, hi], bit for bit: four keys at a time
+// share the loads of q, each keeps dot_v8's two accumulator chains, and the four horizontal sums
+// ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)) run as one 4x4 transpose and two adds.
+RLM_VEC_INLINE void score_keys(const float* q, const float* const* rows, int64_t lo, int64_t hi, int64_t nv,
+                               float scale, float* sc) {
+  int64_t t = lo;
+  for (; t + 3 <= hi; t += 4) {
+    const float* k0 = rows[t];
+    const float* k1 = rows[t + 1];
+    const float* k2 = rows[t + 2];
+    const float* k3 = rows[t + 3];
+    V8 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
+    int64_t i = 0;
+    for (; i + 2 <= nv; i += 2) {
+      const V8 qa = load8(q + 8 * i), qb = load8(q + 8 * i + 8);
+      a0 += qa * load8(k0 + 8 * i);
+      b0 += qb * load8(k0 + 8 * i + 8);
+      a1 += qa * load8(k1 + 8 * i);
+      b1 += qb * load8(k1 + 8 * i + 8);
+      a2 += qa * load8(k2 + 8 * i);
+      b2 += qb * load8(k2 + 8 * i + 8);
+      a3 += qa * load8(k3 + 8 * i);
+      b3 += qb * load8(k3 + 8 * i + 8);
+    }
+    if (i < nv) {
+      const V8 qa = load8(q + 8 * i);
+      a0 += qa * load8(k0 + 8 * i);
+      a1 += qa * load8(k1 + 8 * i);
+      a2 += qa * load8(k2 + 8 * i);
+      a3 += qa * load8(k3 + 8 * i);
+    }
+    const V4 h0 = fold4(a0 + b0), h1 = fold4(a1 + b1), h2 = fold4(a2 + b2), h3 = fold4(a3 + b3);
+    // Transpose: r_j = (h0[j], h1[j], h2[j], h3[j]).
+    const V4 t0 = __builtin_shuffle(h0, h1, I4{0, 4, 1, 5}), t1 = __builtin_shuffle(h0, h1, I4{2, 6, 3, 7});
+    const V4 t2 = __builtin_shuffle(h2, h3, I4{0, 4, 1, 5}), t3 = __builtin_shuffle(h2, h3, I4{2, 6, 3, 7});
+    const V4 r0 = __builtin_shuffle(t0, t2, I4{0, 1, 4, 5}), r1 = __builtin_shuffle(t0, t2, I4{2, 3, 6, 7});
+    const V4 r2 = __builtin_shuffle(t1, t3, I4{0, 1, 4, 5}), r3 = __builtin_shuffle(t1, t3, I4{2, 3, 6, 7});
+    const V4 s = ((r0 + r1) + (r2 + r3)) * scale;
+    std::memcpy(sc + (t - lo), &s, sizeof(s));
+  }
+  for (; t <= hi; ++t) sc[t - lo] = dot_v8(q, rows[t], nv) * scale;
+}
+
+// o[c] = inv * sum over t in [lo, hi] of p[t - lo] * rows[t][c0 * 8 + c], for W vectors of
+// columns starting at vector c0: the accumulators stay in registers, and each column adds its
+// keys' products in key order, as a loop over keys with the accumulator in memory does.
+template <int W>
+RLM_VEC_INLINE void weigh_values(const float* const* rows, const float* p, int64_t lo, int64_t hi, int64_t c0,
+                                 float inv, float* o) {
+  V8 a[W] = {};
+  for (int64_t t = lo; t <= hi; ++t) {
+    const V8 pt = V8{} + p[t - lo];
+    const float* vr = rows[t] + 8 * c0;
+#pragma GCC unroll 8
+    for (int c = 0; c < W; ++c) a[c] += pt * load8(vr + 8 * c);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < W; ++c) store8(o + 8 * (c0 + c), a[c] * inv);
+}
+
 // Pointers to f32 rows of one kv head for key positions [first, first + count) (rows[i] is
 // position first + i); 16-bit caches are widened into `storage` (exact conversion, so the result
 // does not depend on how items are formed), f8e4m3 ones widened and multiplied by `scale`.
@@ -185,12 +256,15 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
     for (int64_t hh = 0; hh < group; ++hh) {
       q_rows[hh] = qbase + row * q.token_stride + (item.kv_head * group + hh) * q.head_stride;
     }
-    for (int64_t t = lo; t <= hi; ++t) {
-      const float* kr = k_rows[t];
-      for (int64_t hh = 0; hh < group; ++hh) {
-        float s = (vec ? dot_v8(q_rows[hh], kr, nv) : dot(q_rows[hh], kr, d)) * cfg.scale;
-        if (cfg.logit_soft_cap > 0.0f) s = cfg.logit_soft_cap * std::tanh(s / cfg.logit_soft_cap);
-        scores[hh * n_keys + t] = s;
+    for (int64_t hh = 0; hh < group; ++hh) {
+      float* sc = scores.data() + hh * n_keys;
+      if (vec) {
+        if (hi >= lo) score_keys(q_rows[hh], k_rows.data(), lo, hi, nv, cfg.scale, sc + lo);
+      } else {
+        for (int64_t t = lo; t <= hi; ++t) sc[t] = dot(q_rows[hh], k_rows[t], d) * cfg.scale;
+      }
+      if (cfg.logit_soft_cap > 0.0f) {
+        for (int64_t t = lo; t <= hi; ++t) sc[t] = cfg.logit_soft_cap * std::tanh(sc[t] / cfg.logit_soft_cap);
       }
     }
     for (int64_t hh = 0; hh < group; ++hh) {
@@ -208,35 +282,34 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
             hi < lo ? -std::numeric_limits<float>::infinity() : m + std::log(sum);
       }
     }
-    std::fill(acc.begin(), acc.end(), 0.0f);
     if (vec_v) {
-      for (int64_t t = lo; t <= hi; ++t) {
-        const float* vr = v_rows[t];
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const V8 p = V8{} + scores[hh * n_keys + t];
-          float* a = acc.data() + hh * dv;
-          for (int64_t c = 0; c < nvv; ++c) store8(a + 8 * c, load8(a + 8 * c) + p * load8(vr + 8 * c));
-        }
+      // Head by head, 64 output columns at a time in registers.
+      for (int64_t hh = 0; hh < group; ++hh) {
+        const float inv = hi < lo ? 0.0f : 1.0f / sums[hh];  // no visible key: zeros
+        float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
+        const float* p = scores.data() + hh * n_keys + lo;
+        const float* const* vr = v_rows.data();
+        int64_t c0 = 0;
+        for (; c0 + 8 <= nvv; c0 += 8) weigh_values<8>(vr, p, lo, hi, c0, inv, o);
+        for (; c0 + 4 <= nvv; c0 += 4) weigh_values<4>(vr, p, lo, hi, c0, inv, o);
+        for (; c0 < nvv; ++c0) weigh_values<1>(vr, p, lo, hi, c0, inv, o);
       }
-    } else {
-      for (int64_t t = lo; t <= hi; ++t) {
-        const float* vr = v_rows[t];
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const float p = scores[hh * n_keys + t];
-          float* a = acc.data() + hh * dv;
-          for (int64_t c = 0; c < dv; ++c) a[c] += p * vr[c];
-        }
+      continue;
+    }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t t = lo; t <= hi; ++t) {
+      const float* vr = v_rows[t];
+      for (int64_t hh = 0; hh < group; ++hh) {
+        const float p = scores[hh * n_keys + t];
+        float* a = acc.data() + hh * dv;
+        for (int64_t c = 0; c < dv; ++c) a[c] += p * vr[c];
       }
     }
     for (int64_t hh = 0; hh < group; ++hh) {
       const float inv = hi < lo ? 0.0f : 1.0f / sums[hh];  // no visible key: zeros
       float* o = out + row * out_ts + (item.kv_head * group + hh) * out_hs;
       const float* a = acc.data() + hh * dv;
-      if (vec_v) {
-        for (int64_t c = 0; c < nvv; ++c) store8(o + 8 * c, load8(a + 8 * c) * inv);
-      } else {
-        for (int64_t c = 0; c < dv; ++c) o[c] = a[c] * inv;
-      }
+      for (int64_t c = 0; c < dv; ++c) o[c] = a[c] * inv;
     }
   }
 }
@@ -257,12 +330,16 @@ void paged_attention(const AttnRows& q, const AttnRows& k_cache, const AttnRows&
       for (int64_t j = 0; j < qo_len; j += kQueryBlock) items.push_back({r, g, j, std::min(qo_len, j + kQueryBlock)});
     }
   }
+  // A prefill's items (16 queries over up to all keys each) are long: finer chunks, so the threads
+  // finish together.
+  const int chunks_per_thread =
+      batch.num_tokens >= 64 ? ThreadPool::kLongCallChunksPerThread : ThreadPool::kChunksPerThread;
   parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       run_item(items[i], q, k_cache, v_cache, batch, cfg, out, out_token_stride, out_head_stride, lse,
                lse_token_stride);
     }
-  });
+  }, chunks_per_thread);
 }
 
 void merge_attention_states(const float* parts, const float* lse, int64_t num_parts, int64_t n, int64_t heads,

@@ -48,6 +48,9 @@ void quant_linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void*
       unpacked_bytes == 0
           ? kWeightTile
           : std::clamp<int64_t>(kUnpackedTileBytes / static_cast<int64_t>(unpacked_bytes), 1, kWeightTile);
+  // A prefill's chunk of rows runs for milliseconds: finer chunks, so the threads finish together.
+  const int chunks_per_thread =
+      m >= kActPass ? ThreadPool::kLongCallChunksPerThread : ThreadPool::kChunksPerThread;
   parallel_for(n, grain, [&](int64_t j_begin, int64_t j_end) {
     thread_local std::vector<uint8_t> tls_tile;  // this worker's
     if (unpacked_bytes != 0) tls_tile.resize(static_cast<size_t>(tile) * unpacked_bytes);
@@ -69,7 +72,7 @@ void quant_linear(const float* x, int64_t m, int64_t k, int64_t ldx, const void*
         }
       }
     }
-  });
+  }, chunks_per_thread);
   if (bias != nullptr) add_bias_rows(bias, bias_dtype, m, n, out, ldo);
 }
 

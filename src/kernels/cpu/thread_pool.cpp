@@ -102,7 +102,8 @@ void ThreadPool::worker_loop() {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                              int chunks_per_thread) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   bool expected = false;
@@ -110,8 +111,9 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     fn(0, n);
     return;
   }
-  // About 4 chunks per thread balances uneven items (e.g. long and short requests).
-  const int64_t chunk = std::max(grain, (n + 4 * num_threads() - 1) / (4 * num_threads()));
+  // Several chunks per thread balance uneven items (e.g. long and short requests).
+  const int64_t chunks = static_cast<int64_t>(std::max(1, chunks_per_thread)) * num_threads();
+  const int64_t chunk = std::max(grain, (n + chunks - 1) / chunks);
   // Unpublish (odd generation), wait until no worker still reads the previous job, then write.
   generation_.fetch_add(1);
   while (active_.load() != 0) cpu_relax();
@@ -149,8 +151,9 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-  ThreadPool::global().parallel_for(n, grain, fn);
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                  int chunks_per_thread) {
+  ThreadPool::global().parallel_for(n, grain, fn, chunks_per_thread);
 }
 
 int num_threads() { return ThreadPool::global().num_threads(); }

@@ -32,9 +32,16 @@ class ThreadPool {
   void resize(int num_threads);
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n), each at least `grain` items (except
-  // possibly the last). Blocks until all chunks are done; rethrows the first exception thrown by fn.
-  // A call made while the pool is busy (from a worker, or from another thread) runs inline.
-  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+  // possibly the last) and about chunks_per_thread per thread otherwise. Blocks until all chunks are
+  // done; rethrows the first exception thrown by fn. A call made while the pool is busy (from a
+  // worker, or from another thread) runs inline. More chunks per thread shorten the wait for the
+  // last chunk at the end of a long call (a prefill's linears) but cost a short one (a decode
+  // step's) more than they save.
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                    int chunks_per_thread = kChunksPerThread);
+
+  static constexpr int kChunksPerThread = 4;         // the default: balances uneven items cheaply
+  static constexpr int kLongCallChunksPerThread = 16;  // calls of milliseconds per chunk at the default
 
   // The shared pool, sized from std::thread::hardware_concurrency() (or RADIXLM_CPU_THREADS).
   static ThreadPool& global();
@@ -64,8 +71,9 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-// ThreadPool::global().parallel_for(n, grain, fn).
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+// ThreadPool::global().parallel_for(n, grain, fn, chunks_per_thread).
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn,
+                  int chunks_per_thread = ThreadPool::kChunksPerThread);
 
 // Threads of the shared pool (the calling thread included), and setting it (e.g. --threads; also
 // OpenBLAS's thread count).
