@@ -87,7 +87,6 @@ void launch_act_and_mul(const float* x, int64_t n, int64_t inter, int64_t ldx, f
     launch_pdl(act_and_mul_kernel<Act>, dim3(grid_for(n * inter)), dim3(kBlock), 0, stream, x, n, inter, ldx,
                out, ldo);
   }
-  RLM_CUDA_CHECK_LAUNCH();
 }
 
 template <class F>
