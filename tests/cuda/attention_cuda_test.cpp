@@ -1,9 +1,11 @@
 // CUDA paged attention (split-KV decode, flash-style prefill, the ops dispatcher) against the CPU
 // kernel on random page tables, and the GPU kv_indices builder against a host reference.
 // Tolerances (relative L2 against the CPU kernel on the same cache values):
-//  - decode (both split-KV kernels) and the FMA prefill kernel: 1e-4 for f32 caches, 5e-3 for
-//    16-bit caches; they widen the cache exactly and accumulate in f32, so the only difference is
-//    the summation order;
+//  - decode (both split-KV kernels) and the FMA prefill kernel: 1e-4 for f32 and FP8 (e4m3)
+//    caches, 5e-3 for 16-bit caches; they widen the cache exactly and accumulate in f32, so the only
+//    difference is the summation order (and, for FP8, where the per-layer k_scale / v_scale
+//    multiply: the CPU kernel scales each key and value, the GPU kernels the score scale and the
+//    output);
 //  - the tensor-core prefill kernel (bf16/f16 caches): q and the softmax numerators P are rounded to
 //    the cache's type (8 significant bits for bf16, 11 for f16) before the matrix products, so
 //    2e-2 for bf16 and 5e-3 for f16. A float64 simulation of that rounding on these tests' inputs
@@ -41,6 +43,9 @@ struct Batch {
 };
 
 // A random problem: caches filled for the used slots only (unused slots are NaN so stray reads show).
+// FP8 (e4m3) caches hold the values rounded to e4m3 with per-layer scales k_scale = 0.37 and
+// v_scale = 1.9 (the attention reads e4m3 * scale; not powers of two, so that a scale applied
+// twice or not at all shows).
 struct Problem {
   Batch b;
   int64_t page_size = 1, hq = 0, hk = 0, d = 0;
@@ -88,6 +93,10 @@ Problem make_problem(TestRng& rng, const std::vector<std::pair<int32_t, int32_t>
   }
   pr.k = cache_dtype == DType::kF32 ? kc : kc.to(cache_dtype);
   pr.v = cache_dtype == DType::kF32 ? vc : vc.to(cache_dtype);
+  if (cache_dtype == DType::kF8E4M3) {
+    pr.p.k_scale = 0.37f;
+    pr.p.v_scale = 1.9f;
+  }
   pr.q = testing::random_normal(rng, {std::max<int64_t>(b.num_tokens, 0), pr.hq, d}, q_scale);
   pr.p.scale = 1.0f / std::sqrt(static_cast<float>(d));
   return pr;
@@ -174,6 +183,8 @@ Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0, i
   cfg.scale = pr.p.scale;
   cfg.sliding_window = pr.p.sliding_window;
   cfg.logit_soft_cap = pr.p.logit_soft_cap;
+  cfg.k_scale = pr.p.k_scale;
+  cfg.v_scale = pr.p.v_scale;
   auto rows = [](const Tensor& t) { return cpu::AttnRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; };
   if (kernel == Kernel::kDecode) {
     cuda::paged_attention_decode(rows(g.q), rows(g.k), rows(g.v), db, cfg, plan, out.data<float>(), out.stride(0),
@@ -187,7 +198,9 @@ Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0, i
 }
 
 // Decode kernels and the FMA prefill kernel (exact widening, f32 sums).
-double tolerance(const Problem& pr) { return pr.k.dtype() == DType::kF32 ? 1e-4 : 5e-3; }
+double tolerance(const Problem& pr) {
+  return pr.k.dtype() == DType::kF32 || pr.k.dtype() == DType::kF8E4M3 ? 1e-4 : 5e-3;
+}
 // The prefill dispatch: the tensor-core kernel for bf16/f16 caches (q and P rounded to 16 bits).
 double prefill_tolerance(const Problem& pr) {
   switch (pr.k.dtype()) {
@@ -223,7 +236,7 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
   for (int64_t page_size : {1, 16, 64}) {
     for (int64_t group : {1, 4, 8}) {
       for (int64_t d : {64, 128, 256}) {
-        for (DType dt : {DType::kF32, DType::kBF16}) {
+        for (DType dt : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
           const int32_t max_len = static_cast<int32_t>(rng.randint(1000, 5000));
           const Problem pr = make_problem(rng, decode_requests(rng, 5, max_len), page_size, 2, group, d, dt);
           SCOPED_TRACE(describe(pr));
@@ -353,8 +366,8 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
 }
 
 // Group sizes whose heads-per-block choice is not the whole group (3 -> 1, 6 -> 2, 16 -> 8 x 2
-// blocks), for every head_dim and cache dtype of the vectorised decode kernel; page sizes 16 and
-// 24 (not a power of two: the kernels' general page-lookup path).
+// blocks), for every head_dim and cache dtype of the vectorised decode kernel (FP8 included); page
+// sizes 16 and 24 (not a power of two: the kernels' general page-lookup path).
 TEST(AttentionCuda, DecodeGroupSizes) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
@@ -363,7 +376,7 @@ TEST(AttentionCuda, DecodeGroupSizes) {
   int i = 0;
   for (int64_t group : {3, 6, 16}) {
     for (int64_t d : {64, 128, 256}) {
-      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
         const int64_t page_size = (i++ % 2) ? 24 : 16;
         const Problem pr = make_problem(rng, decode_requests(rng, 4, 1500), page_size, 2, group, d, dt);
         SCOPED_TRACE(describe(pr));
@@ -409,9 +422,10 @@ TEST(AttentionCuda, TensorCorePrefillVariants) {
 
 // Every head size the kernels take -- the tuned 64 / 128 / 256 and the padded instantiations of
 // the other multiples of 16 -- and q/k 192 with v 128, on every cache dtype: the dispatcher, the
-// decode kernels (vectorised for bf16/f16, scalar for f32 and for misaligned caches, with 1, 5
-// and 3 splits) and the prefill kernels (tensor-core for bf16/f16, FMA for f32 and for misaligned
-// caches), with sliding window / soft-cap, GQA group and page size rotating over the sizes.
+// decode kernels (vectorised for bf16/f16/FP8, scalar for f32 and for misaligned caches, with 1, 5
+// and 3 splits) and the prefill kernels (tensor-core for bf16/f16, FMA for f32, FP8 and
+// misaligned caches), with sliding window / soft-cap, GQA group and page size rotating over the
+// sizes.
 TEST(AttentionCuda, AllHeadDimsMatchCpu) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
@@ -424,7 +438,7 @@ TEST(AttentionCuda, AllHeadDimsMatchCpu) {
   const int64_t groups[] = {1, 3, 4, 8};
   int i = 0;
   for (auto [d, dv] : sizes) {
-    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
       const int variant = i % 4;
       const int64_t page_size = page_sizes[i % 3], group = groups[(i / 3) % 4];
       ++i;
@@ -466,9 +480,9 @@ TEST(AttentionCuda, MisalignedCachesUseFallbacks) {
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
     for (int64_t d : {64, 128}) {
-      const int64_t pad = dt == DType::kF32 ? 1 : 4;  // 4 or 8 bytes past each head row
+      const int64_t pad = dt == DType::kF32 ? 1 : 4;  // 4 or 8 bytes past each head row (FP8: 4)
       const Problem dec = make_problem(rng, decode_requests(rng, 4, 2000), 16, 2, 4, d, dt);
       SCOPED_TRACE(describe(dec));
       const Tensor want_dec = cpu_out(dec);
@@ -605,13 +619,18 @@ struct GpuTimer {
 };
 
 // Runs cuda::paged_attention directly (the plan from the host copy, no per-call host transfers).
+// cache_pad > 0 passes the caches as padded views (see padded_gpu_cache: the scalar kernels).
 struct DirectCall {
   GpuProblem g;
   cpu::PagedBatch db;
   cpu::AttnConfig cfg;
   cuda::AttentionPlan plan;
   Tensor out;
-  explicit DirectCall(const Problem& pr) : g(pr), out(poisoned_gpu_out(pr)) {
+  explicit DirectCall(const Problem& pr, int64_t cache_pad = 0) : g(pr), out(poisoned_gpu_out(pr)) {
+    if (cache_pad > 0) {
+      g.k = padded_gpu_cache(pr.k, cache_pad);
+      g.v = padded_gpu_cache(pr.v, cache_pad);
+    }
     cpu::PagedBatch hb;
     hb.batch_size = static_cast<int64_t>(pr.b.seq_lens.size());
     hb.qo_indptr = pr.b.qo_indptr.data();
@@ -630,6 +649,8 @@ struct DirectCall {
     cfg.num_kv_heads = pr.hk;
     cfg.head_dim = pr.d;
     cfg.scale = pr.p.scale;
+    cfg.k_scale = pr.p.k_scale;
+    cfg.v_scale = pr.p.v_scale;
   }
   void operator()() const {
     auto rows = [](const Tensor& t) { return cpu::AttnRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; };
@@ -665,6 +686,34 @@ TEST(AttentionCudaTiming, DISABLED_Decode) {
                 static_cast<long long>(bs), static_cast<long long>(len), static_cast<long long>(pr.hq),
                 static_cast<long long>(pr.hk), static_cast<long long>(d), t_attn * 1e3, attn_gbs, t_copy * 1e3,
                 copy_gbs, attn_gbs / copy_gbs);
+  }
+}
+
+// FP8 (e4m3) caches against bf16 ones on the same shape (Llama-3.1-8B's 8 kv heads x 128, group 4):
+// the vectorised kernel, and the scalar kernel that FP8 caches took before (padded cache rows).
+// The FP8 cache holds half the bytes, so at long contexts its time should be about half bf16's.
+TEST(AttentionCudaTiming, DISABLED_DecodeFp8) {
+  SKIP_WITHOUT_CUDA();
+  TestRng rng;
+  for (auto [bs, len] : {std::pair<int64_t, int32_t>{32, 2048}, {8, 8192}, {128, 1024}, {1, 32768}}) {
+    double t_bf16 = 0;
+    for (DType dt : {DType::kBF16, DType::kF8E4M3}) {
+      const Problem pr =
+          make_problem(rng, std::vector<std::pair<int32_t, int32_t>>(bs, {len, 1}), 16, 8, 4, 128, dt);
+      const double kv_bytes = 2.0 * bs * len * pr.hk * pr.d * static_cast<double>(dtype_size(dt));
+      GpuTimer timer;
+      for (int64_t pad : {0, 4}) {
+        if (dt == DType::kBF16 && pad > 0) continue;
+        DirectCall call(pr, pad);
+        const double t = timer.seconds_per_run(20, call);
+        if (dt == DType::kBF16) t_bf16 = t;
+        std::printf("decode bs %lld len %lld hq %lld hk %lld d 128 %s (%s kernel): %.3f ms, KV read %.1f GB/s, "
+                    "time / bf16's %.2f\n",
+                    static_cast<long long>(bs), static_cast<long long>(len), static_cast<long long>(pr.hq),
+                    static_cast<long long>(pr.hk), dtype_name(dt), pad > 0 ? "scalar" : "vectorised", t * 1e3,
+                    kv_bytes / t / 1e9, t / t_bf16);
+      }
+    }
   }
 }
 

@@ -102,6 +102,9 @@ struct DeviceArgs {
   int32_t num_qo_heads = 0;
   int32_t num_kv_heads = 0;
   float scale = 1.0f;
+  // Decode kernels only (the prefill kernels leave it to scale_attention_output): the output is
+  // multiplied by it as it is written (FP8 caches: v_scale; 1 otherwise).
+  float out_scale = 1.0f;
   int32_t sliding_window = -1;
   float soft_cap = 0.0f;
   // Cascade attention (prefill kernels only): optional per-request key ranges [kv_begin, kv_end)

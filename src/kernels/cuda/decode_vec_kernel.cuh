@@ -3,8 +3,9 @@
 //
 // A block scores one KV split of one request against HB qo heads of one kv head (GQA: the K/V rows
 // of the group are read once). Each key row is read by a "key group" of D / C lanes, each lane
-// holding C (16, or 8 when HB = 8) consecutive columns in C * sizeof(T) / 16 16-byte loads, so a
-// warp reads 32 / (D / C) keys per step and the block kVecWarps times that (kSlots key slots). A
+// holding C (16, or 8 when HB = 8) consecutive columns in C * sizeof(T) / 16 16-byte loads (one
+// 8-byte load for an FP8 cache at C = 8), so a warp reads 32 / (D / C) keys per step and the block
+// kVecWarps times that (kSlots key slots). A
 // slot walks its keys kUnroll at a time, all loads issued before the first use, the page ids of
 // the next step fetched one step ahead, and keeps its own online softmax (max, sum, C output
 // columns per head; rescaled only when the max grows) in registers: no barrier in the main loop.
@@ -19,6 +20,10 @@
 // from seq_lens), so a fixed num_splits serves any batch; a split without keys writes lse = -inf
 // and skips the work (the merge skips it). Scores are in log2 units (see score_log2).
 //
+// Caches: f32, bf16, f16 and FP8 (e4m3), widened to f32 exactly. For FP8 the kernel sums the raw
+// e4m3 values: k_scale is folded into a.scale (make_device_args) and v_scale is a.out_scale, which
+// multiplies the final output as it is written (the partial rows of the splits stay unscaled).
+//
 // kPadded: the instantiation's width D is above the call's head sizes (a.head_dim for q/k,
 // a.v_head_dim for v/out, multiples of 16): the lanes whose columns lie past a size load nothing
 // and hold zeros there (a lane's C columns are all inside or all outside, C dividing 16), so the
@@ -27,6 +32,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/paged_attention.h"
@@ -37,18 +43,38 @@ namespace rlm::cuda::attn {
 constexpr int kVecThreads = 128;
 constexpr int kVecWarps = kVecThreads / 32;
 
-// C consecutive cache elements of one lane as raw 16-byte words (C * sizeof(T) / 16 loads).
+// C consecutive cache elements of one lane as raw 32-bit words, loaded 16 bytes at a time (one
+// 8-byte load when they are 8 bytes: an FP8 cache at 8 columns per lane).
 template <typename T, int C>
 struct RawCols {
-  static constexpr int kWords = C * static_cast<int>(sizeof(T)) / 16;
-  uint4 w[kWords];
+  static constexpr int kBytes = C * static_cast<int>(sizeof(T));
+  static_assert(kBytes % 16 == 0 || kBytes == 8, "a lane's columns are whole 16-byte words or 8 bytes");
+  static constexpr int kWords = kBytes / 4;
+  uint32_t w[kWords];
+
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = 0;
+  }
 };
 
 template <typename T, int C>
 __device__ __forceinline__ void load_cols(const T* p, RawCols<T, C>& r) {
-  const uint4* v = reinterpret_cast<const uint4*>(p);
+  if constexpr (RawCols<T, C>::kBytes % 16 == 0) {
+    const uint4* v = reinterpret_cast<const uint4*>(p);
 #pragma unroll
-  for (int i = 0; i < RawCols<T, C>::kWords; ++i) r.w[i] = __ldg(v + i);
+    for (int i = 0; i < RawCols<T, C>::kBytes / 16; ++i) {
+      const uint4 x = __ldg(v + i);
+      r.w[4 * i] = x.x;
+      r.w[4 * i + 1] = x.y;
+      r.w[4 * i + 2] = x.z;
+      r.w[4 * i + 3] = x.w;
+    }
+  } else {
+    const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
+    r.w[0] = x.x;
+    r.w[1] = x.y;
+  }
 }
 
 __device__ __forceinline__ float2 widen2(uint32_t w, const __nv_bfloat16*) {
@@ -62,33 +88,51 @@ __device__ __forceinline__ float2 widen2(uint32_t w, const __half*) {
   return __half22float2(h);
 }
 
-// The C raw elements as f32.
+// The 4 e4m3 values of a word (the lowest byte first, as they lie in memory) as f32, exactly:
+// every e4m3 value -- subnormals (k * 2^-9), normals up to 448, NaN -- is an f16 value (5 exponent
+// and 10 mantissa bits hold e4m3's 4 and 3), and every f16 one an f32 one. e4m3x2 -> f16x2 is one
+// instruction on sm_89+ (cvt.rn.f16x2.e4m3x2; cuda_fp8.h emulates it on older GPUs), f16 -> f32
+// one more per value: cheaper than rebuilding the f32 bits by hand with the subnormal case.
+__device__ __forceinline__ void widen4_e4m3(uint32_t w, float* x) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const __half2_raw raw =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * j)), __NV_E4M3);
+    const float2 f = __half22float2(__half2(raw));
+    x[2 * j] = f.x;
+    x[2 * j + 1] = f.y;
+  }
+}
+
+// The C raw elements as f32 (exact for every cache type: f32, bf16, f16, e4m3).
 template <typename T, int C>
 __device__ __forceinline__ void widen_cols(const RawCols<T, C>& r, float (&x)[C]) {
 #pragma unroll
   for (int i = 0; i < RawCols<T, C>::kWords; ++i) {
-    const uint32_t u[4] = {r.w[i].x, r.w[i].y, r.w[i].z, r.w[i].w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      if constexpr (sizeof(T) == 4) {
-        x[i * 4 + j] = __uint_as_float(u[j]);
-      } else {
-        const float2 f = widen2(u[j], static_cast<const T*>(nullptr));
-        x[i * 8 + 2 * j] = f.x;
-        x[i * 8 + 2 * j + 1] = f.y;
-      }
+    if constexpr (sizeof(T) == 4) {
+      x[i] = __uint_as_float(r.w[i]);
+    } else if constexpr (sizeof(T) == 2) {
+      const float2 f = widen2(r.w[i], static_cast<const T*>(nullptr));
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    } else {
+      static_assert(std::is_same_v<T, __nv_fp8_e4m3>, "1-byte caches are e4m3");
+      widen4_e4m3(r.w[i], x + 4 * i);
     }
   }
 }
 
 // Columns per lane: 16 (fewer lanes share a key, so less of the per-key work -- page lookup,
 // softmax, shuffles -- is replicated across them) unless 8 heads per block would need too many
-// registers. kUnroll keeps 2 * kUnroll * C * sizeof(T) bytes of K and V loads in flight per lane.
-template <int D, int HB>
+// registers. kUnroll keys per slot per step keep 2 * kUnroll * C * sizeof(T) bytes of K and V loads
+// in flight per lane: 128 for 16-bit caches; FP8 caches (half the bytes per key) take twice the
+// keys at 16 columns, and at 8 columns (8 heads: the registers go to q and the accumulators) the
+// same 4 keys (64 bytes).
+template <int D, int HB, typename T>
 struct VecShape {
   static_assert(D % 64 == 0 && D <= 256, "head_dim must be 64, 128 or 256");
   static constexpr int kCols = HB >= 8 ? 8 : 16;
-  static constexpr int kUnroll = kCols == 16 ? 2 : 4;      // keys per slot per step
+  static constexpr int kUnroll = kCols == 16 ? (sizeof(T) == 1 ? 4 : 2) : 4;  // keys per slot per step
   static constexpr int kLanesPerKey = D / kCols;           // 4..32, a power of two
   static constexpr int kKeysPerWarp = 32 / kLanesPerKey;
   static constexpr int kSlots = kVecWarps * kKeysPerWarp;  // key slots per block
@@ -157,7 +201,7 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
       if (s_lse[h][s] != kNegInf) num += s_w[h][s] * __ldcg(p + static_cast<int64_t>(s) * D);
     }
     a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
-        num / s_den[h];
+        num / s_den[h] * a.out_scale;
   }
 }
 
@@ -165,7 +209,7 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
 template <int D, int HB, typename T, typename Cap, bool kPadded>
 __global__ void __launch_bounds__(kVecThreads)
     decode_vec_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
-  using S = VecShape<D, HB>;
+  using S = VecShape<D, HB, T>;
   constexpr int G = S::kLanesPerKey, C = S::kCols, U = S::kUnroll;
   __shared__ float s_m[S::kSlots][HB], s_l[S::kSlots][HB];
   __shared__ __align__(16) float s_acc[S::kSlots][HB][D];
@@ -239,14 +283,12 @@ __global__ void __launch_bounds__(kVecThreads)
       if (cur[u] >= 0 && k_on) {
         load_cols(kc + cur[u] * a.k_ts, kr[u]);
       } else {
-#pragma unroll
-        for (int i = 0; i < RawCols<T, C>::kWords; ++i) kr[u].w[i] = make_uint4(0, 0, 0, 0);
+        kr[u].clear();
       }
       if (cur[u] >= 0 && v_on) {
         load_cols(vc + cur[u] * a.v_ts, vr[u]);
       } else {
-#pragma unroll
-        for (int i = 0; i < RawCols<T, C>::kWords; ++i) vr[u].w[i] = make_uint4(0, 0, 0, 0);
+        vr[u].clear();
       }
     }
     slots_of(base + S::kStep, next);  // page ids one step ahead
@@ -337,7 +379,8 @@ __global__ void __launch_bounds__(kVecThreads)
       num += w * s_acc[sl][h][c];
     }
     if (num_splits == 1) {
-      a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] = num / den;
+      a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
+          num / den * a.out_scale;
     } else {
       const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
       partial[w * D + c] = num / den;
@@ -369,7 +412,7 @@ __global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, 
     num += w * partial[(base + s) * D + c];
   }
   const int row = a.qo_indptr[r];
-  a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs + c] = num / den;
+  a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h) * a.out_hs + c] = num / den * a.out_scale;
 }
 
 // Zeroed arrival counters for merge_splits_if_last on the current device (a buffer of 65,536
@@ -418,7 +461,7 @@ void launch_vec_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_l
 }
 
 // The padded instantiations (paged_attention_decode_padded.cu, a translation unit of its own so
-// that the two compile in parallel): width d = padded_head_dim(...) (64, 128 or 256), bf16/f16
+// that the two compile in parallel): width d = padded_head_dim(...) (64, 128 or 256), bf16/f16/FP8
 // caches.
 void launch_vec_padded(DType dtype, const DeviceArgs& a, int d, int requested_splits, int64_t max_seq_len);
 

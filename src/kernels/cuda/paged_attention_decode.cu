@@ -1,14 +1,17 @@
 // Split-KV paged decode (one query token per request), GQA-aware, two kernels:
 //  - decode_vec_kernel (decode_vec_kernel.cuh): 16-byte loads, per-request even splits computed on
-//    the device, per-slot online softmax in registers; used for f32/bf16/f16 caches whose base,
-//    token and head strides are 16-byte aligned, which contiguous caches always are (head sizes
-//    are multiples of 16). head_dim 64/128/256 (q/k and v alike) have their own instantiations;
-//    every other size runs the padded ones of paged_attention_decode_padded.cu (bf16/f16).
-//  - decode_split_kernel below (scalar loads, splits of a host-computed size): FP8 caches, f32
-//    caches of the padded sizes and other cache layouts. It is instantiated for widths 64, 128
-//    and 256 and masks the columns past the call's head sizes at run time.
+//    the device, per-slot online softmax in registers; used for f32/bf16/f16/FP8 (e4m3) caches
+//    whose base, token and head strides are 16-byte aligned, which contiguous caches always are
+//    (head sizes are multiples of 16). head_dim 64/128/256 (q/k and v alike) have their own
+//    instantiations; every other size runs the padded ones of paged_attention_decode_padded.cu
+//    (bf16/f16/FP8).
+//  - decode_split_kernel below (scalar loads, splits of a host-computed size): f32 caches of the
+//    padded sizes and caches whose strides are not 16-byte aligned. It is instantiated for widths
+//    64, 128 and 256 and masks the columns past the call's head sizes at run time.
 // Both write each split's normalised partial output and log-sum-exp to a workspace that
-// merge_kernel combines.
+// merge_kernel (or, for the vectorised kernel, the last block of the request's splits) combines.
+// FP8 caches: both sum raw e4m3 values, with k_scale folded into the score scale and v_scale
+// applied to the output as it is written (DeviceArgs::out_scale).
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -243,6 +246,7 @@ void launch_vec_dtype(DType dtype, const DeviceArgs& a, int requested_splits, in
     case DType::kF32: return launch_vec_cap<D, float, false>(a, requested_splits, max_seq_len);
     case DType::kBF16: return launch_vec_cap<D, __nv_bfloat16, false>(a, requested_splits, max_seq_len);
     case DType::kF16: return launch_vec_cap<D, __half, false>(a, requested_splits, max_seq_len);
+    case DType::kF8E4M3: return launch_vec_cap<D, __nv_fp8_e4m3, false>(a, requested_splits, max_seq_len);
     default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));
   }
 }
@@ -258,14 +262,14 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   RLM_CHECK(device_batch.batch_size <= 65535) << "cuda::paged_attention_decode: batch of "
                                               << device_batch.batch_size << " requests is over 65535";
   check_head_dims("cuda::paged_attention_decode", cfg);
-  const DeviceArgs a =
-      make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
-  // FP8 caches take the scalar kernel (the vectorised one widens 16-bit and f32 words only), and
-  // so do f32 caches of the padded sizes.
+  DeviceArgs a = make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
+  // FP8 caches: both kernels apply v_scale as they write the output (the value scale_attention_output
+  // would give: the same product of the same f32 numbers).
+  if (k_cache.dtype == DType::kF8E4M3) a.out_scale = cfg.v_scale;
+  // f32 caches of the padded sizes take the scalar kernel.
   const bool tuned = tuned_head_dim(cfg);
   const int width = padded_head_dim(cfg);
-  if (k_cache.dtype != DType::kF8E4M3 && (tuned || k_cache.dtype != DType::kF32) && vec_aligned(k_cache) &&
-      vec_aligned(v_cache)) {
+  if ((tuned || k_cache.dtype != DType::kF32) && vec_aligned(k_cache) && vec_aligned(v_cache)) {
     if (!tuned) return launch_vec_padded(k_cache.dtype, a, width, num_kv_splits, plan.max_seq_len);
     switch (cfg.head_dim) {
       case 64: return launch_vec_dtype<64>(k_cache.dtype, a, num_kv_splits, plan.max_seq_len);
@@ -295,7 +299,6 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
     case 128: launch_dtype<128>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
     default: launch_dtype<256>(k_cache.dtype, a, heads_per_block, num_splits, split, partial, lse); break;
   }
-  scale_attention_output(k_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
 }
 
 }  // namespace rlm::cuda
