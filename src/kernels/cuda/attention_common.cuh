@@ -32,7 +32,8 @@ __device__ __forceinline__ float load_f32(const float* p) { return *p; }
 __device__ __forceinline__ float load_f32(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float load_f32(const __half* p) { return __half2float(*p); }
 // FP8 caches: the raw e4m3 value; k_scale is folded into DeviceArgs::scale and v_scale applied to
-// the output afterwards (scale_attention_output), which is exact up to f32 rounding.
+// the output (decode: as it is written, DeviceArgs::out_scale; prefill: afterwards,
+// scale_attention_output), which is exact up to f32 rounding.
 __device__ __forceinline__ float load_f32(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
 
 __device__ __forceinline__ float warp_sum(float v) {
