@@ -110,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{20, 50, 70, 0, false, false}));   // FMA, unaligned
 
 // Every tested head size (the tuned 128, padded ones, q/k 192 with v 128): the FP8 KV store is
-// bit-exact and the scalar attention kernels (FP8 caches take them) match the CPU twin.
+// bit-exact and the attention kernels that FP8 caches take (decode: the vectorised kernel; prefill:
+// the FMA kernel) match the CPU twin. tests/cuda/attention_cuda_test.cpp covers more FP8 decode
+// shapes (GQA groups, page sizes, split counts, misaligned caches: the scalar kernel).
 TEST(Fp8Cuda, KvStoreAndAttentionMatchCpuTwin) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
