@@ -5,10 +5,10 @@
 // of the group are read once). Each key row is read by a "key group" of D / C lanes, each lane
 // holding C (16, or 8 when HB = 8) consecutive columns in C * sizeof(T) / 16 16-byte loads (one
 // 8-byte load for an FP8 cache at C = 8), so a warp reads 32 / (D / C) keys per step and the block
-// kVecWarps times that (kSlots key slots). A
-// slot walks its keys kUnroll at a time, all loads issued before the first use, the page ids of
-// the next step fetched one step ahead, and keeps its own online softmax (max, sum, C output
-// columns per head; rescaled only when the max grows) in registers: no barrier in the main loop.
+// kVecWarps times that (kSlots key slots). A slot walks its keys kUnroll at a time, all loads
+// issued before the first use, the page ids of the next step fetched one step ahead, and keeps its
+// own online softmax (max, sum, C output columns per head; rescaled only when the max grows) in
+// registers: no barrier in the main loop.
 // At the end the slots are merged through shared memory; the block writes out directly when
 // num_splits == 1, else the split's normalised partial output and its log-sum-exp (natural log).
 // The splits are then merged by the last of the request's blocks of the same heads to finish
