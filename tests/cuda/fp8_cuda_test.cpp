@@ -1,11 +1,13 @@
 // The CUDA FP8 kernels against their CPU twins on fresh random inputs: activation quantization
-// (bit-exact), the FP8 linear layer on each of its paths (GEMV, cuBLASLt, FMA; relative L2 1e-5:
-// the same e4m3 products, f32 sums in another order), the FP8 KV store (bit-exact) and paged
-// attention over FP8 caches with per-layer scales (decode and prefill kernels, relative L2 1e-5:
-// k_scale folded into the score scale, v_scale applied to the output).
+// (bit-exact), the FP8 linear layer on each of its paths (tensor-core GEMV and cuBLASLt: relative
+// L2 5e-4; CUDA-core GEMV and FMA: 1e-5, the same e4m3 products, f32 sums in another order), the
+// FP8 KV store (bit-exact) and paged attention over FP8 caches with per-layer scales (decode and
+// prefill kernels, relative L2 1e-5: k_scale folded into the score scale, v_scale applied to the
+// output).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 
 #include "cuda/cuda_test_util.h"
 #include "kernels/cpu/fp8_linear.h"
@@ -20,7 +22,8 @@ using testing::TestRng;
 constexpr double kTol = 1e-5;
 // cuBLASLt's FP8 GEMM runs on Hopper's FP8 tensor cores, whose accumulator keeps fewer mantissa
 // bits than an f32 FMA chain: measured on an H100, relative L2 1.26e-4 and 1.30e-4 against the CPU
-// twin for the two cuBLASLt cases below (the GEMV and FMA paths stay within kTol).
+// twin for the two cuBLASLt cases below (the CUDA-core GEMV and FMA paths stay within kTol). The
+// tensor-core GEMV ("gemv_mma") sums 32 products per MMA there and adds the MMAs in f32.
 constexpr double kTolTensorCore = 5e-4;
 
 Tensor random_fp8(TestRng& rng, Shape shape) {
@@ -39,8 +42,15 @@ TEST(Fp8Cuda, QuantizeRowsIsBitExact) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
-  for (const int64_t group : {int64_t{40}, int64_t{128}, int64_t{300}}) {
-    const int64_t m = 7, k = 300, groups = (k + group - 1) / group;
+  // Groups of 40 and 128: one block per (row, group); one group per row (k % 4 == 0): the
+  // vectorised kernel, rows of up to 16,384 values.
+  for (const auto& [k, group] : {std::pair<int64_t, int64_t>{300, 40},
+                                 {300, 128},
+                                 {300, 300},
+                                 {14336, 14336},
+                                 {16384, 16384},
+                                 {16388, 16388}}) {
+    const int64_t m = 7, groups = (k + group - 1) / group;
     Tensor x = testing::random_normal(rng, {m, k}, 5.0f);
     x.select(0, 2).fill_(0.0);
     std::vector<uint8_t> q_cpu(m * k);
@@ -93,21 +103,26 @@ TEST_P(Fp8CudaLinear, MatchesCpuTwin) {
   SCOPED_TRACE(path);
   Tensor out = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
   ops::linear(testing::to_gpu(x), wg, bias ? std::optional<Tensor>(testing::to_gpu(*bias)) : std::nullopt, out, sg);
-  const std::string diff =
-      testing::compare_poisoned(testing::to_cpu(out), want, path == "cublaslt" ? kTolTensorCore : kTol);
+  const std::string diff = testing::compare_poisoned(
+      testing::to_cpu(out), want, path == "cublaslt" || path == "gemv_mma" ? kTolTensorCore : kTol);
   EXPECT_EQ(diff, "");
 }
 
+// GEMV: the tensor-core kernel on sm_89+ when k % 64 == 0, else the CUDA-core one.
 INSTANTIATE_TEST_SUITE_P(
     Paths, Fp8CudaLinear,
-    ::testing::Values(LinearCase{1, 256, 512, 0, false, false},    // GEMV, per channel
-                      LinearCase{8, 96, 1024, 0, false, true},     // GEMV, 8 rows, bias
-                      LinearCase{3, 64, 256, 0, true, false},      // GEMV, static input scale
-                      LinearCase{4, 200, 384, 128, false, false},  // GEMV, 128 x 128 blocks (partial last block)
-                      LinearCase{64, 256, 512, 0, false, true},    // cuBLASLt (sm_89+), else FMA
-                      LinearCase{33, 128, 256, 0, true, false},    // cuBLASLt, static input scale
-                      LinearCase{40, 200, 300, 128, false, false}, // FMA, blocks
-                      LinearCase{20, 50, 70, 0, false, false}));   // FMA, unaligned
+    ::testing::Values(LinearCase{1, 256, 512, 0, false, false},     // GEMV, per channel
+                      LinearCase{8, 96, 1024, 0, false, true},      // GEMV, 8 rows, bias
+                      LinearCase{3, 64, 256, 0, true, false},       // GEMV, static input scale
+                      LinearCase{4, 200, 384, 128, false, false},   // GEMV, 128 x 128 blocks (partial)
+                      LinearCase{1, 1000, 4096, 0, false, true},    // GEMV, n % 16 != 0, long rows
+                      LinearCase{5, 333, 2048, 128, false, true},   // GEMV, blocks, odd n and m
+                      LinearCase{2, 100, 208, 0, false, false},     // CUDA-core GEMV (k % 64 != 0)
+                      LinearCase{6, 72, 400, 16, false, true},      // CUDA-core GEMV, 16 x 16 blocks
+                      LinearCase{64, 256, 512, 0, false, true},     // cuBLASLt (sm_89+), else FMA
+                      LinearCase{33, 128, 256, 0, true, false},     // cuBLASLt, static input scale
+                      LinearCase{40, 200, 300, 128, false, false},  // FMA, blocks
+                      LinearCase{20, 50, 70, 0, false, false}));    // FMA, unaligned
 
 // Every tested head size (the tuned 128, padded ones, q/k 192 with v 128): the FP8 KV store is
 // bit-exact and the attention kernels that FP8 caches take (decode: the vectorised kernel; prefill:

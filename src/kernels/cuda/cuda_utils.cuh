@@ -18,6 +18,16 @@ namespace rlm::cuda {
 
 inline constexpr int kBlock = 256;  // threads per block for the row kernels
 
+// 16-byte load of constant data that does not allocate in L1 (weights streamed once by the GEMVs);
+// p is 16-byte aligned.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }

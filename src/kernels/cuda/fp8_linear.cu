@@ -13,6 +13,7 @@
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -32,6 +33,10 @@ __device__ __forceinline__ uint8_t float_to_e4m3(float f) {
 // One block per (row, group): s = static scale or max|x| / 448 (1 for all zeros); q = e4m3(x / s).
 __global__ void quantize_rows_kernel(const float* x, int64_t k, int64_t ldx, int64_t group, int64_t groups,
                                      const float* static_scale, uint8_t* q, float* scales) {
+  // Dependents may be scheduled at once (their own wait covers this whole grid): the GEMV's blocks
+  // then read their weights while this small kernel waits for x and runs.
+  pdl_launch_dependents();
+  pdl_wait();
   const int64_t i = blockIdx.x / groups, g = blockIdx.x % groups;
   const int64_t c0 = g * group, c1 = min(k, c0 + group);
   const float* xr = x + i * ldx;
@@ -56,6 +61,55 @@ __global__ void quantize_rows_kernel(const float* x, int64_t k, int64_t ldx, int
   }
   if (threadIdx.x == 0) scales[i * groups + g] = s;
   for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) q[i * k + c] = float_to_e4m3(xr[c] / s);
+}
+
+// The same for one group per row (per-token scales) with 16-byte aligned rows of k % 4 == 0 and
+// k <= kQuantVecThreads * 4 * kQuantVecPer: one block per row; every load of a thread is issued
+// before the reduction, the row stays in registers, four codes are stored per 4-byte word.
+constexpr int kQuantVecThreads = 512, kQuantVecPer = 8;
+__global__ void __launch_bounds__(kQuantVecThreads)
+    quantize_rows_vec_kernel(const float* x, int64_t k, int64_t ldx, const float* static_scale, uint8_t* q,
+                             float* scales) {
+  pdl_launch_dependents();  // as in quantize_rows_kernel
+  pdl_wait();
+  const int64_t i = blockIdx.x, kv = k / 4;
+  const float4* xr = reinterpret_cast<const float4*>(x + i * ldx);
+  float4 v[kQuantVecPer];
+  float amax = 0.0f;
+#pragma unroll
+  for (int u = 0; u < kQuantVecPer; ++u) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kQuantVecThreads;
+    v[u] = c < kv ? xr[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  __shared__ float s_amax[kQuantVecThreads / kWarp];
+  float s;
+  if (static_scale != nullptr) {
+    s = *static_scale;
+  } else {
+#pragma unroll
+    for (int u = 0; u < kQuantVecPer; ++u) {
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
+    }
+    for (int off = kWarp / 2; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    if (threadIdx.x % kWarp == 0) s_amax[threadIdx.x / kWarp] = amax;
+    __syncthreads();
+    float m = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kQuantVecThreads / kWarp; ++w) m = fmaxf(m, s_amax[w]);
+    s = m > 0.0f ? m / kF8E4M3Max : 1.0f;
+  }
+  if (threadIdx.x == 0) scales[i] = s;
+  uint32_t* qr = reinterpret_cast<uint32_t*>(q + i * k);
+#pragma unroll
+  for (int u = 0; u < kQuantVecPer; ++u) {
+    const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kQuantVecThreads;
+    if (c < kv) {
+      qr[c] = static_cast<uint32_t>(float_to_e4m3(v[u].x / s)) |
+              static_cast<uint32_t>(float_to_e4m3(v[u].y / s)) << 8 |
+              static_cast<uint32_t>(float_to_e4m3(v[u].z / s)) << 16 |
+              static_cast<uint32_t>(float_to_e4m3(v[u].w / s)) << 24;
+    }
+  }
 }
 
 // The scale of the product term for activation row i, weight row j and column c.
@@ -115,6 +169,106 @@ __global__ void fp8_gemv_kernel(const uint8_t* q, int64_t k, const uint8_t* w, i
     for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
     if (lane == 0) out[i * ldo + j] = (sv.block_n == 0 ? v * sv(i, j, 0) : v) + load_bias(bias, bias_dtype, j);
   }
+}
+
+// d = A (16 x 32 e4m3, row) x B (32 x 8 e4m3, col), f32 result (C = 0). sm_89+.
+__device__ __forceinline__ void mma_e4m3(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1, float (&d)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+#else
+  __trap();  // launched only on sm_89+ (mma_gemv_ok)
+#endif
+}
+
+// Tensor-core GEMV for m <= kFp8GemvMaxRows on sm_89+ (k % 64 == 0): one block of W warps per 8
+// weight rows; the weight rows are the MMA's n = 8 columns (B) and the activation rows its first 8
+// of 16 rows (A; rows 8-15 are zero). The 64-column chunks of k go to the warps in turn (chunk c
+// to warp c % W, so the block reads each row's bytes in order), U chunks per round. Lane (g, t) =
+// (lane / 4, lane % 4) loads 16 bytes at columns 64c + 16t of weight row g and of activation row
+// g (zero for g >= m); as the sum over k may visit the columns in any order, those bytes are the
+// lane's B and A fragments of two m16n8k32 e4m3 MMAs (words 0-1 and 2-3), whose results (C = 0)
+// are added in f32 per chunk — the tensor cores' short accumulator never holds more than 32
+// products. Per-channel scales multiply the sum once; block scales (block_k % 64 == 0) each
+// chunk's partial. The warps' sums meet in shared memory in a fixed order. Each warp's first round
+// of weights is read before the PDL wait.
+// Measured on an H100 (docs/perf/decode_kernels.md, fourth section): 4 warps x 4 chunks (70
+// registers, 7 blocks per SM) beat 8 x 8, 8 x 4 and 4 x 8, 16-row tiles (weights as A),
+// double-buffered rounds, L2 prefetch before the wait, and staging 512-byte row segments through
+// shared memory with cp.async.
+constexpr int kMmaWarps = 4, kMmaUnroll = 4;
+template <int W, int U>
+__global__ void __launch_bounds__(W* kWarp)
+    fp8_mma_gemv_kernel(const uint8_t* __restrict__ q, int m, int64_t k, const uint8_t* __restrict__ w,
+                        int64_t n, int64_t ldw, ScaleView sv, const void* bias, DType bias_dtype,
+                        float* __restrict__ out, int64_t ldo) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8;
+  const uint8_t* wr = w + min(row0 + g, n - 1) * ldw + t * 16;  // rows past n re-read the last
+  const bool has_x = g < m;
+  const uint8_t* xr = q + (has_x ? g : 0) * k + t * 16;
+  const int64_t chunks = k / 64;
+  float acc[2] = {0.0f, 0.0f};
+  uint4 vw[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = warp + static_cast<int64_t>(u) * W;
+    if (c < chunks) vw[u] = load_stream16(wr + c * 64);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int64_t c0 = warp; c0 < chunks; c0 += static_cast<int64_t>(U) * W) {
+    uint4 vx[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + static_cast<int64_t>(u) * W;
+      vx[u] = has_x && c < chunks ? *reinterpret_cast<const uint4*>(xr + c * 64) : make_uint4(0, 0, 0, 0);
+      if (c0 != warp && c < chunks) vw[u] = load_stream16(wr + c * 64);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + static_cast<int64_t>(u) * W;
+      if (c >= chunks) break;
+      float d0[4], d1[4];
+      mma_e4m3(vx[u].x, 0u, vx[u].y, 0u, vw[u].x, vw[u].y, d0);
+      mma_e4m3(vx[u].z, 0u, vx[u].w, 0u, vw[u].z, vw[u].w, d1);
+      if (sv.block_n == 0) {
+        acc[0] += d0[0] + d1[0];
+        acc[1] += d0[1] + d1[1];
+      } else {
+        const int i = min(g, m - 1);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) acc[e] += (d0[e] + d1[e]) * sv(i, min(row0 + 2 * t + e, n - 1), c * 64);
+      }
+    }
+  }
+  __shared__ float partial[W][2][kWarp];
+  partial[warp][0][lane] = acc[0];
+  partial[warp][1][lane] = acc[1];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float v = partial[0][e][lane];
+#pragma unroll
+    for (int r = 1; r < W; ++r) v += partial[r][e][lane];
+    const int i = g;
+    const int64_t j = row0 + 2 * t + e;
+    if (i < m && j < n)
+      out[i * ldo + j] = (sv.block_n == 0 ? v * sv(i, j, 0) : v) + load_bias(bias, bias_dtype, j);
+  }
+}
+
+template <int W, int U>
+void launch_mma_gemv(const uint8_t* q, int64_t m, const Fp8Weight& w, const ScaleView& sv, const void* bias,
+                     DType bias_dtype, float* out, int64_t ldo, cudaStream_t stream) {
+  launch_pdl(fp8_mma_gemv_kernel<W, U>, dim3(static_cast<unsigned>((w.n + 7) / 8)), dim3(W * kWarp), 0,
+             stream, q, static_cast<int>(m), w.k, static_cast<const uint8_t*>(w.data), w.n, w.ldw, sv, bias,
+             bias_dtype, out, ldo);
 }
 
 // Tiled FMA GEMM (any shape and alignment): a 16 x 16 output tile per block, 16-column k tiles in
@@ -186,6 +340,13 @@ int sm_version(int device) {
   return cache[device];
 }
 
+// The tensor-core GEMV takes m <= kFp8GemvMaxRows on sm_89+ with 64-column chunks (block scales:
+// whole chunks per scale group) and 16-byte aligned weight rows.
+bool mma_gemv_ok(int device, int64_t m, const Fp8Weight& w) {
+  return m >= 1 && m <= kFp8GemvMaxRows && w.k % 64 == 0 && w.ldw % 16 == 0 && aligned16(w.data) &&
+         (w.block_n == 0 || w.block_k % 64 == 0) && sm_version(device) >= 89;
+}
+
 // cuBLASLt takes per-channel FP8 products on sm_89+ with 16-multiple sizes and aligned pointers.
 bool cublaslt_ok(int device, int64_t m, const Fp8Weight& w, int64_t ldo) {
   return w.block_n == 0 && sm_version(device) >= 89 && w.k % 16 == 0 && w.ldw % 16 == 0 && w.n % 16 == 0 &&
@@ -241,9 +402,12 @@ void launch_quantize(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t 
                      uint8_t* q, float* scales, cudaStream_t stream) {
   const int64_t groups = (k + group - 1) / group;
   if (m == 0 || k == 0) return;
-  quantize_rows_kernel<<<static_cast<unsigned>(m * groups), kBlock, 0, stream>>>(x, k, ldx, group, groups,
-                                                                               static_scale, q, scales);
-  RLM_CUDA_CHECK_LAUNCH();
+  if (group == k && k % 4 == 0 && ldx % 4 == 0 && aligned16(x) && k <= kQuantVecThreads * 4 * kQuantVecPer) {
+    return launch_pdl(quantize_rows_vec_kernel, dim3(static_cast<unsigned>(m)), dim3(kQuantVecThreads), 0,
+                      stream, x, k, ldx, static_scale, q, scales);
+  }
+  launch_pdl(quantize_rows_kernel, dim3(static_cast<unsigned>(m * groups)), dim3(kBlock), 0, stream, x, k,
+             ldx, group, groups, static_scale, q, scales);
 }
 
 template <int M>
@@ -267,6 +431,7 @@ void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t
 }
 
 const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w) {
+  if (mma_gemv_ok(device, m, w)) return "gemv_mma";
   if (gemv_ok(m, w)) return "gemv";
   if (cublaslt_ok(device, m, w, w.n)) return "cublaslt";
   return "fma";
@@ -302,6 +467,9 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
   launch_quantize(x, m, k, ldx, group, w.input_scale, q, sx, stream);
   const ScaleView sv{sx, w.scale, groups, group, w.block_n};
   const auto* wd = static_cast<const uint8_t*>(w.data);
+  if (mma_gemv_ok(device, m, w)) {
+    return launch_mma_gemv<kMmaWarps, kMmaUnroll>(q, m, w, sv, bias, bias_dtype, out, ldo, stream);
+  }
   if (gemv_ok(m, w)) {
     switch (m) {
       case 1: return launch_gemv<1>(q, w, sv, bias, bias_dtype, out, ldo, stream);

@@ -22,15 +22,6 @@ constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = 2;
 
-// 16-byte load that does not allocate in L1 (each weight byte is read once).
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // The 8 16-bit values packed in v, widened to f32 (exact).
@@ -88,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if constexpr (M <= 2) {
-          if (preloaded) first[u][r] = load_stream(wr + lane + 32 * u);
+          if (preloaded) first[u][r] = load_stream16(wr + lane + 32 * u);
         }
         const int64_t next = preloaded ? lane + 32 * (U + u) : lane + 32 * u;
         if (next < kv) prefetch_l2(wr + next);
@@ -153,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
       for (int u = 0; u < U; ++u) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) wv[u][r] = load_stream(wr[r] + v + 32 * u);
+        for (int r = 0; r < R; ++r) wv[u][r] = load_stream16(wr[r] + v + 32 * u);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) step(wv[u], v + 32 * u);
@@ -161,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     for (; v < kv; v += 32) {
       uint4 wv[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) wv[r] = load_stream(wr[r] + v);
+      for (int r = 0; r < R; ++r) wv[r] = load_stream16(wr[r] + v);
       step(wv, v);
     }
 #pragma unroll
