@@ -481,6 +481,31 @@ def save_model(model: torch.nn.Module, spec: ModelSpec, out_dir: str) -> None:
         save_file(tensors, path, metadata={"format": "pt"})
 
 
+def rel_l2_16bit_operands(model: torch.nn.Module, ids: list[int], ref: np.ndarray, dtype: torch.dtype) -> float:
+    """Relative L2 distance from `ref` of a forward that rounds what a 16-bit GPU path rounds:
+    every linear's input (cuBLAS and the GEMVs take x in the weight dtype; products and sums stay
+    f32) and the k/v projections' outputs (the KV cache is in the model dtype). It measures how far
+    16-bit operands alone move these random models' logits, the floor under the GPU test's bound."""
+    def round_input(_mod, args):
+        return (args[0].to(dtype).to(torch.float32),) + tuple(args[1:])
+
+    def round_output(_mod, _args, out):
+        return out.to(dtype).to(torch.float32)
+
+    hooks = []
+    try:
+        for name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.Linear):
+                hooks.append(mod.register_forward_pre_hook(round_input))
+                if name.endswith(("k_proj", "v_proj")):
+                    hooks.append(mod.register_forward_hook(round_output))
+        got = forward_logits(model, ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return float(np.sqrt(((got.astype(np.float64) - ref) ** 2).sum() / (ref.astype(np.float64) ** 2).sum()))
+
+
 def generate_one(spec: ModelSpec, root: str) -> dict:
     out_dir = os.path.join(root, spec.name)
     for attempt in range(MAX_SEED_TRIES):
@@ -500,14 +525,17 @@ def generate_one(spec: ModelSpec, root: str) -> dict:
                       f"; retrying with another seed", file=sys.stderr)
                 ok = False
                 break
-            cases.append({
+            case = {
                 "prompt_ids": prompt,
                 "logits_file": f"logits_{i}.f32",
                 "logits_shape": [int(lg.shape[0]), int(lg.shape[1])],
                 "greedy_ids": ids,
                 "greedy_min_gap": min(gaps),
                 "greedy_gaps": gaps,
-            })
+            }
+            if spec.disk_dtype != "float32":
+                case["rel_l2_16bit_operands"] = rel_l2_16bit_operands(ref, prompt, lg, DTYPES[spec.disk_dtype])
+            cases.append(case)
             logits.append(lg)
         if not ok:
             continue

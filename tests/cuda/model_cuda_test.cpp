@@ -2,6 +2,7 @@
 // path. Skipped when no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +28,12 @@ const std::string kGoldenDir = source_dir() + "/tests/golden";
 // relative L2 over all logits <= 1e-2 (STYLE.md's bf16 band), and greedy tokens are not compared.
 constexpr float kAtolF32 = 2e-3f;
 constexpr double kRelL2_16 = 1e-2;
+// Rounding the operands to 16 bits alone moves these random models' logits by up to ~1.5% (the
+// generator's `rel_l2_16bit_operands` per case: a transformers forward that rounds every linear's
+// input and the k/v projections to the disk dtype — e.g. llama_gqa1_hd96_bf16 1.06-1.48%), so a
+// case's bound is the larger of kRelL2_16 and this margin times its own measured rounding error
+// (the GPU rounds at slightly different points: K after RoPE, other summation orders).
+constexpr double kOperandRoundingMargin = 1.5;
 
 std::vector<std::string> golden_models() {
   std::ifstream in(kGoldenDir + "/index.json");
@@ -88,8 +95,10 @@ TEST_P(ModelCuda, LogitsAndGreedyMatchTransformers) {
     if (f32_weights) {
       EXPECT_LE(max_diff, kAtolF32) << GetParam() << " prompt of " << prompt.size();
     } else {
-      EXPECT_LE(std::sqrt(err2 / ref2), kRelL2_16) << GetParam() << " prompt of " << prompt.size()
-                                                   << " (max abs diff " << max_diff << ")";
+      const double bound =
+          std::max(kRelL2_16, kOperandRoundingMargin * c.value("rel_l2_16bit_operands", 0.0));
+      EXPECT_LE(std::sqrt(err2 / ref2), bound) << GetParam() << " prompt of " << prompt.size()
+                                               << " (max abs diff " << max_diff << ")";
     }
     reqs.push_back(testing::greedy_request(prompt, 32));
   }
