@@ -1,6 +1,7 @@
 // cpu::exp_f32 (the attention softmax's vectorised exp) against double-precision std::exp over a
 // sweep of the float range, its special values, the independence of an element's result from its
-// position (full vectors and tails), and cpu::exp_minus_max against double-precision sums.
+// position (full vectors and tails), cpu::exp_minus_max against double-precision sums and
+// cpu::silu_mul_f32 against a double-precision loop.
 #include "kernels/cpu/vec_exp.h"
 
 #include <gtest/gtest.h>
@@ -121,6 +122,28 @@ TEST(VecExp, ExpMinusMaxMatchesDoubleReference) {
     } else {
       EXPECT_LE(std::fabs(got.sum - want_sum) / want_sum, 1e-6);
     }
+  }
+}
+
+// silu_mul_f32 (SwiGLU's product) against a double-precision loop: within 4 ulp of the f32 result
+// (2^-21 relative; the exp's ulp and three rounded operations), plus 1e-30 absolute where e^-g
+// overflows and the exact product is a tiny number that rounds to -0; and the same bits alone.
+TEST(VecExp, SiluMulMatchesDoubleReference) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t n = 1001;  // a tail after the full vectors
+  std::vector<float> gate(n), up(n), out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gate[i] = static_cast<float>(rng.uniform(-100.0, 100.0) * (i % 3 == 0 ? 0.05 : 1.0));
+    up[i] = rng.normal();
+  }
+  cpu::silu_mul_f32(gate.data(), up.data(), out.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i], want = g / (1.0 + std::exp(-g)) * up[i];
+    EXPECT_LE(std::fabs(out[i] - want), std::ldexp(std::fabs(want), -21) + 1e-30) << "gate " << g << " up " << up[i];
+    float alone = 0.0f;
+    cpu::silu_mul_f32(&gate[i], &up[i], &alone, 1);
+    ASSERT_EQ(std::bit_cast<uint32_t>(alone), std::bit_cast<uint32_t>(out[i])) << i;
   }
 }
 

@@ -52,6 +52,8 @@ RLM_VEC_INLINE V8 exp8(V8 x) {
   return (y * pow2(n1)) * pow2(ni - n1);
 }
 
+RLM_VEC_INLINE V8 silu_mul8(V8 g, V8 u) { return g / (splat(1.0f) + exp8(-g)) * u; }
+
 // Lanes [0, count) of p (count < 8), the rest filled with `fill`.
 RLM_VEC_INLINE V8 load_partial(const float* p, int64_t count, float fill) {
   float buf[8];
@@ -116,6 +118,14 @@ RLM_VEC_CLONES MaxExpSum exp_minus_max(float* s, int64_t n) {
     acc += lane < static_cast<int32_t>(n - i) ? e : V8{};
   }
   return {m, hsum(acc)};
+}
+
+RLM_VEC_CLONES void silu_mul_f32(const float* gate, const float* up, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) store8(out + i, silu_mul8(load8(gate + i), load8(up + i)));
+  if (i < n) {
+    store_partial(out + i, silu_mul8(load_partial(gate + i, n - i, 0.0f), load_partial(up + i, n - i, 0.0f)), n - i);
+  }
 }
 
 }  // namespace rlm::cpu

@@ -1,4 +1,4 @@
-// A vectorised expf for the attention softmax: 8 floats at a time with GCC/Clang vector
+// A vectorised expf for the attention softmax and SiLU: 8 floats at a time with GCC/Clang vector
 // extensions, elementwise, so an element's result does not depend on its neighbours, on where a
 // row starts, on the vector width the compiler picks (SSE/AVX) or on the batch. The arithmetic
 // (no FMA: the project builds ISO C++ without contraction) is the same for every element, full
@@ -27,5 +27,8 @@ struct MaxExpSum {
 // The softmax's two passes over one row of scores: s[i] = e^(s[i] - max) in place (with
 // exp_f32's arithmetic), returning the max and the sum of the results.
 MaxExpSum exp_minus_max(float* s, int64_t n);
+
+// SwiGLU's product: out[i] = gate[i] / (1 + e^-gate[i]) * up[i] for i < n, with exp_f32's exp.
+void silu_mul_f32(const float* gate, const float* up, float* out, int64_t n);
 
 }  // namespace rlm::cpu
