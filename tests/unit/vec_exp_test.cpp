@@ -22,7 +22,8 @@ using testing::TestRng;
 
 // |y - ref| in units of the last place of the float nearest ref (subnormal ulp 2^-149).
 double ulp_error(float y, double ref) {
-  if (ref > std::numeric_limits<float>::max()) return std::isinf(y) ? 0.0 : std::numeric_limits<double>::infinity();
+  if (ref > std::numeric_limits<float>::max())
+    return std::isinf(y) ? 0.0 : std::numeric_limits<double>::infinity();
   int e = 0;
   std::frexp(ref, &e);  // ref = f * 2^e, f in [0.5, 1)
   return std::fabs(static_cast<double>(y) - ref) / std::ldexp(1.0, std::max(e - 24, -149));
@@ -54,8 +55,19 @@ TEST(VecExp, WithinOneUlpOfDoubleExp) {
 
 TEST(VecExp, SpecialValues) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
-  const std::vector<float> x = {-kInf, kInf, std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, -104.0f, -1e30f,
-                                88.8f, 1e30f, -87.0f, -100.0f, 88.7f, std::numeric_limits<float>::denorm_min()};
+  const std::vector<float> x = {-kInf,
+                                kInf,
+                                std::numeric_limits<float>::quiet_NaN(),
+                                0.0f,
+                                -0.0f,
+                                -104.0f,
+                                -1e30f,
+                                88.8f,
+                                1e30f,
+                                -87.0f,
+                                -100.0f,
+                                88.7f,
+                                std::numeric_limits<float>::denorm_min()};
   std::vector<float> y(x.size());
   cpu::exp_f32(x.data(), y.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(y[0], 0.0f);
@@ -90,8 +102,8 @@ TEST(VecExp, ResultDoesNotDependOnPosition) {
       cpu::exp_f32(y.data() + off, y.data() + off, n);
       for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
         const float want = i >= off && i < off + n ? alone[i] : x[i];
-        ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want)) << "offset " << off << " n " << n
-                                                                                 << " element " << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(want))
+            << "offset " << off << " n " << n << " element " << i;
       }
     }
   }
@@ -106,7 +118,8 @@ TEST(VecExp, ExpMinusMaxMatchesDoubleReference) {
     SCOPED_TRACE(rlm::str("n ", n));
     std::vector<float> s(static_cast<size_t>(n));
     for (float& v : s) v = static_cast<float>(rng.uniform(-40.0, 40.0));
-    const float want_max = n > 0 ? *std::max_element(s.begin(), s.end()) : -std::numeric_limits<float>::infinity();
+    const float want_max =
+        n > 0 ? *std::max_element(s.begin(), s.end()) : -std::numeric_limits<float>::infinity();
     std::vector<float> shifted(s.size());
     double want_sum = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -116,7 +129,8 @@ TEST(VecExp, ExpMinusMaxMatchesDoubleReference) {
     cpu::exp_f32(shifted.data(), shifted.data(), n);
     const cpu::MaxExpSum got = cpu::exp_minus_max(s.data(), n);
     EXPECT_EQ(got.max, want_max);
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(std::bit_cast<uint32_t>(s[i]), std::bit_cast<uint32_t>(shifted[i])) << i;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(s[i]), std::bit_cast<uint32_t>(shifted[i])) << i;
     if (n == 0) {
       EXPECT_EQ(got.sum, 0.0f);
     } else {
@@ -140,7 +154,8 @@ TEST(VecExp, SiluMulMatchesDoubleReference) {
   cpu::silu_mul_f32(gate.data(), up.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i], want = g / (1.0 + std::exp(-g)) * up[i];
-    EXPECT_LE(std::fabs(out[i] - want), std::ldexp(std::fabs(want), -21) + 1e-30) << "gate " << g << " up " << up[i];
+    EXPECT_LE(std::fabs(out[i] - want), std::ldexp(std::fabs(want), -21) + 1e-30)
+        << "gate " << g << " up " << up[i];
     float alone = 0.0f;
     cpu::silu_mul_f32(&gate[i], &up[i], &alone, 1);
     ASSERT_EQ(std::bit_cast<uint32_t>(alone), std::bit_cast<uint32_t>(out[i])) << i;

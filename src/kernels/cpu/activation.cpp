@@ -46,7 +46,9 @@ void map_rows(float* x, int64_t n, int64_t d, int64_t ld, const F& f) {
 // g / (1 + e^-g) * up, vectorised (vec_exp.h's exp).
 void silu_and_mul(const float* x, int64_t n, int64_t inter, int64_t ldx, float* out, int64_t ldo) {
   parallel_for(n, std::max<int64_t>(1, 16384 / (inter + 1)), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) silu_mul_f32(x + r * ldx, x + r * ldx + inter, out + r * ldo, inter);
+    for (int64_t r = begin; r < end; ++r) {
+      silu_mul_f32(x + r * ldx, x + r * ldx + inter, out + r * ldo, inter);
+    }
   });
 }
 

@@ -124,7 +124,8 @@ RLM_VEC_CLONES void silu_mul_f32(const float* gate, const float* up, float* out,
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) store8(out + i, silu_mul8(load8(gate + i), load8(up + i)));
   if (i < n) {
-    store_partial(out + i, silu_mul8(load_partial(gate + i, n - i, 0.0f), load_partial(up + i, n - i, 0.0f)), n - i);
+    store_partial(out + i, silu_mul8(load_partial(gate + i, n - i, 0.0f), load_partial(up + i, n - i, 0.0f)),
+                  n - i);
   }
 }
 
