@@ -120,7 +120,10 @@ def test_echo_with_logprobs_and_prompt_logprobs(client, server):
     n = len(ids)
     assert len(lp.tokens) == n + 3 and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
     assert lp.tokens[n:] == plain.choices[0].logprobs.tokens
-    assert lp.token_logprobs[n:] == pytest.approx(plain.choices[0].logprobs.token_logprobs, abs=1e-6)
+    # Not bit for bit: `plain` extends the cached "The capital of France is" while the echo request
+    # prefills the whole prompt, and in the f32-activation reference mode the suite runs the two
+    # round differently (differences of 5e-7 to 2e-6 seen).
+    assert lp.token_logprobs[n:] == pytest.approx(plain.choices[0].logprobs.token_logprobs, abs=1e-5)
     # vLLM's prompt_logprobs: one entry per prompt token (null first), keyed by token id, holding the
     # prompt token (whose logprob the echoed logprobs repeat) and the top alternatives.
     pl = c.model_extra["prompt_logprobs"]

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_exp.h"
 
 namespace rlm::cpu {
 namespace {
@@ -268,18 +269,12 @@ void run_item(const WorkItem& item, const AttnRows& q, const AttnRows& k_cache, 
       }
     }
     for (int64_t hh = 0; hh < group; ++hh) {
-      float* sc = scores.data() + hh * n_keys;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t t = lo; t <= hi; ++t) m = std::max(m, sc[t]);
-      float sum = 0.0f;
-      for (int64_t t = lo; t <= hi; ++t) {
-        sc[t] = std::exp(sc[t] - m);
-        sum += sc[t];
-      }
-      sums[hh] = sum;
+      // The max, the exponentials (vectorised, the same arithmetic for every key) and their sum.
+      const MaxExpSum ms = exp_minus_max(scores.data() + hh * n_keys + lo, std::max<int64_t>(hi - lo + 1, 0));
+      sums[hh] = ms.sum;
       if (lse != nullptr) {
         lse[row * lse_ts + item.kv_head * group + hh] =
-            hi < lo ? -std::numeric_limits<float>::infinity() : m + std::log(sum);
+            hi < lo ? -std::numeric_limits<float>::infinity() : ms.max + std::log(ms.sum);
       }
     }
     if (vec_v) {
