@@ -12,7 +12,9 @@ setup:
 
 build: setup
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
-	cmake --build $(BUILD) -j $(JOBS)
+	@# nvcc's temporaries (up to ~100 MB per CUDA file) go beside the build, not to a possibly small /tmp.
+	mkdir -p $(BUILD)/tmp
+	TMPDIR=$(abspath $(BUILD))/tmp cmake --build $(BUILD) -j $(JOBS)
 
 run: build
 	./$(BUILD)/radixlm generate --chat --prompt "What is the capital of France?" --max-tokens 64

@@ -8,7 +8,8 @@
 #   OUT=/some/dir bash tools/gpu_check.sh            # build dir: <repo>/build-gpu
 #   OUT=/some/dir JOBS=16 ARCHS=90a BUILD=/tmp/b bash tools/gpu_check.sh
 #   SKIP_BUILD=1 ... reruns the tests on an existing build dir; SKIP_CTEST=1 skips the CPU suites,
-#   SKIP_TESTS=1 the CUDA test binaries (benchmarks only).
+#   SKIP_TESTS=1 the CUDA test binaries (benchmarks only); TARGETS="fp8_cuda_test radixlm" builds
+#   only those targets and runs only the CUDA test binaries among them.
 # Build dependencies: when .gpu_deps.tar.xz (tools/gpu_deps_pack.sh, made on a machine set up by
 # scripts/setup.sh) is in the repo root, it is unpacked to /tmp/rlmdeps and used (headers, shared
 # libraries, pkg-config files, pkgconf) — the lent H100 has CUDA, CMake, ninja and g++ but not our
@@ -53,7 +54,8 @@ if [ -f "$DEPS_TAR" ]; then
   export PKG_CONFIG_SYSROOT_DIR="$DEPS"
   CMAKE_EXTRA=(-DCMAKE_PREFIX_PATH="$DEPS/usr" -DPKG_CONFIG_EXECUTABLE="$DEPS/usr/bin/pkgconf"
                -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include"
-               -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/usr/lib/$ARCHLIB:$DEPS/lib/$ARCHLIB")
+               -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/usr/lib/$ARCHLIB:$DEPS/lib/$ARCHLIB"
+               -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/usr/lib/$ARCHLIB:$DEPS/lib/$ARCHLIB")
   row deps ok "unpacked $(basename "$DEPS_TAR") into $DEPS"
 fi
 
@@ -72,7 +74,9 @@ fi
 
 echo "== build -j$JOBS ($(elapsed))"
 # -k 0: keep building the other targets after a failure, so one broken test does not hide the rest.
-timeout "${BUILD_TIMEOUT:-330}" cmake --build "$BUILD" -j "$JOBS" -- -k 0 > "$OUT/build.log" 2>&1
+TARGET_ARGS=()
+for t in ${TARGETS:-}; do TARGET_ARGS+=(--target "$t"); done
+timeout "${BUILD_TIMEOUT:-330}" cmake --build "$BUILD" -j "$JOBS" "${TARGET_ARGS[@]}" -- -k 0 > "$OUT/build.log" 2>&1
 BUILD_RC=$?
 grep -E 'error:|error :|FAILED:|Error' "$OUT/build.log" | head -40
 if [ $BUILD_RC -eq 0 ]; then
@@ -94,6 +98,7 @@ TEST_SOURCES=("$ROOT"/tests/cuda/*_test.cpp "$ROOT"/tests/cuda/*_test.cu)
 if [ "${SKIP_TESTS:-0}" = 1 ]; then TEST_SOURCES=(); row cuda-tests skipped "SKIP_TESTS=1"; fi
 for src in "${TEST_SOURCES[@]}"; do
   name=$(basename "$src"); name=${name%.*}
+  if [ -n "${TARGETS:-}" ] && [[ " $TARGETS " != *" $name "* ]]; then continue; fi
   bin="$BUILD/$name"
   log="$OUT/$name.log"
   if [ ! -x "$bin" ]; then

@@ -99,12 +99,13 @@ TEST_P(Fp8CudaLinear, MatchesCpuTwin) {
   view.k = c.k;
   view.ldw = c.k;
   view.block_n = view.block_k = c.block;
-  const std::string path = cuda::fp8_linear_path(0, c.m, view);
+  view.scale = sg.weight_scale.data<float>();
+  const std::string path = cuda::fp8_linear_path(0, c.m, view, c.bias);
   SCOPED_TRACE(path);
   Tensor out = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
   ops::linear(testing::to_gpu(x), wg, bias ? std::optional<Tensor>(testing::to_gpu(*bias)) : std::nullopt, out, sg);
   const std::string diff = testing::compare_poisoned(
-      testing::to_cpu(out), want, path == "cublaslt" || path == "gemv_mma" ? kTolTensorCore : kTol);
+      testing::to_cpu(out), want, path.starts_with("cublaslt") || path == "gemv_mma" ? kTolTensorCore : kTol);
   EXPECT_EQ(diff, "");
 }
 
@@ -119,8 +120,9 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{5, 333, 2048, 128, false, true},   // GEMV, blocks, odd n and m
                       LinearCase{2, 100, 208, 0, false, false},     // CUDA-core GEMV (k % 64 != 0)
                       LinearCase{6, 72, 400, 16, false, true},      // CUDA-core GEMV, 16 x 16 blocks
-                      LinearCase{64, 256, 512, 0, false, true},     // cuBLASLt (sm_89+), else FMA
+                      LinearCase{64, 256, 512, 0, false, true},     // cuBLASLt (sm_89+), our epilogue
                       LinearCase{33, 128, 256, 0, true, false},     // cuBLASLt, static input scale
+                      LinearCase{96, 1024, 2048, 0, false, false},  // cuBLASLt, its own scaling
                       LinearCase{40, 200, 300, 128, false, false},  // FMA, blocks
                       LinearCase{20, 50, 70, 0, false, false}));    // FMA, unaligned
 

@@ -1,5 +1,5 @@
-// CUDA FP8 (E4M3) linear layer: activation quantization, the small-m GEMV, cuBLASLt FP8 GEMM with a
-// scale epilogue, and a tiled FMA kernel for what cuBLASLt does not take (block scales, sm_80,
+// CUDA FP8 (E4M3) linear layer: activation quantization, the small-m GEMV, cuBLASLt FP8 GEMM (scales
+// in its epilogue or in ours), and a tiled FMA kernel for what cuBLASLt does not take (block scales, sm_80,
 // unaligned shapes). Arithmetic as in kernels/cpu/fp8_linear.h.
 #include "kernels/cuda/fp8_linear.h"
 
@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <mutex>
 
 #include "core/cuda_check.h"
@@ -362,40 +363,132 @@ cublasLtHandle_t lt_handle(int device) {
   return handles[device];
 }
 
-// out (f32 [m, n], ldo) = q [m, k] (e4m3, contiguous) @ w^T, unscaled: column-major
-// out^T [n, m] = W^T(op T of the k x n column-major weight) x Q (k x m) -- the "TN" layout FP8 needs.
-// Returns false (nothing launched) when cuBLASLt offers no algorithm for the shape.
-bool cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight& w, float* out, int64_t ldo,
-                       cudaStream_t stream) {
-  cublasLtHandle_t lt = lt_handle(device);
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  RLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  RLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  RLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, w.k, w.n, w.ldw));
-  RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, w.k, m, w.k));
-  RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, w.n, m, ldo));
-  RLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const size_t workspace = 0;
-  RLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                        sizeof(workspace)));
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  RLM_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, d, d, pref, 1, &heur, &found));
-  const float alpha = 1.0f, beta = 0.0f;
-  if (found > 0) {
-    RLM_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w.data, a, q, b, &beta, out, d, out, d, &heur.algo, nullptr, 0,
-                                    stream));
+// cuBLASLt's descriptors for out (f32 [m, n], ldo) = q [m, k] (e4m3, contiguous) @ w^T: column-major
+// out^T [n, m] = W^T (op T of the k x n column-major weight) x Q (k x m) -- the "TN" layout FP8
+// needs. With scales (sw [n], sx [m]): outer-vector scaling, product (j, i) times sw[j] * sx[i] in
+// cuBLASLt's epilogue (cuBLAS 12.9+ on Hopper); without: the unscaled product.
+struct LtAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+class LtMatmul {
+ public:
+  LtMatmul(int64_t m, const Fp8Weight& w, int64_t ldo, const float* sw, const float* sx) {
+    RLM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    RLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    RLM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (sw != nullptr) {  // a cuBLASLt without these attributes (before 12.9) has no algorithm for it
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      scales_ok_ =
+          cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof(sw)) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof(sx)) ==
+              CUBLAS_STATUS_SUCCESS;
+    }
+    RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_, CUDA_R_8F_E4M3, w.k, w.n, w.ldw));
+    RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_, CUDA_R_8F_E4M3, w.k, m, w.k));
+    RLM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, w.n, m, ldo));
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(d);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatmulDescDestroy(op);
-  return found > 0;
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+  ~LtMatmul() {
+    cublasLtMatrixLayoutDestroy(d_);
+    cublasLtMatrixLayoutDestroy(b_);
+    cublasLtMatrixLayoutDestroy(a_);
+    cublasLtMatmulDescDestroy(op_);
+  }
+
+  // The heuristic's first algorithm without workspace (found false when cuBLASLt has none).
+  LtAlgo algo(cublasLtHandle_t lt) const {
+    if (!scales_ok_) return {};
+    cublasLtMatmulPreference_t pref = nullptr;
+    RLM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t workspace = 0;
+    RLM_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &workspace, sizeof(workspace)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op_, a_, b_, d_, d_, pref, 1, &heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return {};
+    RLM_CUBLAS_CHECK(st);
+    return {true, heur.algo};
+  }
+
+  cublasStatus_t run(cublasLtHandle_t lt, const cublasLtMatmulAlgo_t& algo, const void* w, const uint8_t* q,
+                     float* out, cudaStream_t stream) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    return cublasLtMatmul(lt, op_, &alpha, w, a_, q, b_, &beta, out, d_, out, d_, &algo, nullptr, 0, stream);
+  }
+
+ private:
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+  bool scales_ok_ = true;
+};
+
+// The algorithm per (device, shape, scaled): the heuristic query costs host time that eager steps
+// (prefill, mixed) would pay four times per layer; a shape cuBLASLt turned down stays turned down.
+using LtKey = std::array<int64_t, 7>;
+struct LtPlans {
+  std::mutex mu;
+  std::map<LtKey, LtAlgo> algos;
+};
+LtPlans& lt_plans() {
+  static LtPlans plans;
+  return plans;
+}
+
+LtKey lt_key(int device, int64_t m, const Fp8Weight& w, int64_t ldo, bool scaled) {
+  return {device, m, w.n, w.k, w.ldw, ldo, scaled ? 1 : 0};
+}
+
+LtAlgo lt_algo(int device, const LtKey& key, const LtMatmul& mm) {
+  LtPlans& plans = lt_plans();
+  std::lock_guard<std::mutex> g(plans.mu);
+  auto it = plans.algos.find(key);
+  if (it != plans.algos.end()) return it->second;
+  // Prefill chunks come in every size: a bound keeps the table small (a full table starts over).
+  if (plans.algos.size() >= 16384) plans.algos.clear();
+  return plans.algos.emplace(key, mm.algo(lt_handle(device))).first->second;
+}
+
+void lt_turn_down(const LtKey& key) {
+  LtPlans& plans = lt_plans();
+  std::lock_guard<std::mutex> g(plans.mu);
+  plans.algos[key] = LtAlgo{};
+}
+
+// out = q @ w^T on cuBLASLt, scaled by sw[j] * sx[i] when sx is given (else unscaled). Returns false
+// (nothing launched) when cuBLASLt offers no algorithm for the shape and scaling.
+bool cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight& w, const float* sx,
+                       float* out, int64_t ldo, cudaStream_t stream) {
+  const bool scaled = sx != nullptr;
+  const LtMatmul mm(m, w, ldo, scaled ? w.scale : nullptr, sx);
+  const LtKey key = lt_key(device, m, w, ldo, scaled);
+  const LtAlgo algo = lt_algo(device, key, mm);
+  if (!algo.found) return false;
+  const cublasStatus_t st = mm.run(lt_handle(device), algo.algo, w.data, q, out, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    lt_turn_down(key);
+    return false;
+  }
+  RLM_CUBLAS_CHECK(st);
+  return true;
+}
+
+// Whether cuBLASLt scales the product itself for this shape (no epilogue pass): per-token x
+// per-channel scales, no bias. The scale pointers only need to be plausible for the query.
+bool cublaslt_scales(int device, int64_t m, const Fp8Weight& w, int64_t ldo, bool bias) {
+  if (bias || w.scale == nullptr) return false;
+  const LtMatmul mm(m, w, ldo, w.scale, w.scale);
+  return lt_algo(device, lt_key(device, m, w, ldo, true), mm).found;
 }
 
 void launch_quantize(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group, const float* static_scale,
@@ -430,10 +523,11 @@ void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t
                   static_cast<cudaStream_t>(CudaContext::get(device).stream()));
 }
 
-const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w) {
+const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w, bool bias) {
   if (mma_gemv_ok(device, m, w)) return "gemv_mma";
   if (gemv_ok(m, w)) return "gemv";
-  if (cublaslt_ok(device, m, w, w.n)) return "cublaslt";
+  if (cublaslt_ok(device, m, w, w.n))
+    return cublaslt_scales(device, m, w, w.n, bias) ? "cublaslt_scaled" : "cublaslt";
   return "fma";
 }
 
@@ -482,10 +576,15 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
       default: return launch_gemv<8>(q, w, sv, bias, bias_dtype, out, ldo, stream);
     }
   }
-  if (cublaslt_ok(device, m, w, ldo) && cublaslt_fp8_gemm(device, q, m, w, out, ldo, stream)) {
-    scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, sx, w.scale, bias, bias_dtype);
-    RLM_CUDA_CHECK_LAUNCH();
-    return;
+  if (cublaslt_ok(device, m, w, ldo)) {
+    // Scales in cuBLASLt's epilogue where it takes them; else the unscaled product and a pass of ours.
+    if (bias == nullptr && cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) return;
+    if (cublaslt_fp8_gemm(device, q, m, w, nullptr, out, ldo, stream)) {
+      scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, sx, w.scale, bias,
+                                                                      bias_dtype);
+      RLM_CUDA_CHECK_LAUNCH();
+      return;
+    }
   }
   const dim3 grid(static_cast<unsigned>((w.n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
   fp8_fma_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(q, m, k, wd, w.n, w.ldw, sv, bias, bias_dtype, out, ldo);

@@ -25,9 +25,10 @@ struct Fp8Weight {
 //    each, added in f32; relative error against the CPU twin ~1e-4, as cuBLASLt's); otherwise one
 //    warp per weight row with f32 products (CUDA cores). Scales in the epilogue;
 //  - otherwise, per-channel weights on sm_89+ with k, n, ldw multiples of 16: cuBLASLt FP8 GEMM
-//    (e4m3 x e4m3, f32 output) and an epilogue kernel applying the per-token x per-channel scales
-//    and the bias (the FMA kernel below when cuBLASLt offers no algorithm for the shape; the
-//    descriptors and the heuristic query are per call, which CUDA graphs capture once);
+//    (e4m3 x e4m3, f32 output) with the per-token x per-channel scales applied by cuBLASLt itself
+//    (outer-vector scaling) when there is no bias and it offers an algorithm for that, else the
+//    unscaled product and an epilogue kernel applying the scales and the bias (the FMA kernel
+//    below when cuBLASLt offers no algorithm at all); the heuristic's algorithm is kept per shape;
 //  - else (block scales, sm_80, unaligned shapes) a tiled FMA kernel with the same arithmetic
 //    (block scales applied per block_k column group).
 // Launches on the device's stream only (no allocation beyond the scratch, no synchronization):
@@ -42,7 +43,8 @@ inline constexpr int64_t kFp8GemvMaxRows = 8;
 void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group,
                        const float* static_scale, uint8_t* q, float* scales);
 
-// Which path fp8_linear takes for these sizes on `device`: "gemv", "cublaslt" or "fma".
-const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w);
+// Which path fp8_linear takes for these sizes on `device` (and a bias or none): "gemv_mma", "gemv",
+// "cublaslt_scaled" (scales in cuBLASLt), "cublaslt" (scales in our epilogue) or "fma".
+const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w, bool bias = false);
 
 }  // namespace rlm::cuda
