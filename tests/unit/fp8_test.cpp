@@ -173,7 +173,9 @@ TEST(Fp8Linear, QuantizeWeightPerChannel) {
       const float x = wf.data<float>()[j * k + c];
       ASSERT_EQ(q[j * k + c], f32_to_f8e4m3(x / scale[j]).bits) << j << ", " << c;
       // Relative error of E4M3 (3 mantissa bits) is at most 2^-4 for normals.
-      if (std::fabs(x) >= amax / 64) EXPECT_NEAR(f8e4m3_to_f32(f8e4m3{q[j * k + c]}) * scale[j], x, std::fabs(x) / 16);
+      if (std::fabs(x) >= amax / 64) {
+        EXPECT_NEAR(f8e4m3_to_f32(f8e4m3{q[j * k + c]}) * scale[j], x, std::fabs(x) / 16);
+      }
     }
   }
 }
