@@ -22,8 +22,9 @@ using testing::TestRng;
 constexpr double kTol = 1e-5;
 // cuBLASLt's FP8 GEMM runs on Hopper's FP8 tensor cores, whose accumulator keeps fewer mantissa
 // bits than an f32 FMA chain: measured on an H100, relative L2 1.26e-4 and 1.30e-4 against the CPU
-// twin for the two cuBLASLt cases below (the CUDA-core GEMV and FMA paths stay within kTol). The
-// tensor-core GEMV ("gemv_mma") sums 32 products per MMA there and adds the MMAs in f32.
+// twin for the first two cuBLASLt cases below (the CUDA-core GEMV and FMA paths stay within kTol;
+// the third, cuBLASLt applying the scales itself, has not run on a GPU yet). The tensor-core GEMV
+// ("gemv_mma") sums 32 products per MMA there and adds the MMAs in f32.
 constexpr double kTolTensorCore = 5e-4;
 
 Tensor random_fp8(TestRng& rng, Shape shape) {
