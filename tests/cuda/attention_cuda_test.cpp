@@ -1,11 +1,12 @@
 // CUDA paged attention (split-KV decode, flash-style prefill, the ops dispatcher) against the CPU
 // kernel on random page tables, and the GPU kv_indices builder against a host reference.
 // Tolerances (relative L2 against the CPU kernel on the same cache values):
-//  - decode (both split-KV kernels) and the FMA prefill kernel: 1e-4 for f32 and FP8 (e4m3)
-//    caches, 5e-3 for 16-bit caches; they widen the cache exactly and accumulate in f32, so the only
-//    difference is the summation order (and, for FP8, where the per-layer k_scale / v_scale
-//    multiply: the CPU kernel scales each key and value, the GPU kernels the score scale and the
-//    output);
+//  - decode (the split-KV kernels) and the FMA prefill kernel: 1e-4 for f32 and FP8 (e4m3)
+//    caches, 5e-3 for 16-bit caches; they widen the cache exactly and accumulate in f32 (the FP8
+//    tensor-core decode kernel multiplies f16 hi + lo parts of q and p, ~22 significant bits), so
+//    the only difference is the summation order (and, for FP8, where the per-layer k_scale /
+//    v_scale multiply: the CPU kernel scales each key and value, the GPU kernels the score scale
+//    and the output);
 //  - the tensor-core prefill kernel (bf16/f16 caches): q and the softmax numerators P are rounded to
 //    the cache's type (8 significant bits for bf16, 11 for f16) before the matrix products, so
 //    2e-2 for bf16 and 5e-3 for f16. A float64 simulation of that rounding on these tests' inputs
@@ -366,7 +367,8 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
 }
 
 // Group sizes whose heads-per-block choice is not the whole group (3 -> 1, 6 -> 2, 16 -> 8 x 2
-// blocks), for every head_dim and cache dtype of the vectorised decode kernel (FP8 included); page
+// blocks), for every head_dim and cache dtype of the vectorised decode kernel and of the FP8
+// tensor-core one (head_dim 64 / 128); page
 // sizes 16 and 24 (not a power of two: the kernels' general page-lookup path).
 TEST(AttentionCuda, DecodeGroupSizes) {
   SKIP_WITHOUT_CUDA();
@@ -422,7 +424,8 @@ TEST(AttentionCuda, TensorCorePrefillVariants) {
 
 // Every head size the kernels take -- the tuned 64 / 128 / 256 and the padded instantiations of
 // the other multiples of 16 -- and q/k 192 with v 128, on every cache dtype: the dispatcher, the
-// decode kernels (vectorised for bf16/f16/FP8, scalar for f32 and for misaligned caches, with 1, 5
+// decode kernels (tensor-core for FP8 at 64 / 128, vectorised for bf16/f16 and the other FP8
+// sizes, scalar for f32 and for misaligned caches, with 1, 5
 // and 3 splits) and the prefill kernels (tensor-core for bf16/f16, FMA for f32, FP8 and
 // misaligned caches), with sliding window / soft-cap, GQA group and page size rotating over the
 // sizes.
@@ -690,7 +693,8 @@ TEST(AttentionCudaTiming, DISABLED_Decode) {
 }
 
 // FP8 (e4m3) caches against bf16 ones on the same shape (Llama-3.1-8B's 8 kv heads x 128, group 4):
-// the vectorised kernel, and the scalar kernel that FP8 caches took before (padded cache rows).
+// the tensor-core kernel, and the scalar kernel (padded cache rows); RADIXLM_FP8_DECODE_MMA=0 gives
+// the vectorised kernel in place of the tensor-core one.
 // The FP8 cache holds half the bytes, so at long contexts its time should be about half bf16's.
 TEST(AttentionCudaTiming, DISABLED_DecodeFp8) {
   SKIP_WITHOUT_CUDA();
@@ -707,11 +711,15 @@ TEST(AttentionCudaTiming, DISABLED_DecodeFp8) {
         DirectCall call(pr, pad);
         const double t = timer.seconds_per_run(20, call);
         if (dt == DType::kBF16) t_bf16 = t;
-        std::printf("decode bs %lld len %lld hq %lld hk %lld d 128 %s (%s kernel): %.3f ms, KV read %.1f GB/s, "
-                    "time / bf16's %.2f\n",
-                    static_cast<long long>(bs), static_cast<long long>(len), static_cast<long long>(pr.hq),
-                    static_cast<long long>(pr.hk), dtype_name(dt), pad > 0 ? "scalar" : "vectorised", t * 1e3,
-                    kv_bytes / t / 1e9, t / t_bf16);
+        std::printf(
+            "decode bs %lld len %lld hq %lld hk %lld d 128 %s (%s kernel): %.3f ms, KV read %.1f GB/s, "
+            "time / bf16's %.2f\n",
+            static_cast<long long>(bs), static_cast<long long>(len), static_cast<long long>(pr.hq),
+            static_cast<long long>(pr.hk), dtype_name(dt),
+            pad > 0                ? "scalar"
+            : dt == DType::kF8E4M3 ? "tensor-core"
+                                   : "vectorised",
+            t * 1e3, kv_bytes / t / 1e9, t / t_bf16);
       }
     }
   }

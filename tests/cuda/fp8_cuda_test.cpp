@@ -113,24 +113,26 @@ TEST_P(Fp8CudaLinear, MatchesCpuTwin) {
 // GEMV: the tensor-core kernel on sm_89+ when k % 64 == 0, else the CUDA-core one.
 INSTANTIATE_TEST_SUITE_P(
     Paths, Fp8CudaLinear,
-    ::testing::Values(LinearCase{1, 256, 512, 0, false, false},     // GEMV, per channel
-                      LinearCase{8, 96, 1024, 0, false, true},      // GEMV, 8 rows, bias
-                      LinearCase{3, 64, 256, 0, true, false},       // GEMV, static input scale
-                      LinearCase{4, 200, 384, 128, false, false},   // GEMV, 128 x 128 blocks (partial)
-                      LinearCase{1, 1000, 4096, 0, false, true},    // GEMV, n % 16 != 0, long rows
-                      LinearCase{5, 333, 2048, 128, false, true},   // GEMV, blocks, odd n and m
-                      LinearCase{2, 100, 208, 0, false, false},     // CUDA-core GEMV (k % 64 != 0)
-                      LinearCase{6, 72, 400, 16, false, true},      // CUDA-core GEMV, 16 x 16 blocks
-                      LinearCase{64, 256, 512, 0, false, true},     // cuBLASLt (sm_89+), our epilogue
-                      LinearCase{33, 128, 256, 0, true, false},     // cuBLASLt, static input scale
-                      LinearCase{96, 1024, 2048, 0, false, false},  // cuBLASLt, its own scaling
+    ::testing::Values(LinearCase{1, 256, 512, 0, false, false},    // GEMV, per channel
+                      LinearCase{8, 96, 1024, 0, false, true},     // GEMV, 8 rows, bias
+                      LinearCase{3, 64, 256, 0, true, false},      // GEMV, static input scale
+                      LinearCase{4, 200, 384, 128, false, false},  // GEMV, 128 x 128 blocks (partial)
+                      LinearCase{1, 1000, 4096, 0, false, true},   // GEMV, n % 16 != 0, long rows
+                      LinearCase{5, 333, 2048, 128, false, true},  // GEMV, blocks, odd n and m
+                      LinearCase{2, 100, 208, 0, false, false},    // CUDA-core GEMV (k % 64 != 0)
+                      LinearCase{6, 72, 400, 16, false, true},     // CUDA-core GEMV, 16 x 16 blocks
+                      LinearCase{64, 256, 512, 0, false, true},    // cuBLASLt (sm_89+), our epilogue
+                      LinearCase{33, 128, 256, 0, true, false},    // cuBLASLt, static input scale
+                      LinearCase{160, 1024, 2048, 0, false,
+                                 false},                            // cuBLASLt (>= 128 rows), its own scaling
                       LinearCase{40, 200, 300, 128, false, false},  // FMA, blocks
                       LinearCase{20, 50, 70, 0, false, false}));    // FMA, unaligned
 
 // Every tested head size (the tuned 128, padded ones, q/k 192 with v 128): the FP8 KV store is
-// bit-exact and the attention kernels that FP8 caches take (decode: the vectorised kernel; prefill:
-// the FMA kernel) match the CPU twin. tests/cuda/attention_cuda_test.cpp covers more FP8 decode
-// shapes (GQA groups, page sizes, split counts, misaligned caches: the scalar kernel).
+// bit-exact and the attention kernels that FP8 caches take (decode: the tensor-core kernel at
+// head_dim 128, the vectorised one at the padded sizes; prefill: the FMA kernel) match the CPU twin.
+// tests/cuda/attention_cuda_test.cpp covers more FP8 decode shapes (GQA groups, page sizes, split counts,
+// misaligned caches: the scalar kernel).
 TEST(Fp8Cuda, KvStoreAndAttentionMatchCpuTwin) {
   RLM_REQUIRE_CUDA();
   TestRng rng;

@@ -187,6 +187,14 @@ DeviceArgs make_device_args(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
 void scale_attention_output(const cpu::AttnRows& k_cache, const cpu::PagedBatch& b, const cpu::AttnConfig& cfg,
                             float* out, int64_t out_ts, int64_t out_hs);
 
+// Whether the current device runs the mma.sync kernels (sm_80 and later; mma_sm80.cuh).
+inline bool tensor_core_device() {
+  int device = 0, major = 0;
+  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
+  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 8;
+}
+
 inline cudaStream_t current_stream() {
   int device = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));

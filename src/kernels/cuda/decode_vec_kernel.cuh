@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/paged_attention.h"
@@ -421,12 +422,13 @@ __global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, 
 // a CUDA-graph capture (the CUDA-graph runner warms up eagerly first): merge_kernel then merges.
 int* decode_merge_counters(int64_t count);
 
-// Launches decode_vec_kernel (+ merge_kernel when the keys are split and no counters are free).
-// requested_splits > 0 fixes the split count (at most kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs,
-// max_seq_len).
-template <int D, int HB, typename T, bool kPadded, typename Cap>
-void launch_vec(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_seq_len) {
-  auto* kernel = decode_vec_kernel<D, HB, T, Cap, kPadded>;
+// Launches `kernel` -- decode_vec_kernel or decode_mma_fp8_kernel (decode_mma_fp8_kernel.cuh), grid
+// (num_splits, num_kv_heads * group / HB, bs), `threads` threads -- + merge_kernel when the keys are
+// split and no counters are free. requested_splits > 0 fixes the split count (at most
+// kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs, max_seq_len).
+template <int D, int HB, typename Cap, typename Kernel>
+void launch_split_decode(Kernel kernel, int threads, const DeviceArgs& a, Cap cap, int requested_splits,
+                         int64_t max_seq_len) {
   const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
   const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxDecodeSplits)
                                               : fixed_decode_num_kv_splits(a.batch_size, max_seq_len);
@@ -436,28 +438,35 @@ void launch_vec(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_
   float* lse = partial + rows * D;
   const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
   int* counters = num_splits > 1 ? decode_merge_counters(int64_t{a.batch_size} * grid.y) : nullptr;
-  launch_pdl(kernel, grid, dim3(kVecThreads), 0, current_stream(), a, cap, num_splits, partial, lse,
-             counters);
+  launch_pdl(kernel, grid, dim3(threads), 0, current_stream(), a, cap, num_splits, partial, lse, counters);
   if (num_splits > 1 && counters == nullptr) {
     launch_pdl(merge_kernel<D>, dim3(a.num_qo_heads, a.batch_size), dim3(D), 0, current_stream(), a,
                num_splits, partial, lse);
   }
 }
 
-// Heads per block: the largest of 8, 4, 2, 1 that divides the group.
-template <int D, typename T, bool kPadded, typename Cap>
-void launch_vec_heads(const DeviceArgs& a, Cap cap, int requested_splits, int64_t max_seq_len) {
+// Calls f(std::integral_constant<int, HB>{}, cap): HB heads per block, the largest of 8, 4, 2, 1
+// that divides the group, and the call's score transform (SoftCap or NoSoftCap).
+template <typename F>
+void with_heads_and_cap(const DeviceArgs& a, F&& f) {
   const int group = a.num_qo_heads / a.num_kv_heads;
-  if (group % 8 == 0) return launch_vec<D, 8, T, kPadded>(a, cap, requested_splits, max_seq_len);
-  if (group % 4 == 0) return launch_vec<D, 4, T, kPadded>(a, cap, requested_splits, max_seq_len);
-  if (group % 2 == 0) return launch_vec<D, 2, T, kPadded>(a, cap, requested_splits, max_seq_len);
-  return launch_vec<D, 1, T, kPadded>(a, cap, requested_splits, max_seq_len);
+  auto heads = [&](auto cap) {
+    if (group % 8 == 0) return f(std::integral_constant<int, 8>{}, cap);
+    if (group % 4 == 0) return f(std::integral_constant<int, 4>{}, cap);
+    if (group % 2 == 0) return f(std::integral_constant<int, 2>{}, cap);
+    return f(std::integral_constant<int, 1>{}, cap);
+  };
+  if (a.soft_cap > 0.0f) return heads(SoftCap{a.soft_cap});
+  return heads(NoSoftCap{0.0f});
 }
 
 template <int D, typename T, bool kPadded>
 void launch_vec_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
-  if (a.soft_cap > 0.0f) return launch_vec_heads<D, T, kPadded>(a, SoftCap{a.soft_cap}, requested_splits, max_seq_len);
-  return launch_vec_heads<D, T, kPadded>(a, NoSoftCap{0.0f}, requested_splits, max_seq_len);
+  with_heads_and_cap(a, [&](auto hb, auto cap) {
+    constexpr int HB = decltype(hb)::value;
+    launch_split_decode<D, HB>(decode_vec_kernel<D, HB, T, decltype(cap), kPadded>, kVecThreads, a, cap,
+                               requested_splits, max_seq_len);
+  });
 }
 
 // The padded instantiations (paged_attention_decode_padded.cu, a translation unit of its own so

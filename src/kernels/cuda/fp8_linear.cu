@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -483,10 +485,26 @@ bool cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight&
   return true;
 }
 
+// RADIXLM_FP8_LT_SCALES=0 in the environment keeps the scales out of cuBLASLt (the unscaled product
+// and the epilogue pass), the reference for the outer-vector path's speed.
+bool lt_scales_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("RADIXLM_FP8_LT_SCALES");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
+// Rows from which cuBLASLt takes the scales itself. Below, its outer-vector algorithms (128 x 128
+// tiles on Hopper) lose more than the epilogue pass costs: on the 8B shape's decode step at batch
+// 32 (one H100, docs/perf/decode_kernels.md) the scaled GEMMs took 4.1 ms of 6.2, the unscaled
+// path stepped in 5.5 ms; at batch 256 the scaled path won (13.2 ms against 14.2).
+constexpr int64_t kLtScaledMinRows = 128;
+
 // Whether cuBLASLt scales the product itself for this shape (no epilogue pass): per-token x
 // per-channel scales, no bias. The scale pointers only need to be plausible for the query.
 bool cublaslt_scales(int device, int64_t m, const Fp8Weight& w, int64_t ldo, bool bias) {
-  if (bias || w.scale == nullptr) return false;
+  if (bias || w.scale == nullptr || m < kLtScaledMinRows || !lt_scales_enabled()) return false;
   const LtMatmul mm(m, w, ldo, w.scale, w.scale);
   return lt_algo(device, lt_key(device, m, w, ldo, true), mm).found;
 }
@@ -578,7 +596,10 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
   }
   if (cublaslt_ok(device, m, w, ldo)) {
     // Scales in cuBLASLt's epilogue where it takes them; else the unscaled product and a pass of ours.
-    if (bias == nullptr && cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) return;
+    if (bias == nullptr && m >= kLtScaledMinRows && lt_scales_enabled() &&
+        cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) {
+      return;
+    }
     if (cublaslt_fp8_gemm(device, q, m, w, nullptr, out, ldo, stream)) {
       scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, sx, w.scale, bias,
                                                                       bias_dtype);

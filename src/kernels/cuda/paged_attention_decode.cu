@@ -1,4 +1,4 @@
-// Split-KV paged decode (one query token per request), GQA-aware, two kernels:
+// Split-KV paged decode (one query token per request), GQA-aware, three kernels:
 //  - decode_vec_kernel (decode_vec_kernel.cuh): 16-byte loads, per-request even splits computed on
 //    the device, per-slot online softmax in registers; used for f32/bf16/f16/FP8 (e4m3) caches
 //    whose base, token and head strides are 16-byte aligned, which contiguous caches always are
@@ -8,17 +8,23 @@
 //  - decode_split_kernel below (scalar loads, splits of a host-computed size): f32 caches of the
 //    padded sizes and caches whose strides are not 16-byte aligned. It is instantiated for widths
 //    64, 128 and 256 and masks the columns past the call's head sizes at run time.
-// Both write each split's normalised partial output and log-sum-exp to a workspace that
-// merge_kernel (or, for the vectorised kernel, the last block of the request's splits) combines.
-// FP8 caches: both sum raw e4m3 values, with k_scale folded into the score scale and v_scale
+//  - decode_mma_fp8_kernel (decode_mma_fp8_kernel.cuh): aligned FP8 caches of head_dim 64 / 128 on
+//    sm_80+; the vectorised kernel's splits and merge, the products on the tensor cores.
+// All write each split's normalised partial output and log-sum-exp to a workspace that
+// merge_kernel (or, for the vectorised and tensor-core kernels, the last block of the request's
+// splits) combines.
+// FP8 caches: all three sum raw e4m3 values, with k_scale folded into the score scale and v_scale
 // applied to the output as it is written (DeviceArgs::out_scale).
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/decode_mma_fp8_kernel.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
 #include "kernels/cuda/paged_attention.h"
 
@@ -234,6 +240,16 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int heads_per_block, int num
 
 // ---- the vectorised kernel ----
 
+// FP8 caches of head_dim 64 / 128 take the tensor-core kernel (decode_mma_fp8_kernel.cuh) on sm_80+ unless
+// RADIXLM_FP8_DECODE_MMA=0 is in the environment (the vectorised kernel: the reference for its speed).
+bool fp8_decode_mma() {
+  static const bool on = [] {
+    const char* e = std::getenv("RADIXLM_FP8_DECODE_MMA");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+
 bool vec_aligned(const cpu::AttnRows& c) {
   const int64_t elems = 16 / static_cast<int64_t>(dtype_size(c.dtype));  // elements per 16 bytes
   return reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && c.token_stride % elems == 0 && c.head_stride % elems == 0;
@@ -246,7 +262,12 @@ void launch_vec_dtype(DType dtype, const DeviceArgs& a, int requested_splits, in
     case DType::kF32: return launch_vec_cap<D, float, false>(a, requested_splits, max_seq_len);
     case DType::kBF16: return launch_vec_cap<D, __nv_bfloat16, false>(a, requested_splits, max_seq_len);
     case DType::kF16: return launch_vec_cap<D, __half, false>(a, requested_splits, max_seq_len);
-    case DType::kF8E4M3: return launch_vec_cap<D, __nv_fp8_e4m3, false>(a, requested_splits, max_seq_len);
+    case DType::kF8E4M3:
+      if constexpr (D <= 128) {
+        if (fp8_decode_mma() && tensor_core_device())
+          return launch_mma_fp8_cap<D>(a, requested_splits, max_seq_len);
+      }
+      return launch_vec_cap<D, __nv_fp8_e4m3, false>(a, requested_splits, max_seq_len);
     default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));
   }
 }

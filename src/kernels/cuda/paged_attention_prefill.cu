@@ -212,13 +212,6 @@ bool tc_aligned(const cpu::AttnRows& c) {
   return reinterpret_cast<uintptr_t>(c.data) % 16 == 0 && c.token_stride % 8 == 0 && c.head_stride % 8 == 0;
 }
 
-bool tc_device() {
-  int device = 0, major = 0;
-  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
-  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 8;
-}
-
 }  // namespace
 
 void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cache, const cpu::AttnRows& v_cache,
@@ -233,7 +226,7 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
   a.lse = lse;
   a.lse_ts = lse_token_stride;
   const bool tc = (k_cache.dtype == DType::kBF16 || k_cache.dtype == DType::kF16) && tc_aligned(k_cache) &&
-                  tc_aligned(v_cache) && tc_device();
+                  tc_aligned(v_cache) && tensor_core_device();
   const int width = padded_head_dim(cfg);
   if (tc) {
     if (!tuned_head_dim(cfg)) return launch_tc_padded(k_cache.dtype, a, width, plan.max_qo_len);

@@ -1,0 +1,314 @@
+// The tensor-core split-KV decode kernel for FP8 (e4m3) caches, head_dim 64 or 128 (q/k and v
+// alike), included by paged_attention_decode.cu. Same grid, splits, workspace and merge as
+// decode_vec_kernel (decode_vec_kernel.cuh); only the arithmetic inside a split differs.
+//
+// Why: the vectorised kernel widens every cached byte to f32 (e4m3x2 -> f16x2, then f16 -> f32 per
+// value) and does HB FMAs per byte for q.k and HB more for p.v; at FP8's byte rate those
+// conversions and FMAs, not memory, bound it (about half the copy bandwidth at batch 256 on an
+// H100). Here the products run on the tensor cores (mma.sync m16n8k16, f16 in, f32 accumulate):
+// a cached byte costs half a conversion (e4m3x2 -> f16x2 is exact) and no FMA.
+//
+// Layout (a warp takes 16 keys at a time; the block's 4 warps take 64 consecutive keys per step):
+// - S^T = K Q^T: A = K (16 keys x 16 columns per MMA, rows g and g + 8 of lane (g, t) = keys g,
+//   g + 8 of the chunk), B = Q^T (16 columns x 8 heads, head g; heads past HB are zero). The sum
+//   over the head's columns may take them in any order, so lane t of a key's group of 4 holds the
+//   key's 16-byte pieces t, t + 4, ... (each load instruction reads whole 64-byte halves of 8
+//   rows) and the same permutation is applied to q.
+// - O^T += V^T P^T: A = V^T (16 value columns x 16 keys), B = P^T (16 keys x 8 heads). A's pairs
+//   (keys 2t, 2t + 1 of one column) are two keys' bytes interleaved by one byte permute; the
+//   output columns are permuted so that lane g holds D/8 consecutive bytes of each of its 4 keys.
+//   P^T's fragment is S^T's accumulator transposed in registers (movmatrix).
+// - Precision: e4m3 values are exact in f16. q and p are split into f16 hi + lo parts (two MMAs
+//   each), so the products keep ~22 bits of q and p: the results match the f32 CPU twin to the
+//   same tolerance as decode_vec_kernel's (summation order aside).
+// - Online softmax per head in registers (log2 domain, lazy rescaling as in decode_vec_kernel),
+//   the row sums kept per lane and reduced at the end; the warps' states meet in shared memory.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/decode_vec_kernel.cuh"
+#include "kernels/cuda/mma_sm80.cuh"
+#include "kernels/cuda/pdl.cuh"
+
+namespace rlm::cuda::attn {
+
+constexpr int kMmaDecodeWarps = 4;
+constexpr int kMmaDecodeThreads = kMmaDecodeWarps * 32;
+constexpr int kMmaDecodeKeys = 16;  // keys per warp per step
+
+// The 8x8 16-bit matrix held as one register per lane (row g, columns 2t, 2t + 1), transposed.
+__device__ __forceinline__ uint32_t transpose_8x8_b16(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Two e4m3 values (the low byte first) as f16x2 (low half first), exactly.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+// x = hi + lo with hi = f16(x) and lo = f16(x - hi), two f16x2 registers for (x0, x1).
+__device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const float h0 = __half2float(__float2half_rn(x0)), h1 = __half2float(__float2half_rn(x1));
+  hi = Mma<__half>::pack(h0, h1);  // exact: h0, h1 are f16 values
+  lo = Mma<__half>::pack(x0 - h0, x1 - h1);
+}
+
+// n bytes (8, 16 or 32) at p as words; zeros when p is null.
+// The 16-byte pieces are kStride bytes apart.
+template <int kBytes, int kStride = 16>
+__device__ __forceinline__ void load_bytes(const uint8_t* p, uint32_t (&w)[kBytes / 4]) {
+  static_assert(kBytes == 8 || kBytes % 16 == 0, "8 bytes or whole 16-byte words");
+  if (p == nullptr) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 4; ++i) w[i] = 0;
+  } else if constexpr (kBytes == 8) {
+    const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = x.x;
+    w[1] = x.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      const uint4 x = __ldg(reinterpret_cast<const uint4*>(p + i * kStride));
+      w[4 * i] = x.x;
+      w[4 * i + 1] = x.y;
+      w[4 * i + 2] = x.z;
+      w[4 * i + 3] = x.w;
+    }
+  }
+}
+
+// One warp's 16 keys as raw bytes: K rows of keys g and g + 8 (16-byte pieces t, t + 4, ... each),
+// V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g each); zeros for keys
+// past the split's end.
+template <int D>
+struct MmaChunk {
+  static constexpr int kKBytes = D / 4, kVBytes = D / 8;
+  uint32_t k[2][kKBytes / 4];
+  uint32_t v[4][kVBytes / 4];
+};
+
+template <int D, int HB, typename Cap>
+__global__ void __launch_bounds__(kMmaDecodeThreads)
+    decode_mma_fp8_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  static_assert(HB >= 1 && HB <= 8, "at most 8 heads per block (the MMA's n)");
+  constexpr int KS = D / 16;  // k-steps of S^T (16 columns each)
+  constexpr int MT = D / 16;  // m-tiles of O^T (16 value columns each)
+  using Chunk = MmaChunk<D>;
+  __shared__ float s_m[kMmaDecodeWarps][HB], s_l[kMmaDecodeWarps][HB];
+  __shared__ __align__(16) float s_acc[kMmaDecodeWarps][HB][D];
+  pdl_wait();
+  pdl_launch_dependents();
+
+  const int split = blockIdx.x;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const int head_blocks = group / HB;
+  const int kv_head = blockIdx.y / head_blocks;
+  const int h0 = kv_head * group + (blockIdx.y % head_blocks) * HB;
+  const int r = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+
+  const int seq_len = a.seq_lens[r];
+  int k_begin, k_end;
+  split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
+  const int row = a.qo_indptr[r];
+  if (k_begin >= k_end) {  // uniform for the block, before any barrier
+    if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
+    if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
+    return;
+  }
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
+  const auto* kc = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + 16 * t;
+  const auto* vc = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + (D / 8) * g;
+
+  // Q^T as B fragments: k-step s (word s of the lane's K bytes: piece t + 4 (s / 4), word s % 4),
+  // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as f16 hi and
+  // lo parts.
+  uint32_t qh[KS][2], ql[KS][2];
+  {
+    const float qs = q_prescale<Cap>(a.scale);
+    const float* qr = a.q + static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + g) * a.q_hs;
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+      const int kcol = 16 * (t + 4 * (s / 4)) + 4 * (s % 4);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const float x0 = g < HB ? qr[kcol + 2 * j] * qs : 0.0f;
+        const float x1 = g < HB ? qr[kcol + 2 * j + 1] * qs : 0.0f;
+        split_f16x2(x0, x1, qh[s][j], ql[s][j]);
+      }
+    }
+  }
+  // O^T accumulators, m-tile i: (value column (D/8) g + 2i, heads 2t, 2t + 1), then column + 1.
+  float o[MT][4];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // heads 2t, 2t + 1 (l: this lane's keys)
+
+  // The cache slot of key `pos` (-1 past the split's end); lanes 0-15 look up the chunk's keys.
+  auto chunk_slot = [&](int chunk) -> int64_t {
+    const int pos = chunk + lane % kMmaDecodeKeys;
+    return pos < k_end ? pages.slot(pos) : -1;
+  };
+  auto load_chunk = [&](int64_t my_slot, Chunk& c) {
+    const int64_t ks0 = __shfl_sync(0xffffffffu, my_slot, g), ks1 = __shfl_sync(0xffffffffu, my_slot, g + 8);
+    load_bytes<Chunk::kKBytes, 64>(ks0 >= 0 ? kc + ks0 * a.k_ts : nullptr, c.k[0]);
+    load_bytes<Chunk::kKBytes, 64>(ks1 >= 0 ? kc + ks1 * a.k_ts : nullptr, c.k[1]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
+      const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
+      load_bytes<Chunk::kVBytes>(vs >= 0 ? vc + vs * a.v_ts : nullptr, c.v[j]);
+    }
+  };
+
+  constexpr int kStep = kMmaDecodeWarps * kMmaDecodeKeys;
+  int chunk = k_begin + warp * kMmaDecodeKeys;
+  Chunk cur;
+  int64_t next_slot = chunk < k_end ? chunk_slot(chunk) : -1;
+  if (chunk < k_end) load_chunk(next_slot, cur);
+  next_slot = chunk + kStep < k_end ? chunk_slot(chunk + kStep) : -1;
+  for (; chunk < k_end; chunk += kStep) {
+    Chunk nxt;
+    const bool more = chunk + kStep < k_end;  // uniform for the warp
+    if (more) load_chunk(next_slot, nxt);
+    next_slot = chunk + 2 * kStep < k_end ? chunk_slot(chunk + 2 * kStep) : -1;
+
+    // S^T [16 keys x 8 heads]: s[0], s[1] = keys g (heads 2t, 2t + 1); s[2], s[3] = key g + 8.
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int st = 0; st < KS; ++st) {
+      const uint32_t a0 = e4m3x2_to_f16x2(cur.k[0][st]), a2 = e4m3x2_to_f16x2(cur.k[0][st] >> 16);
+      const uint32_t a1 = e4m3x2_to_f16x2(cur.k[1][st]), a3 = e4m3x2_to_f16x2(cur.k[1][st] >> 16);
+      const uint32_t kf[4] = {a0, a1, a2, a3};
+      Mma<__half>::mma(s, kf, qh[st][0], qh[st][1]);
+      Mma<__half>::mma(s, kf, ql[st][0], ql[st][1]);
+    }
+    const bool in0 = chunk + g < k_end, in1 = chunk + g + 8 < k_end;
+    s[0] = in0 ? score_log2(cap, s[0]) : kNegInf;
+    s[1] = in0 ? score_log2(cap, s[1]) : kNegInf;
+    s[2] = in1 ? score_log2(cap, s[2]) : kNegInf;
+    s[3] = in1 ? score_log2(cap, s[3]) : kNegInf;
+    // Each head's max over the 16 keys: this lane's two, then across the 8 lanes of the same t.
+    float mx[2] = {fmaxf(s[0], s[2]), fmaxf(s[1], s[3])};
+#pragma unroll
+    for (int o2 = 4; o2 < 32; o2 <<= 1) {
+      mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], o2));
+      mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], o2));
+    }
+    const bool grow = mx[0] > m[0] || mx[1] > m[1];
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float nm = fmaxf(m[h], mx[h]);
+        // m = -inf (no key seen yet): l and the accumulators are 0 and stay so.
+        const float alpha = nm == m[h] ? 1.0f : fast_exp2(m[h] - nm);
+        m[h] = nm;
+        l[h] *= alpha;
+#pragma unroll
+        for (int i = 0; i < MT; ++i) {
+          o[i][h] *= alpha;
+          o[i][h + 2] *= alpha;
+        }
+      }
+    }
+    float p[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float base_m = m[j & 1] == kNegInf ? 0.0f : m[j & 1];
+      p[j] = fast_exp2(s[j] - base_m);
+      l[j & 1] += p[j];
+    }
+    // P^T as B fragments: (keys 2t, 2t + 1 | head g) and (keys 2t + 8, 2t + 9 | head g).
+    uint32_t ph0, pl0, ph1, pl1;
+    split_f16x2(p[0], p[1], ph0, pl0);
+    split_f16x2(p[2], p[3], ph1, pl1);
+    ph0 = transpose_8x8_b16(ph0);
+    pl0 = transpose_8x8_b16(pl0);
+    ph1 = transpose_8x8_b16(ph1);
+    pl1 = transpose_8x8_b16(pl1);
+    // V^T A fragments: byte 2i (2i + 1) of a key's D/8 bytes is m-tile i's row g (g + 8).
+#pragma unroll
+    for (int w = 0; w < Chunk::kVBytes / 4; ++w) {
+      const uint32_t lo01 = __byte_perm(cur.v[0][w], cur.v[1][w], 0x5140);  // keys 2t, 2t+1: bytes 0, 1
+      const uint32_t hi01 = __byte_perm(cur.v[0][w], cur.v[1][w], 0x7362);  // bytes 2, 3
+      const uint32_t lo89 = __byte_perm(cur.v[2][w], cur.v[3][w], 0x5140);  // keys 2t+8, 2t+9
+      const uint32_t hi89 = __byte_perm(cur.v[2][w], cur.v[3][w], 0x7362);
+      // m-tile 2w: rows g (byte 0), g + 8 (byte 1); m-tile 2w + 1: bytes 2, 3.
+      const uint32_t va[4] = {e4m3x2_to_f16x2(lo01), e4m3x2_to_f16x2(lo01 >> 16), e4m3x2_to_f16x2(lo89),
+                              e4m3x2_to_f16x2(lo89 >> 16)};
+      Mma<__half>::mma(o[2 * w], va, ph0, ph1);
+      Mma<__half>::mma(o[2 * w], va, pl0, pl1);
+      const uint32_t vb[4] = {e4m3x2_to_f16x2(hi01), e4m3x2_to_f16x2(hi01 >> 16), e4m3x2_to_f16x2(hi89),
+                              e4m3x2_to_f16x2(hi89 >> 16)};
+      Mma<__half>::mma(o[2 * w + 1], vb, ph0, ph1);
+      Mma<__half>::mma(o[2 * w + 1], vb, pl0, pl1);
+    }
+    if (more) cur = nxt;
+  }
+
+  // The warp's row sums over its lanes of the same t, then the warps meet in shared memory.
+#pragma unroll
+  for (int o2 = 4; o2 < 32; o2 <<= 1) {
+    l[0] += __shfl_xor_sync(0xffffffffu, l[0], o2);
+    l[1] += __shfl_xor_sync(0xffffffffu, l[1], o2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = 2 * t + h;
+    if (head < HB) {
+      if (g == 0) {
+        s_m[warp][head] = m[h];
+        s_l[warp][head] = l[h];
+      }
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        s_acc[warp][head][(D / 8) * g + 2 * i] = o[i][h];
+        s_acc[warp][head][(D / 8) * g + 2 * i + 1] = o[i][h + 2];
+      }
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < HB * D; i += kMmaDecodeThreads) {
+    const int h = i / D, c = i % D;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < kMmaDecodeWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
+    float den = 0.0f, num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMmaDecodeWarps; ++w) {
+      const float wt = fast_exp2(s_m[w][h] - mx);  // 0 for a warp without keys (m = -inf)
+      den += wt * s_l[w][h];
+      num += wt * s_acc[w][h][c];
+    }
+    if (num_splits == 1) {
+      a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
+          num / den * a.out_scale;
+    } else {
+      const int64_t wr = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
+      partial[wr * D + c] = num / den;
+      if (c == 0) lse[wr] = (mx + log2f(den)) * kLn2;
+    }
+  }
+  if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
+}
+
+// Launches decode_mma_fp8_kernel with the vectorised kernel's grid, heads per block and merge.
+template <int D>
+void launch_mma_fp8_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
+  with_heads_and_cap(a, [&](auto hb, auto cap) {
+    constexpr int HB = decltype(hb)::value;
+    launch_split_decode<D, HB>(decode_mma_fp8_kernel<D, HB, decltype(cap)>, kMmaDecodeThreads, a, cap,
+                               requested_splits, max_seq_len);
+  });
+}
+
+}  // namespace rlm::cuda::attn
