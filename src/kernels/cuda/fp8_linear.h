@@ -26,7 +26,8 @@ struct Fp8Weight {
 //    warp per weight row with f32 products (CUDA cores). Scales in the epilogue;
 //  - otherwise, per-channel weights on sm_89+ with k, n, ldw multiples of 16: cuBLASLt FP8 GEMM
 //    (e4m3 x e4m3, f32 output) with the per-token x per-channel scales applied by cuBLASLt itself
-//    (outer-vector scaling) when there is no bias and it offers an algorithm for that, else the
+//    (outer-vector scaling) from 128 rows when there is no bias and it offers an algorithm for
+//    that (fewer rows: its 128 x 128-tile algorithms lose more than the epilogue costs), else the
 //    unscaled product and an epilogue kernel applying the scales and the bias (the FMA kernel
 //    below when cuBLASLt offers no algorithm at all); the heuristic's algorithm is kept per shape;
 //  - else (block scales, sm_80, unaligned shapes) a tiled FMA kernel with the same arithmetic
