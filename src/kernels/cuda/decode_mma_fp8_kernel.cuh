@@ -104,9 +104,6 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   using Chunk = MmaChunk<D>;
   __shared__ float s_m[kMmaDecodeWarps][HB], s_l[kMmaDecodeWarps][HB];
   __shared__ __align__(16) float s_acc[kMmaDecodeWarps][HB][D];
-  pdl_wait();
-  pdl_launch_dependents();
-
   const int split = blockIdx.x;
   const int group = a.num_qo_heads / a.num_kv_heads;
   const int head_blocks = group / HB;
@@ -116,18 +113,46 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
 
+  // The lengths and the page table are written before the layers run, never by the kernel this
+  // one waits on (the KV store), so they and the first two chunks' cache slots are read while that
+  // kernel finishes (PDL); after the wait the first chunk's loads are issued before q's.
   const int seq_len = a.seq_lens[r];
   int k_begin, k_end;
   split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
   const int row = a.qo_indptr[r];
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
+  const auto* kc = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + 16 * t;
+  const auto* vc = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + (D / 8) * g;
+  // The cache slot of key `pos` (-1 past the split's end); lanes 0-15 look up the chunk's keys.
+  auto chunk_slot = [&](int chunk) -> int64_t {
+    const int pos = chunk + lane % kMmaDecodeKeys;
+    return pos < k_end ? pages.slot(pos) : -1;
+  };
+  constexpr int kStep = kMmaDecodeWarps * kMmaDecodeKeys;
+  int chunk = k_begin + warp * kMmaDecodeKeys;
+  const int64_t first_slot = chunk < k_end ? chunk_slot(chunk) : -1;
+  int64_t next_slot = chunk + kStep < k_end ? chunk_slot(chunk + kStep) : -1;
+  pdl_wait();
+  pdl_launch_dependents();
+
   if (k_begin >= k_end) {  // uniform for the block, before any barrier
     if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
     if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
     return;
   }
-  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
-  const auto* kc = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + 16 * t;
-  const auto* vc = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + (D / 8) * g;
+  auto load_chunk = [&](int64_t my_slot, Chunk& c) {
+    const int64_t ks0 = __shfl_sync(0xffffffffu, my_slot, g), ks1 = __shfl_sync(0xffffffffu, my_slot, g + 8);
+    load_bytes<Chunk::kKBytes, 64>(ks0 >= 0 ? kc + ks0 * a.k_ts : nullptr, c.k[0]);
+    load_bytes<Chunk::kKBytes, 64>(ks1 >= 0 ? kc + ks1 * a.k_ts : nullptr, c.k[1]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
+      const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
+      load_bytes<Chunk::kVBytes>(vs >= 0 ? vc + vs * a.v_ts : nullptr, c.v[j]);
+    }
+  };
+  Chunk cur;
+  if (chunk < k_end) load_chunk(first_slot, cur);
 
   // Q^T as B fragments: k-step s (word s of the lane's K bytes: piece t + 4 (s / 4), word s % 4),
   // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as f16 hi and
@@ -153,29 +178,6 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   for (int i = 0; i < MT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // heads 2t, 2t + 1 (l: this lane's keys)
 
-  // The cache slot of key `pos` (-1 past the split's end); lanes 0-15 look up the chunk's keys.
-  auto chunk_slot = [&](int chunk) -> int64_t {
-    const int pos = chunk + lane % kMmaDecodeKeys;
-    return pos < k_end ? pages.slot(pos) : -1;
-  };
-  auto load_chunk = [&](int64_t my_slot, Chunk& c) {
-    const int64_t ks0 = __shfl_sync(0xffffffffu, my_slot, g), ks1 = __shfl_sync(0xffffffffu, my_slot, g + 8);
-    load_bytes<Chunk::kKBytes, 64>(ks0 >= 0 ? kc + ks0 * a.k_ts : nullptr, c.k[0]);
-    load_bytes<Chunk::kKBytes, 64>(ks1 >= 0 ? kc + ks1 * a.k_ts : nullptr, c.k[1]);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
-      const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
-      load_bytes<Chunk::kVBytes>(vs >= 0 ? vc + vs * a.v_ts : nullptr, c.v[j]);
-    }
-  };
-
-  constexpr int kStep = kMmaDecodeWarps * kMmaDecodeKeys;
-  int chunk = k_begin + warp * kMmaDecodeKeys;
-  Chunk cur;
-  int64_t next_slot = chunk < k_end ? chunk_slot(chunk) : -1;
-  if (chunk < k_end) load_chunk(next_slot, cur);
-  next_slot = chunk + kStep < k_end ? chunk_slot(chunk + kStep) : -1;
   for (; chunk < k_end; chunk += kStep) {
     Chunk nxt;
     const bool more = chunk + kStep < k_end;  // uniform for the warp
