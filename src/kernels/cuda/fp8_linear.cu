@@ -8,12 +8,11 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -488,10 +487,7 @@ bool cublaslt_fp8_gemm(int device, const uint8_t* q, int64_t m, const Fp8Weight&
 // RADIXLM_FP8_LT_SCALES=0 in the environment keeps the scales out of cuBLASLt (the unscaled product
 // and the epilogue pass), the reference for the outer-vector path's speed.
 bool lt_scales_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("RADIXLM_FP8_LT_SCALES");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = env_switch_on("RADIXLM_FP8_LT_SCALES");
   return on;
 }
 

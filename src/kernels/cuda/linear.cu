@@ -3,10 +3,9 @@
 #include <cublas_v2.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemv.cuh"
@@ -83,10 +82,7 @@ cudaDataType_t cuda_type(DType dtype) {
 
 // RADIXLM_LINEAR_GEMV=0 in the environment starts with the GEMV path off.
 std::atomic<bool>& gemv_flag() {
-  static std::atomic<bool> flag([] {
-    const char* e = std::getenv("RADIXLM_LINEAR_GEMV");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }());
+  static std::atomic<bool> flag(env_switch_on("RADIXLM_LINEAR_GEMV"));
   return flag;
 }
 

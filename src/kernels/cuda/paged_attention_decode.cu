@@ -18,11 +18,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <mutex>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/decode_mma_fp8_kernel.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
@@ -243,10 +242,7 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int heads_per_block, int num
 // FP8 caches of head_dim 64 / 128 take the tensor-core kernel (decode_mma_fp8_kernel.cuh) on sm_80+ unless
 // RADIXLM_FP8_DECODE_MMA=0 is in the environment (the vectorised kernel: the reference for its speed).
 bool fp8_decode_mma() {
-  static const bool on = [] {
-    const char* e = std::getenv("RADIXLM_FP8_DECODE_MMA");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }();
+  static const bool on = env_switch_on("RADIXLM_FP8_DECODE_MMA");
   return on;
 }
 
