@@ -12,7 +12,8 @@
 #   RLM (binary, default build-gpu/radixlm, else build/radixlm), MODEL (default configs/llama-3.1-8b),
 #   INPUT (prompt tokens, 512), STEPS (output tokens, 32), DEVICE (cuda), TIMEOUT (seconds per run, 90).
 # Output: the table on stdout and $OUT/decode_ab.txt; every run's log under $OUT. A run that fails
-# or prints no step is reported as such and makes the script exit 1.
+# or prints no step is reported as such and makes the script exit 1; malformed VARIANTS, BATCHES or
+# ROUNDS exit 2 before anything runs.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RLM=${RLM:-$( [ -x "$ROOT/build-gpu/radixlm" ] && echo "$ROOT/build-gpu/radixlm" || echo "$ROOT/build/radixlm" )}
@@ -26,6 +27,14 @@ DEVICE=${DEVICE:-cuda}
 TIMEOUT=${TIMEOUT:-90}
 EXTRA=${EXTRA:-}
 OUT=${OUT:-$ROOT/out/decode_ab}
+for v in $VARIANTS; do
+  [[ $v =~ ^[A-Za-z0-9_.-]+:([A-Za-z_][A-Za-z0-9_]*=[^,]*(,[A-Za-z_][A-Za-z0-9_]*=[^,]*)*)?$ ]] ||
+    { echo "decode_ab: variant '$v' is not label:ENV=VALUE[,ENV=VALUE...] (label: letters, digits, _ . -)" >&2; exit 2; }
+done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "decode_ab: ROUNDS '$ROUNDS' is not a positive integer" >&2; exit 2; }
+for bs in $BATCHES; do
+  [[ $bs =~ ^[1-9][0-9]*$ ]] || { echo "decode_ab: batch size '$bs' is not a positive integer" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 status=0
 declare -A steps  # "batch label" -> step ms of each round, space-separated
