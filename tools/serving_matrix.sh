@@ -4,7 +4,8 @@
 # configuration and runs `radixlm bench serve` over the run list. Prints one row per run — output
 # tok/s, TTFT and ITL (median, p99), median TPOT, failed requests — and the output throughput as a
 # ratio to one-batch decode throughput at the same batch size (the run's concurrency, measured in
-# the same invocation; fixed-concurrency runs over random prompts), and as a ratio to the same engine's
+# the same invocation with the configuration's --quantization / --kv-cache-dtype; fixed-concurrency
+# runs over random prompts), and as a ratio to the same engine's
 # end-to-end rate for one batch of the run's shape (one-batch prefill + output-length decode steps;
 # `e2e`), which counts the prompt work a served request also needs. Results: $OUT/matrix.txt (the table),
 # $OUT/matrix.json, every log and bench JSON under $OUT. docs/perf/serving_matrix.md has the
@@ -102,12 +103,31 @@ tokenizer_args() {
 
 scaled() { python3 -c "import sys; print(max(1, int(round($1 * $SCALE))))"; }
 
-# One-batch decode throughput (tok/s) for batch $2, input $3 of model $1; cached in $OUT.
+# The configuration's flags that change the engine's arithmetic (--quantization, --kv-cache-dtype):
+# the one-batch references take them too, so each ratio compares the same weights and KV cache.
+engine_flags() {
+  local out=() prev=
+  for f in $1; do
+    case "$prev" in --quantization | --kv-cache-dtype) out+=("$prev" "$f") ;; esac
+    case "$f" in --quantization=* | --kv-cache-dtype=*) out+=("$f") ;; esac
+    prev=$f
+  done
+  echo "${out[*]}"
+}
+OB_FLAGS=  # set per configuration below
+
+# One-batch decode throughput (tok/s) for batch $2, input $3 of model $1 (with $OB_FLAGS); cached in $OUT.
+one_batch_log() {
+  local tag=${OB_FLAGS//[^A-Za-z0-9_]/_}
+  echo "$OUT/one_batch_${1//\//_}_b$2_i$3${tag:+_$tag}.log"
+}
 one_batch() {
-  local model=$1 bs=$2 in=$3 log="$OUT/one_batch_${1//\//_}_b$2_i$3.log"
+  local model=$1 bs=$2 in=$3 log
+  log=$(one_batch_log "$1" "$2" "$3")
   if [ ! -s "$log" ]; then
+    # shellcheck disable=SC2086
     timeout "$RUN_TIMEOUT" "$RLM" bench one-batch $(model_args "$model") --device "$DEVICE" --batch-size "$bs" \
-      --input-len "$in" --output-len "$ONE_BATCH_OUTPUT" > "$log" 2>&1
+      --input-len "$in" --output-len "$ONE_BATCH_OUTPUT" $OB_FLAGS > "$log" 2>&1
   fi
   sed -nE 's/^decode step \(.*\): [0-9.]+ ms \(([0-9]+) tok\/s\).*/\1/p' "$log" | head -1
 }
@@ -116,8 +136,8 @@ one_batch() {
 # $4 tokens over one-batch's prefill of the batch (input $3) plus $4 decode steps at its median step
 # time — what `serve` would reach if it ran every request of a wave as one batch. Needs one_batch first.
 one_batch_e2e() {
-  local log="$OUT/one_batch_${1//\//_}_b$2_i$3.log"
-  local pre step
+  local log pre step
+  log=$(one_batch_log "$1" "$2" "$3")
   pre=$(sed -nE 's/^prefill: ([0-9.]+) ms.*/\1/p' "$log" | head -1)
   step=$(sed -nE 's/^decode step \(.*\): ([0-9.]+) ms.*/\1/p' "$log" | head -1)
   [ -n "$pre" ] && [ -n "$step" ] && python3 -c "print($2 * $4 * 1000 / ($pre + $4 * $step))"
@@ -141,6 +161,7 @@ for model in $MODELS; do
     cname=${cfg%%:*}
     flags=${cfg#*:}
     flags=${flags//,/ }
+    OB_FLAGS=$(engine_flags "$flags")
     tag="${model//\//_}_$cname"
     echo "== $model, config $cname ($(( $(date +%s) - T0 ))s)"
     # The one-batch references first (the server holds the GPU afterwards): batch = the run's

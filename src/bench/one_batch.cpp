@@ -186,8 +186,16 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   // chunked prefill; a request samples its first token in the step that completes its prompt.
   std::vector<int32_t> next(static_cast<size_t>(a.batch_size), 0);
   int64_t prefill_steps = 0;
+#ifdef RADIXLM_WITH_CUDA
+  // --profile-prefill: the steps after the first (all of them when there is one).
+  const bool profile_prefill = device.is_cuda() && a.profile_prefill;
+  if (profile_prefill && a.batch_size * a.input_len <= step_tokens) bench::profiler_range(true);
+#endif
   auto t0 = Clock::now();
   for (int64_t b = 0, done = 0; b < a.batch_size;) {
+#ifdef RADIXLM_WITH_CUDA
+    if (profile_prefill && prefill_steps == 1) bench::profiler_range(true);
+#endif
     std::vector<BatchEntry> step;
     std::vector<int64_t> sampled;
     for (int64_t room = step_tokens; room > 0 && b < a.batch_size;) {
@@ -217,6 +225,9 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
     }
     ++prefill_steps;
   }
+#ifdef RADIXLM_WITH_CUDA
+  if (profile_prefill) bench::profiler_range(false);
+#endif
   r.synchronize();
   const double prefill_ms = ms_since(t0);
   // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
@@ -230,7 +241,7 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
 #ifdef RADIXLM_WITH_CUDA
       // The first pass's steps after the first: the profiler's capture range
       // (tools/kernel_breakdown.sh).
-      if (device.is_cuda() && !replay_inputs && s == 1) bench::profiler_range(true);
+      if (device.is_cuda() && !a.profile_prefill && !replay_inputs && s == 1) bench::profiler_range(true);
 #endif
       std::vector<BatchEntry> dec;
       for (int64_t b = 0; b < a.batch_size; ++b) {
@@ -255,7 +266,8 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
       cur = std::move(out);
     }
 #ifdef RADIXLM_WITH_CUDA
-    if (device.is_cuda() && !replay_inputs && a.output_len > 2) bench::profiler_range(false);
+    if (device.is_cuda() && !a.profile_prefill && !replay_inputs && a.output_len > 2)
+      bench::profiler_range(false);
 #endif
     std::sort(times.begin(), times.end());
     return times.empty() ? 0.0 : times[times.size() / 2];

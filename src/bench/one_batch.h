@@ -14,6 +14,10 @@ struct OneBatchArgs {
   int64_t batch_size = 1;
   int64_t input_len = 512;
   int64_t output_len = 32;
+  // CUDA: the profiler's capture range (Nsight Compute --profile-from-start off) covers the prefill
+  // steps after the first (the only one when there is one) instead of the decode steps after the
+  // first (tools/kernel_breakdown.sh, PHASE=prefill).
+  bool profile_prefill = false;
 };
 
 // The model, device and runner settings come from `engine` (its context length defaults to

@@ -17,6 +17,10 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--batch-size", a->run.batch_size, "Requests in the batch")->check(CLI::PositiveNumber);
   s->add_option("--input-len", a->run.input_len, "Prompt tokens per request")->check(CLI::PositiveNumber);
   s->add_option("--output-len", a->run.output_len, "Tokens generated per request")->check(CLI::PositiveNumber);
+  s->add_flag(
+      "--profile-prefill", a->run.profile_prefill,
+      "Open the profiler's capture range around the prefill steps after the first instead of the decode "
+      "steps (tools/kernel_breakdown.sh PHASE=prefill)");
   s->add_option("--max-prefill-tokens", a->engine.max_prefill_tokens,
                 "Most tokens per prefill step: a larger batch prefills in chunks like the server's (0: by GPU "
                 "memory, 8192 on an 80 GB GPU and on the CPU)")

@@ -7,10 +7,11 @@
 //    the only difference is the summation order (and, for FP8, where the per-layer k_scale /
 //    v_scale multiply: the CPU kernel scales each key and value, the GPU kernels the score scale
 //    and the output);
-//  - the tensor-core prefill kernel (bf16/f16 caches): q and the softmax numerators P are rounded to
-//    the cache's type (8 significant bits for bf16, 11 for f16) before the matrix products, so
-//    2e-2 for bf16 and 5e-3 for f16. A float64 simulation of that rounding on these tests' inputs
-//    (q scale up to 4, soft-cap, window) gave 2-3e-3 for bf16 and 3-4e-4 for f16.
+//  - the tensor-core prefill kernel (bf16/f16 caches, and FP8 caches widened exactly to f16): q and
+//    the softmax numerators P are rounded to the cache's 16-bit type (8 significant bits for bf16,
+//    11 for f16 and FP8) before the matrix products, so 2e-2 for bf16 and 5e-3 for f16 and FP8. A
+//    float64 simulation of that rounding on these tests' inputs (q scale up to 4, soft-cap, window)
+//    gave 2-3e-3 for bf16 and 3-4e-4 for f16.
 // The fallback kernels (cache strides not 16-byte aligned) are covered by MisalignedCachesUseFallbacks,
 // every head size (the padded instantiations, split q/k and v sizes) by AllHeadDimsMatchCpu.
 // Timings: --gtest_also_run_disabled_tests --gtest_filter='*Timing*'; `radixlm bench attention`
@@ -202,11 +203,12 @@ Tensor gpu_kernel_out(const Problem& pr, Kernel kernel, int num_kv_splits = 0, i
 double tolerance(const Problem& pr) {
   return pr.k.dtype() == DType::kF32 || pr.k.dtype() == DType::kF8E4M3 ? 1e-4 : 5e-3;
 }
-// The prefill dispatch: the tensor-core kernel for bf16/f16 caches (q and P rounded to 16 bits).
+// The prefill dispatch: the tensor-core kernel for bf16/f16/FP8 caches (q and P rounded to 16 bits).
 double prefill_tolerance(const Problem& pr) {
   switch (pr.k.dtype()) {
     case DType::kBF16: return 2e-2;
-    case DType::kF16: return 5e-3;
+    case DType::kF16:
+    case DType::kF8E4M3: return 5e-3;
     default: return 1e-4;
   }
 }
@@ -278,7 +280,7 @@ TEST(AttentionCuda, PrefillMatchesCpu) {
   int i = 0;
   for (int64_t group : {1, 4, 8}) {
     for (int64_t d : {64, 128, 256}) {
-      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
         const Problem pr = make_problem(rng, mixed_requests(rng), page_sizes[i++ % 3], 2, group, d, dt);
         SCOPED_TRACE(describe(pr));
         const Tensor want = cpu_out(pr);
@@ -402,7 +404,7 @@ TEST(AttentionCuda, TensorCorePrefillVariants) {
   const int64_t page_sizes[] = {1, 16, 64, 24};
   int i = 0;
   for (int64_t d : {64, 128, 256}) {
-    for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF8E4M3}) {
       for (int variant = 0; variant < 4; ++variant) {
         const int32_t fresh = static_cast<int32_t>(rng.randint(300, 700));
         const int32_t ext = static_cast<int32_t>(rng.randint(60, 200));
@@ -426,8 +428,8 @@ TEST(AttentionCuda, TensorCorePrefillVariants) {
 // the other multiples of 16 -- and q/k 192 with v 128, on every cache dtype: the dispatcher, the
 // decode kernels (tensor-core for FP8 at 64 / 128, vectorised for bf16/f16 and the other FP8
 // sizes, scalar for f32 and for misaligned caches, with 1, 5
-// and 3 splits) and the prefill kernels (tensor-core for bf16/f16, FMA for f32, FP8 and
-// misaligned caches), with sliding window / soft-cap, GQA group and page size rotating over the
+// and 3 splits) and the prefill kernels (tensor-core for bf16/f16/FP8, FMA for f32 and misaligned
+// caches), with sliding window / soft-cap, GQA group and page size rotating over the
 // sizes.
 TEST(AttentionCuda, AllHeadDimsMatchCpu) {
   SKIP_WITHOUT_CUDA();

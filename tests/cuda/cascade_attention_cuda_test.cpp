@@ -1,10 +1,10 @@
 // Cascade attention on the GPU against its CPU twins, on fresh random inputs: the partial prefill
-// kernels (key ranges + log-sum-exp; the tensor-core kernel for bf16/f16 caches, the FMA kernel for
-// f32) through ops::paged_attention_partial, with and without a host plan; the merge kernel; and
-// level 1 + level 2 + merge against the single pass. Odd page sizes, GQA ratios 1/4/8, head dims
-// 64/128/256 (the tuned kernels) and every other tested size (16 ... 192, and q/k 192 with v 128:
-// the padded kernels), sliding window and soft-cap, empty key ranges; outputs poisoned with NaN
-// first.
+// kernels (key ranges + log-sum-exp; the tensor-core kernel for bf16/f16 caches and FP8 caches
+// widened to f16 (per-layer k/v scales not 1), the FMA kernel for f32) through ops::paged_attention_partial,
+// with and without a host plan; the merge kernel; and level 1 + level 2 + merge against the single pass. Odd
+// page sizes, GQA ratios 1/4/8, head dims 64/128/256 (the tuned kernels) and every other tested size (16 ...
+// 192, and q/k 192 with v 128: the padded kernels), sliding window and soft-cap, empty key ranges; outputs
+// poisoned with NaN first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,10 +20,12 @@ namespace {
 
 using testing::TestRng;
 
-// rel. L2 of the GPU result vs the CPU twin: the tensor-core kernel rounds q and P to 16 bits.
-double out_tol(DType cache) { return cache == DType::kBF16 ? 2e-2 : cache == DType::kF16 ? 5e-3 : 1e-4; }
+// rel. L2 of the GPU result vs the CPU twin: the tensor-core kernel rounds q and P to 16 bits (f16
+// for f16 and FP8 caches).
+bool f16_products(DType cache) { return cache == DType::kF16 || cache == DType::kF8E4M3; }
+double out_tol(DType cache) { return cache == DType::kBF16 ? 2e-2 : f16_products(cache) ? 5e-3 : 1e-4; }
 // abs tolerance of lse (times max(1, |lse|)).
-double lse_tol(DType cache) { return cache == DType::kBF16 ? 3e-2 : cache == DType::kF16 ? 5e-3 : 1e-5; }
+double lse_tol(DType cache) { return cache == DType::kBF16 ? 3e-2 : f16_products(cache) ? 5e-3 : 1e-5; }
 
 struct Case {
   int64_t page_size, hk, group, d;
@@ -73,6 +75,10 @@ Problem make_problem(TestRng& rng, const Case& c, const std::vector<std::array<i
   pr.p.scale = 1.0f / std::sqrt(static_cast<float>(c.d));
   pr.p.sliding_window = c.window;
   pr.p.logit_soft_cap = c.cap;
+  if (c.cache == DType::kF8E4M3) {  // per-layer scales that are not powers of two
+    pr.p.k_scale = 0.37f;
+    pr.p.v_scale = 1.9f;
+  }
   return pr;
 }
 
@@ -111,7 +117,7 @@ void expect_lse(const Tensor& got, const Tensor& want, double tol, const std::st
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32}) {
+  for (DType dt : {DType::kBF16, DType::kF16, DType::kF32, DType::kF8E4M3}) {
     out.push_back({1, 2, 4, 128, dt, -1, 0.0f});
     out.push_back({16, 1, 8, 64, dt, -1, 0.0f});
     out.push_back({5, 4, 1, 256, dt, -1, 0.0f});

@@ -253,35 +253,43 @@ TEST(OpsCuda, StoreKvCacheMatchesCpuAcrossPageBoundaries) {
   RLM_REQUIRE_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
-  const int64_t page_size = 16, num_pages = 9, slots = page_size * num_pages, heads = 3, head_dim = 17;
-  for (DType src_dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (DType cache_dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-      for (DType loc_dt : {DType::kI32, DType::kI64}) {
-        for (int64_t n : {1, 3, 17, 129}) {
-          SCOPED_TRACE(str(dtype_name(src_dt), "->", dtype_name(cache_dt), " loc ", dtype_name(loc_dt), " n ", n));
-          // Distinct slots, always including both sides of page boundaries and the last slot.
-          std::vector<int64_t> all(static_cast<size_t>(slots));
-          std::iota(all.begin(), all.end(), 0);
-          std::shuffle(all.begin(), all.end(), rng.gen());
-          std::vector<int64_t> must = {15, 16, 31, 32, slots - 1, 0};
-          for (size_t i = 0; i < must.size() && i < static_cast<size_t>(n); ++i) {
-            std::iter_swap(all.begin() + static_cast<int64_t>(i), std::find(all.begin(), all.end(), must[i]));
+  const int64_t page_size = 16, num_pages = 9, slots = page_size * num_pages, heads = 3;
+  // head_dim 17: the scalar kernel; 32: the 4-element one (aligned views).
+  for (int64_t head_dim : {17, 32}) {
+    for (DType src_dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (DType cache_dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+        for (DType loc_dt : {DType::kI32, DType::kI64}) {
+          for (int64_t n : {1, 3, 17, 129}) {
+            SCOPED_TRACE(str(dtype_name(src_dt), "->", dtype_name(cache_dt), " loc ", dtype_name(loc_dt),
+                             " n ", n, " head_dim ", head_dim));
+            // Distinct slots, always including both sides of page boundaries and the last slot.
+            std::vector<int64_t> all(static_cast<size_t>(slots));
+            std::iota(all.begin(), all.end(), 0);
+            std::shuffle(all.begin(), all.end(), rng.gen());
+            std::vector<int64_t> must = {15, 16, 31, 32, slots - 1, 0};
+            for (size_t i = 0; i < must.size() && i < static_cast<size_t>(n); ++i) {
+              std::iter_swap(all.begin() + static_cast<int64_t>(i),
+                             std::find(all.begin(), all.end(), must[i]));
+            }
+            Tensor loc = Tensor::empty({n}, loc_dt);
+            for (int64_t t = 0; t < n; ++t) {
+              if (loc_dt == DType::kI32)
+                loc.at<int32_t>({t}) = static_cast<int32_t>(all[t]);
+              else
+                loc.at<int64_t>({t}) = all[t];
+            }
+            // k, v: views into a fused [n, 3*heads, head_dim] buffer; caches poisoned.
+            const Tensor kv = random_dtype(rng, {n, 3 * heads, head_dim}, src_dt);
+            const Tensor kc = poisoned({slots, heads, head_dim}, cache_dt);
+            const Tensor vc = poisoned({slots, heads, head_dim}, cache_dt);
+            const Tensor gkv = to_gpu(kv), gkc = to_gpu(kc), gvc = to_gpu(vc);
+            ops::store_kv_cache(kv.slice(1, heads, 2 * heads), kv.slice(1, 2 * heads, 3 * heads), kc, vc,
+                                loc);
+            ops::store_kv_cache(gkv.slice(1, heads, 2 * heads), gkv.slice(1, 2 * heads, 3 * heads), gkc, gvc,
+                                to_gpu(loc));
+            EXPECT_EQ(compare_poisoned(to_cpu(gkc), kc, 0.0), "") << "k_cache";
+            EXPECT_EQ(compare_poisoned(to_cpu(gvc), vc, 0.0), "") << "v_cache";
           }
-          Tensor loc = Tensor::empty({n}, loc_dt);
-          for (int64_t t = 0; t < n; ++t) {
-            if (loc_dt == DType::kI32) loc.at<int32_t>({t}) = static_cast<int32_t>(all[t]);
-            else loc.at<int64_t>({t}) = all[t];
-          }
-          // k, v: views into a fused [n, 3*heads, head_dim] buffer; caches poisoned.
-          const Tensor kv = random_dtype(rng, {n, 3 * heads, head_dim}, src_dt);
-          const Tensor kc = poisoned({slots, heads, head_dim}, cache_dt);
-          const Tensor vc = poisoned({slots, heads, head_dim}, cache_dt);
-          const Tensor gkv = to_gpu(kv), gkc = to_gpu(kc), gvc = to_gpu(vc);
-          ops::store_kv_cache(kv.slice(1, heads, 2 * heads), kv.slice(1, 2 * heads, 3 * heads), kc, vc, loc);
-          ops::store_kv_cache(gkv.slice(1, heads, 2 * heads), gkv.slice(1, 2 * heads, 3 * heads), gkc, gvc,
-                              to_gpu(loc));
-          EXPECT_EQ(compare_poisoned(to_cpu(gkc), kc, 0.0), "") << "k_cache";
-          EXPECT_EQ(compare_poisoned(to_cpu(gvc), vc, 0.0), "") << "v_cache";
         }
       }
     }

@@ -36,6 +36,19 @@ __device__ __forceinline__ float load_f32(const __half* p) { return __half2float
 // scale_attention_output), which is exact up to f32 rounding.
 __device__ __forceinline__ float load_f32(const __nv_fp8_e4m3* p) { return static_cast<float>(*p); }
 
+// Two e4m3 values (the low byte first) as f16x2 (low half first), exactly (every e4m3 value is an
+// f16 value), for the tensor-core kernels that read FP8 caches.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+// Eight e4m3 values as eight f16 values, in order.
+__device__ __forceinline__ uint4 e4m3x8_to_f16x8(uint2 b) {
+  return make_uint4(e4m3x2_to_f16x2(b.x), e4m3x2_to_f16x2(b.x >> 16), e4m3x2_to_f16x2(b.y),
+                    e4m3x2_to_f16x2(b.y >> 16));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

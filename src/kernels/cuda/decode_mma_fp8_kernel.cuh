@@ -46,13 +46,6 @@ __device__ __forceinline__ uint32_t transpose_8x8_b16(uint32_t x) {
   return y;
 }
 
-// Two e4m3 values (the low byte first) as f16x2 (low half first), exactly.
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffffu), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-}
-
 // x = hi + lo with hi = f16(x) and lo = f16(x - hi), two f16x2 registers for (x0, x1).
 __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
   const float h0 = __half2float(__float2half_rn(x0)), h1 = __half2float(__float2half_rn(x1));
@@ -94,8 +87,12 @@ struct MmaChunk {
   uint32_t v[4][kVBytes / 4];
 };
 
+// A warp has the next two chunks loading while it computes on one; q's MMA fragments sit in shared
+// memory (read once per k-step) instead of registers, so the second chunk in flight costs no more
+// registers, and 3 blocks per multiprocessor are asked for (72-80 bytes of spills at head_dim 128;
+// with one chunk in flight and q in registers the batch-256 step was 2.5-3.4% slower, docs/perf).
 template <int D, int HB, typename Cap>
-__global__ void __launch_bounds__(kMmaDecodeThreads)
+__global__ void __launch_bounds__(kMmaDecodeThreads, 3)
     decode_mma_fp8_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(HB >= 1 && HB <= 8, "at most 8 heads per block (the MMA's n)");
@@ -104,6 +101,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   using Chunk = MmaChunk<D>;
   __shared__ float s_m[kMmaDecodeWarps][HB], s_l[kMmaDecodeWarps][HB];
   __shared__ __align__(16) float s_acc[kMmaDecodeWarps][HB][D];
+  // Lane's words {q hi (b0, b1), q lo (b0, b1)} of k-step s (the same in every warp).
+  __shared__ uint4 s_q[KS][32];
   const int split = blockIdx.x;
   const int group = a.num_qo_heads / a.num_kv_heads;
   const int head_blocks = group / HB;
@@ -114,8 +113,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   const int g = lane / 4, t = lane % 4;
 
   // The lengths and the page table are written before the layers run, never by the kernel this
-  // one waits on (the KV store), so they and the first two chunks' cache slots are read while that
-  // kernel finishes (PDL); after the wait the first chunk's loads are issued before q's.
+  // one waits on (the KV store), so they and the first three chunks' cache slots are read while
+  // that kernel finishes (PDL); after the wait the first two chunks' loads are issued before q's.
   const int seq_len = a.seq_lens[r];
   int k_begin, k_end;
   split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
@@ -131,7 +130,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   constexpr int kStep = kMmaDecodeWarps * kMmaDecodeKeys;
   int chunk = k_begin + warp * kMmaDecodeKeys;
   const int64_t first_slot = chunk < k_end ? chunk_slot(chunk) : -1;
-  int64_t next_slot = chunk + kStep < k_end ? chunk_slot(chunk + kStep) : -1;
+  const int64_t next_slot = chunk + kStep < k_end ? chunk_slot(chunk + kStep) : -1;
+  int64_t far_slot = chunk + 2 * kStep < k_end ? chunk_slot(chunk + 2 * kStep) : -1;  // two steps ahead
   pdl_wait();
   pdl_launch_dependents();
 
@@ -151,27 +151,30 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       load_bytes<Chunk::kVBytes>(vs >= 0 ? vc + vs * a.v_ts : nullptr, c.v[j]);
     }
   };
-  Chunk cur;
+  Chunk cur, nxt;
   if (chunk < k_end) load_chunk(first_slot, cur);
+  if (chunk + kStep < k_end) load_chunk(next_slot, nxt);
 
   // Q^T as B fragments: k-step s (word s of the lane's K bytes: piece t + 4 (s / 4), word s % 4),
   // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as f16 hi and
-  // lo parts.
-  uint32_t qh[KS][2], ql[KS][2];
-  {
+  // lo parts; warp 0 writes them to s_q for all four warps.
+  if (warp == 0) {
     const float qs = q_prescale<Cap>(a.scale);
     const float* qr = a.q + static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + g) * a.q_hs;
 #pragma unroll
     for (int s = 0; s < KS; ++s) {
       const int kcol = 16 * (t + 4 * (s / 4)) + 4 * (s % 4);
+      uint32_t qh[2], ql[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const float x0 = g < HB ? qr[kcol + 2 * j] * qs : 0.0f;
         const float x1 = g < HB ? qr[kcol + 2 * j + 1] * qs : 0.0f;
-        split_f16x2(x0, x1, qh[s][j], ql[s][j]);
+        split_f16x2(x0, x1, qh[j], ql[j]);
       }
+      s_q[s][lane] = make_uint4(qh[0], qh[1], ql[0], ql[1]);
     }
   }
+  __syncthreads();
   // O^T accumulators, m-tile i: (value column (D/8) g + 2i, heads 2t, 2t + 1), then column + 1.
   float o[MT][4];
 #pragma unroll
@@ -179,10 +182,11 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // heads 2t, 2t + 1 (l: this lane's keys)
 
   for (; chunk < k_end; chunk += kStep) {
-    Chunk nxt;
-    const bool more = chunk + kStep < k_end;  // uniform for the warp
-    if (more) load_chunk(next_slot, nxt);
-    next_slot = chunk + 2 * kStep < k_end ? chunk_slot(chunk + 2 * kStep) : -1;
+    // Uniform for the warp: whether the chunk two steps ahead exists (nxt, one step ahead, is loading).
+    const bool more = chunk + 2 * kStep < k_end;
+    Chunk ahead;
+    if (more) load_chunk(far_slot, ahead);
+    far_slot = chunk + 3 * kStep < k_end ? chunk_slot(chunk + 3 * kStep) : -1;
 
     // S^T [16 keys x 8 heads]: s[0], s[1] = keys g (heads 2t, 2t + 1); s[2], s[3] = key g + 8.
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -191,8 +195,9 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       const uint32_t a0 = e4m3x2_to_f16x2(cur.k[0][st]), a2 = e4m3x2_to_f16x2(cur.k[0][st] >> 16);
       const uint32_t a1 = e4m3x2_to_f16x2(cur.k[1][st]), a3 = e4m3x2_to_f16x2(cur.k[1][st] >> 16);
       const uint32_t kf[4] = {a0, a1, a2, a3};
-      Mma<__half>::mma(s, kf, qh[st][0], qh[st][1]);
-      Mma<__half>::mma(s, kf, ql[st][0], ql[st][1]);
+      const uint4 qf = s_q[st][lane];
+      Mma<__half>::mma(s, kf, qf.x, qf.y);
+      Mma<__half>::mma(s, kf, qf.z, qf.w);
     }
     const bool in0 = chunk + g < k_end, in1 = chunk + g + 8 < k_end;
     s[0] = in0 ? score_log2(cap, s[0]) : kNegInf;
@@ -254,7 +259,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads)
       Mma<__half>::mma(o[2 * w + 1], vb, ph0, ph1);
       Mma<__half>::mma(o[2 * w + 1], vb, pl0, pl1);
     }
-    if (more) cur = nxt;
+    cur = nxt;  // stale past the split's last chunk, never used then
+    if (more) nxt = ahead;
   }
 
   // The warp's row sums over its lanes of the same t, then the warps meet in shared memory.

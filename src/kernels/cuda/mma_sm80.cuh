@@ -1,5 +1,5 @@
-// Warp-level tensor-core helpers (sm_80 and later, so also sm_90a): 16-byte cp.async with zero
-// fill, ldmatrix (plain and transposed), mma.sync m16n8k16 with bf16 or f16 inputs and f32
+// Warp-level tensor-core helpers (sm_80 and later, so also sm_90a): 16- and 8-byte cp.async with
+// zero fill, ldmatrix (plain and transposed), mma.sync m16n8k16 with bf16 or f16 inputs and f32
 // accumulators, and packing of two floats into one 32-bit operand register. Fragment layouts are
 // those of the PTX ISA ("Matrix Fragments for mma.m16n8k16"): with g = lane / 4, t = lane % 4,
 //   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
@@ -28,6 +28,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst_smem, const void* src, int src_bytes) {
 #ifndef RLM_MMA_UNSUPPORTED
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// 8 bytes (the FP8 caches' 8-column chunks); zero-filled past src_bytes. .ca: .cg takes 16 only.
+__device__ __forceinline__ void cp_async8(void* dst_smem, const void* src, int src_bytes) {
+#ifndef RLM_MMA_UNSUPPORTED
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
                "r"(src_bytes)
                : "memory");
 #else

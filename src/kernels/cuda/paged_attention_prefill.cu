@@ -1,9 +1,11 @@
 // Extend/prefill over a paged KV cache, two kernels:
 //  - prefill_tc_kernel (prefill_tc_kernel.cuh): tensor cores (mma.sync m16n8k16, q rounded to the
-//    cache's 16-bit type, f32 accumulation) for bf16/f16 caches whose base, token and head strides
-//    are 16-byte aligned (contiguous caches always are), on sm_80 and later; head_dim 64/128/256
-//    (q/k and v alike) have their own instantiations, every other size runs the padded ones of
-//    paged_attention_prefill_padded.cu;
+//    cache's 16-bit type, f32 accumulation) for bf16/f16 caches whose base is 16-byte aligned and
+//    whose token and head strides are multiples of 8 elements (contiguous caches always are), on
+//    sm_80 and later; head_dim 64/128/256 (q/k and v alike) have their own instantiations, every
+//    other size runs the padded ones of paged_attention_prefill_padded.cu. FP8 (e4m3) caches with
+//    the same alignment run it too, widened to f16 in shared memory (q and P in f16;
+//    paged_attention_prefill_fp8.cu);
 //  - prefill_kernel below (plain FMA, everything f32): f32 caches and the other cases, at width
 //    64, 128 or 256 (padded_head_dim) with the columns past the call's head sizes masked at run
 //    time (zeros in shared memory, no output past v_head_dim).
@@ -225,21 +227,26 @@ void paged_attention_prefill(const cpu::AttnRows& q, const cpu::AttnRows& k_cach
   DeviceArgs a = make_device_args(q, k_cache, v_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
   a.lse = lse;
   a.lse_ts = lse_token_stride;
-  const bool tc = (k_cache.dtype == DType::kBF16 || k_cache.dtype == DType::kF16) && tc_aligned(k_cache) &&
+  const DType dt = k_cache.dtype;
+  const bool tc = (dt == DType::kBF16 || dt == DType::kF16 || dt == DType::kF8E4M3) && tc_aligned(k_cache) &&
                   tc_aligned(v_cache) && tensor_core_device();
   const int width = padded_head_dim(cfg);
-  if (tc) {
-    if (!tuned_head_dim(cfg)) return launch_tc_padded(k_cache.dtype, a, width, plan.max_qo_len);
+  if (tc && dt == DType::kF8E4M3) {
+    launch_tc_fp8(a, tuned_head_dim(cfg) ? static_cast<int>(cfg.head_dim) : width, !tuned_head_dim(cfg),
+                  plan.max_qo_len);
+  } else if (tc) {
+    if (!tuned_head_dim(cfg)) return launch_tc_padded(dt, a, width, plan.max_qo_len);
     switch (cfg.head_dim) {
-      case 64: return launch_tc_dtype<64, false>(k_cache.dtype, a, plan.max_qo_len);
-      case 128: return launch_tc_dtype<128, false>(k_cache.dtype, a, plan.max_qo_len);
-      default: return launch_tc_dtype<256, false>(k_cache.dtype, a, plan.max_qo_len);
+      case 64: return launch_tc_dtype<64, false>(dt, a, plan.max_qo_len);
+      case 128: return launch_tc_dtype<128, false>(dt, a, plan.max_qo_len);
+      default: return launch_tc_dtype<256, false>(dt, a, plan.max_qo_len);
     }
-  }
-  switch (width) {
-    case 64: launch_dtype<64>(k_cache.dtype, a, plan.max_qo_len); break;
-    case 128: launch_dtype<128>(k_cache.dtype, a, plan.max_qo_len); break;
-    default: launch_dtype<256>(k_cache.dtype, a, plan.max_qo_len); break;
+  } else {
+    switch (width) {
+      case 64: launch_dtype<64>(dt, a, plan.max_qo_len); break;
+      case 128: launch_dtype<128>(dt, a, plan.max_qo_len); break;
+      default: launch_dtype<256>(dt, a, plan.max_qo_len); break;
+    }
   }
   scale_attention_output(k_cache, device_batch, cfg, out, out_token_stride, out_head_stride);
 }

@@ -1,6 +1,6 @@
-// The tensor-core flash-attention extend/prefill kernel over a paged KV cache (bf16 or f16 caches),
-// included by paged_attention_prefill.cu. Grid (ceil(max_qo_len / kRows), num_qo_heads, bs), 128
-// threads (4 warps), dynamic shared memory TcShape<D>::kSmemBytes.
+// The tensor-core flash-attention extend/prefill kernel over a paged KV cache (bf16, f16 or FP8
+// e4m3 caches), included by paged_attention_prefill*.cu. Grid (ceil(max_qo_len / kRows), num_qo_heads, bs),
+// 128 threads (4 warps), dynamic shared memory tc_smem_bytes<D, C>().
 //
 // A block takes kRows consecutive queries of one request and one qo head (the heaviest causal
 // tiles first: blockIdx.x counts from the request's end). Its queries are read as f32, multiplied
@@ -20,7 +20,16 @@
 // shared memory, so S and O are those of the true sizes, and no output column past v_head_dim is
 // written. Padded instantiations always take the kRanges code (a superset: null key ranges and lse
 // behave as in the plain prefill), which halves their number.
+//
+// FP8 (e4m3) caches (C = __nv_fp8_e4m3, T = __half): a tile's raw bytes are gathered with 8-byte
+// cp.async into a staging area, and each thread widens the chunks it copied to f16 (exact) into the
+// 16-bit tile before the block's barrier; the next tile's copies go out right after, so they
+// overlap this tile's products as the two-buffer pipeline of the 16-bit caches does. q and P are
+// rounded to f16 (the f16 cache's precision); k_scale is in the score scale and v_scale applied
+// to the output afterwards (scale_attention_output), as for the other FP8 kernels.
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/mma_sm80.cuh"
@@ -45,18 +54,32 @@ struct TcShape {
   static_assert(kTcThreads % kChunks == 0 && kKeys % (kTcThreads / kChunks) == 0 && kKeys % 16 == 0, "tile shape");
 };
 
+// Dynamic shared memory of prefill_tc_kernel for cache element type C: FP8 caches add the staging
+// area of one raw tile (K and V, one byte a value).
+template <int D, typename C>
+constexpr size_t tc_smem_bytes() {
+  return TcShape<D>::kSmemBytes + (std::is_same_v<C, __nv_fp8_e4m3> ? 2 * size_t{TcShape<D>::kKeys} * D : 0);
+}
+
 // kWindow: sliding window on (a.sliding_window > 0), a compile-time variant like the soft-cap.
 // kRanges: cascade attention's key ranges (a.kv_begin / a.kv_end) and lse output, a separate
 // instantiation so the ordinary prefill's code (and registers) stay as they were.
-template <int D, typename T, bool kWindow, typename Cap, bool kRanges = false, bool kPadded = false>
+// C: the cache's element type, T (or e4m3 with T = f16).
+template <int D, typename T, bool kWindow, typename Cap, bool kRanges = false, bool kPadded = false,
+          typename C = T>
 __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Cap cap) {
   using S = TcShape<D>;
   using M = Mma<T>;
+  constexpr bool kFp8 = std::is_same_v<C, __nv_fp8_e4m3>;
+  static_assert(std::is_same_v<C, T> || (kFp8 && std::is_same_v<T, __half>),
+                "16-bit caches, or e4m3 widened to f16");
   constexpr int kM = S::kM, kKeys = S::kKeys;
   extern __shared__ __align__(16) unsigned char tc_smem[];
   T* s_q = reinterpret_cast<T*>(tc_smem);  // [kRows][D] swizzled
   T* s_k = s_q + S::kRows * D;             // [2][kKeys][D]
   T* s_v = s_k + 2 * kKeys * D;            // [2][kKeys][D]
+  // FP8: one tile's raw K rows, then its V rows ([kKeys][D] bytes each, unswizzled).
+  uint8_t* s_stage = reinterpret_cast<uint8_t*>(s_v + 2 * kKeys * D);
 
   const int r = blockIdx.z, h = blockIdx.y;
   const int qo_begin = a.qo_indptr[r];
@@ -87,15 +110,15 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   const int n_tiles = (k_hi - t_begin + kKeys - 1) / kKeys;  // >= 1
   const int kv_head = h / (a.num_qo_heads / a.num_kv_heads);
   const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
-  const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs;
-  const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs;
+  const C* kc = static_cast<const C*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs;
+  const C* vc = static_cast<const C*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, tq = lane % 4;
   const int wrow = warp * 16 * kM;  // the warp's first row in the block
 
-  // Gathers key tile `tile` into buffer `buf`; rows past k_hi are zero-filled (never NaN). Thread
-  // tid copies column chunk tid % kChunks of rows tid / kChunks + k * kRowsPerPass: all its page
-  // lookups are issued before its copies.
+  // Gathers key tile `tile` into buffer `buf` (FP8: into the staging area); rows past k_hi are
+  // zero-filled (never NaN). Thread tid copies column chunk tid % kChunks of rows tid / kChunks +
+  // k * kRowsPerPass: all its page lookups are issued before its copies.
   constexpr int kRowsPerPass = kTcThreads / S::kChunks;
   constexpr int kPasses = kKeys / kRowsPerPass;
   const int ld_col = (tid % S::kChunks) * 8, ld_row = tid / S::kChunks;
@@ -119,8 +142,28 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
     for (int k = 0; k < kPasses; ++k) {
       const int j = ld_row + k * kRowsPerPass;
       const bool ok_k = slot[k] >= 0 && k_chunk, ok_v = slot[k] >= 0 && v_chunk;
-      cp_async16(dk + swizzle<D>(j, ld_col), ok_k ? kc + slot[k] * a.k_ts + ld_col : kc, ok_k ? 16 : 0);
-      cp_async16(dv + swizzle<D>(j, ld_col), ok_v ? vc + slot[k] * a.v_ts + ld_col : vc, ok_v ? 16 : 0);
+      if constexpr (kFp8) {
+        cp_async8(s_stage + j * D + ld_col, ok_k ? kc + slot[k] * a.k_ts + ld_col : kc, ok_k ? 8 : 0);
+        cp_async8(s_stage + (kKeys + j) * D + ld_col, ok_v ? vc + slot[k] * a.v_ts + ld_col : vc,
+                  ok_v ? 8 : 0);
+      } else {
+        cp_async16(dk + swizzle<D>(j, ld_col), ok_k ? kc + slot[k] * a.k_ts + ld_col : kc, ok_k ? 16 : 0);
+        cp_async16(dv + swizzle<D>(j, ld_col), ok_v ? vc + slot[k] * a.v_ts + ld_col : vc, ok_v ? 16 : 0);
+      }
+    }
+  };
+  // FP8: the staged chunks this thread copied (complete once its copies are waited for), widened
+  // to f16 into buffer `buf`.
+  auto widen_tile = [&](int buf) {
+    T* dk = s_k + buf * kKeys * D;
+    T* dv = s_v + buf * kKeys * D;
+#pragma unroll 1
+    for (int k = 0; k < kPasses; ++k) {  // one row at a time: the O accumulators hold the registers
+      const int j = ld_row + k * kRowsPerPass;
+      const uint2 kb = *reinterpret_cast<const uint2*>(s_stage + j * D + ld_col);
+      const uint2 vb = *reinterpret_cast<const uint2*>(s_stage + (kKeys + j) * D + ld_col);
+      *reinterpret_cast<uint4*>(dk + swizzle<D>(j, ld_col)) = e4m3x8_to_f16x8(kb);
+      *reinterpret_cast<uint4*>(dv + swizzle<D>(j, ld_col)) = e4m3x8_to_f16x8(vb);
     }
   };
   load_tile(0, 0);
@@ -162,7 +205,15 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
 
   for (int it = 0; it < n_tiles; ++it) {
     const int buf = it & 1;
-    if (it + 1 < n_tiles) {
+    if constexpr (kFp8) {
+      // Buffer `buf` was last read in pass it - 2 (the barrier at the end of pass it - 1 is past).
+      cp_async_wait<0>();
+      widen_tile(buf);
+      if (it + 1 < n_tiles) {  // the staging area is free again: the next tile's copies go out
+        load_tile(it + 1, buf ^ 1);
+        cp_async_commit();
+      }
+    } else if (it + 1 < n_tiles) {
       load_tile(it + 1, buf ^ 1);
       cp_async_commit();
       cp_async_wait<1>();
@@ -349,13 +400,15 @@ __global__ void __launch_bounds__(kTcThreads) prefill_tc_kernel(DeviceArgs a, Ca
   }
 }
 
-template <int D, typename T, bool kWindow, bool kPadded, typename Cap>
+template <int D, typename T, bool kWindow, bool kPadded, typename Cap, typename C = T>
 void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
-  auto* kernel = prefill_tc_kernel<D, T, kWindow, Cap, true, kPadded>;
+  auto* kernel = prefill_tc_kernel<D, T, kWindow, Cap, true, kPadded, C>;
   if constexpr (!kPadded) {
-    if (a.kv_begin == nullptr && a.kv_end == nullptr && a.lse == nullptr) kernel = prefill_tc_kernel<D, T, kWindow, Cap>;
+    if (a.kv_begin == nullptr && a.kv_end == nullptr && a.lse == nullptr) {
+      kernel = prefill_tc_kernel<D, T, kWindow, Cap, false, false, C>;
+    }
   }
-  constexpr size_t smem = TcShape<D>::kSmemBytes;
+  constexpr size_t smem = tc_smem_bytes<D, C>();
   RLM_CUDA_ATTN_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((max_qo_len + TcShape<D>::kRows - 1) / TcShape<D>::kRows), a.num_qo_heads,
                   a.batch_size);
@@ -363,15 +416,15 @@ void launch_tc(const DeviceArgs& a, Cap cap, int64_t max_qo_len) {
   RLM_CUDA_ATTN_CHECK(cudaGetLastError());
 }
 
-template <int D, typename T, bool kPadded>
+template <int D, typename T, bool kPadded, typename C = T>
 void launch_tc_variant(const DeviceArgs& a, int64_t max_qo_len) {
   const bool window = a.sliding_window > 0;
   if (a.soft_cap > 0.0f) {
-    if (window) return launch_tc<D, T, true, kPadded>(a, SoftCap{a.soft_cap}, max_qo_len);
-    return launch_tc<D, T, false, kPadded>(a, SoftCap{a.soft_cap}, max_qo_len);
+    if (window) return launch_tc<D, T, true, kPadded, SoftCap, C>(a, SoftCap{a.soft_cap}, max_qo_len);
+    return launch_tc<D, T, false, kPadded, SoftCap, C>(a, SoftCap{a.soft_cap}, max_qo_len);
   }
-  if (window) return launch_tc<D, T, true, kPadded>(a, NoSoftCap{0.0f}, max_qo_len);
-  return launch_tc<D, T, false, kPadded>(a, NoSoftCap{0.0f}, max_qo_len);
+  if (window) return launch_tc<D, T, true, kPadded, NoSoftCap, C>(a, NoSoftCap{0.0f}, max_qo_len);
+  return launch_tc<D, T, false, kPadded, NoSoftCap, C>(a, NoSoftCap{0.0f}, max_qo_len);
 }
 
 template <int D, bool kPadded>
@@ -383,5 +436,9 @@ void launch_tc_dtype(DType dtype, const DeviceArgs& a, int64_t max_qo_len) {
 // The padded instantiations (paged_attention_prefill_padded.cu, a translation unit of its own so
 // that the two compile in parallel): width d = padded_head_dim(...) (64, 128 or 256), bf16/f16.
 void launch_tc_padded(DType dtype, const DeviceArgs& a, int d, int64_t max_qo_len);
+
+// FP8 (e4m3) caches, tuned (d = head_dim = v_head_dim, 64 / 128 / 256) or padded (d =
+// padded_head_dim(...)) instantiations (paged_attention_prefill_fp8.cu, a translation unit of its own).
+void launch_tc_fp8(const DeviceArgs& a, int d, bool padded, int64_t max_qo_len);
 
 }  // namespace rlm::cuda::attn
