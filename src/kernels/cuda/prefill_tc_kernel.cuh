@@ -38,7 +38,8 @@ namespace rlm::cuda::attn {
 
 constexpr int kTcThreads = 128;
 
-// Per head_dim 64 / 128 / 256 (chosen from ptxas reports: no spills, <= 255 registers): 32 / 32 /
+// Per head_dim 64 / 128 / 256 (chosen from ptxas reports, <= 255 registers; the instantiations now
+// spill 0-56 bytes, most of them a few dozen, docs/design/attention_cuda.md): 32 / 32 /
 // 16 query rows per warp (more rows per warp = fewer shared-memory fragment loads and fewer K/V
 // tile loads per FLOP), 64 / 32 / 32 keys per tile (bounds the S registers), Q fragments kept in
 // registers only for 64 (reloaded with ldmatrix per k-step otherwise).
