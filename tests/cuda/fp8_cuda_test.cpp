@@ -1,9 +1,9 @@
 // The CUDA FP8 kernels against their CPU twins on fresh random inputs: activation quantization
 // (bit-exact), the FP8 linear layer on each of its paths (tensor-core GEMV and cuBLASLt: relative
 // L2 5e-4; CUDA-core GEMV and FMA: 1e-5, the same e4m3 products, f32 sums in another order), the
-// FP8 KV store (bit-exact) and paged attention over FP8 caches with per-layer scales (decode and
-// prefill kernels, relative L2 1e-5: k_scale folded into the score scale, v_scale applied to the
-// output).
+// FP8 KV store (bit-exact) and paged attention over FP8 caches with per-layer scales (decode:
+// relative L2 1e-5; prefill, the tensor-core kernel with q and P in f16: 5e-3; k_scale folded into
+// the score scale, v_scale applied to the output).
 #include <gtest/gtest.h>
 
 #include <cmath>
