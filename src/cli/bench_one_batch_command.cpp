@@ -20,7 +20,8 @@ void add_bench_one_batch_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_flag(
       "--profile-prefill", a->run.profile_prefill,
       "Open the profiler's capture range around the prefill steps after the first instead of the decode "
-      "steps (tools/kernel_breakdown.sh PHASE=prefill)");
+      "steps (tools/kernel_breakdown.sh PHASE=prefill; CUDA only, and nothing changes without a profiler "
+      "attached)");
   s->add_option("--max-prefill-tokens", a->engine.max_prefill_tokens,
                 "Most tokens per prefill step: a larger batch prefills in chunks like the server's (0: by GPU "
                 "memory, 8192 on an 80 GB GPU and on the CPU)")
