@@ -126,6 +126,12 @@ void apply_linear(const Linear& l, const Tensor& x, const Tensor& out) {
   }
 }
 
+void apply_silu_and_mul_linear(const Linear& l, const Tensor& gate_up, const Tensor& act, const Tensor& out) {
+  if (l.fp8.defined()) return ops::silu_and_mul_linear(gate_up, act, l.weight, l.bias, out, l.fp8);
+  ops::silu_and_mul(gate_up, act);
+  apply_linear(l, act, out);
+}
+
 void move_linear(Linear& l, Device device) {
   auto move = [&](Tensor& t) {
     if (t.defined()) t = t.contiguous().to(device);

@@ -32,6 +32,12 @@ struct Linear {
 //   x: f32 [m, in_features]; out: f32 [m, out_features].
 void apply_linear(const Linear& l, const Tensor& x, const Tensor& out);
 
+// out = l(silu_and_mul(gate_up)): with an FP8 weight through ops::silu_and_mul_linear (on CUDA the
+// SiLU-and-mul folds into the activation quantization for prefill-sized batches and `act` stays
+// unwritten), else silu_and_mul into act and apply_linear.
+//   gate_up: f32 [m, 2 * in_features]; act: f32 [m, in_features]; out: f32 [m, out_features].
+void apply_silu_and_mul_linear(const Linear& l, const Tensor& gate_up, const Tensor& act, const Tensor& out);
+
 // Moves a Linear's tensors (weight or parts, bias, scales) to `device` (contiguous).
 void move_linear(Linear& l, Device device);
 

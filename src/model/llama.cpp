@@ -146,8 +146,7 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
       hidden_states.copy_(moe_out);
     } else {
       apply_linear(layer.gate_up_proj, hidden_states, gate_up);
-      ops::silu_and_mul(gate_up, act);
-      apply_linear(layer.down_proj, act, hidden_states);
+      apply_silu_and_mul_linear(layer.down_proj, gate_up, act, hidden_states);
       tp_all_reduce(tp_, hidden_states);
     }
   }

@@ -333,9 +333,11 @@ void set_fp8_linear_activations(Fp8Activations mode) { fp8_activations_mode() = 
 
 Fp8Activations fp8_linear_activations() { return fp8_activations_mode(); }
 
-void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
-            const Fp8Scales& scales) {
-  OpCheck c("linear");
+namespace {
+
+// linear()'s checks with an f8e4m3 weight (every message names `c`'s op); returns the bias or null.
+const Tensor* check_fp8_linear(const OpCheck& c, const Tensor& x, const Tensor& weight,
+                               const std::optional<Tensor>& bias, const Tensor& out, const Fp8Scales& scales) {
   c.dtype("weight", weight, {DType::kF8E4M3});
   const Tensor* b = check_linear(c, x, weight, bias, out);
   const int64_t n = weight.size(0), k = weight.size(1);
@@ -360,6 +362,33 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
     if (is.numel() != 1) c.fail_with(str("input_scale ", is.describe(), " must hold one value"));
     c.same_device(x, "input_scale", is);
   }
+  return b;
+}
+
+#ifdef RADIXLM_WITH_CUDA
+cuda::Fp8Weight cuda_fp8_weight(const Tensor& weight, const Fp8Scales& scales) {
+  cuda::Fp8Weight w;
+  w.data = weight.data_ptr();
+  w.n = weight.size(0);
+  w.k = weight.size(1);
+  w.ldw = row_stride(weight);
+  w.scale = scales.weight_scale.data<float>();
+  w.block_n = scales.block_n;
+  w.block_k = scales.block_k;
+  w.input_scale = scales.input_scale.defined() ? scales.input_scale.data<float>() : nullptr;
+  return w;
+}
+#endif
+
+}  // namespace
+
+void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+            const Fp8Scales& scales) {
+  OpCheck c("linear");
+  const Tensor* b = check_fp8_linear(c, x, weight, bias, out, scales);
+  const int64_t n = weight.size(0), k = weight.size(1);
+  const Tensor& ws = scales.weight_scale;
+  const Tensor& is = scales.input_scale;
   const bool quantize_x = fp8_linear_activations() == Fp8Activations::kFp8;
   if (x.device().is_cpu()) {
     cpu::Fp8WeightView w;
@@ -376,16 +405,37 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
   } else if (x.device().is_cuda()) {
     if (!quantize_x) c.fail_with("the f32-activation reference mode (RADIXLM_FP8_ACTIVATIONS=f32) is CPU-only");
     RLM_IF_CUDA(c, x.device(),
-                cuda::Fp8Weight w;
-                w.data = weight.data_ptr(); w.n = n; w.k = k; w.ldw = row_stride(weight);
-                w.scale = ws.data<float>(); w.block_n = scales.block_n; w.block_k = scales.block_k;
-                w.input_scale = is.defined() ? is.data<float>() : nullptr;
-                cuda::fp8_linear(x.device().index, x.data<float>(), x.size(0), row_stride(x), w,
-                                 b ? b->data_ptr() : nullptr, b ? b->dtype() : DType::kF32, out.data<float>(),
-                                 row_stride(out)));
+                cuda::fp8_linear(x.device().index, x.data<float>(), x.size(0), row_stride(x),
+                                 cuda_fp8_weight(weight, scales), b ? b->data_ptr() : nullptr,
+                                 b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out)));
   } else {
     c.not_built(x.device());
   }
+}
+
+void silu_and_mul_linear(const Tensor& gate_up, const Tensor& act, const Tensor& weight,
+                         const std::optional<Tensor>& bias, const Tensor& out, const Fp8Scales& scales) {
+#ifdef RADIXLM_WITH_CUDA
+  if (gate_up.device().is_cuda() && fp8_linear_activations() == Fp8Activations::kFp8) {
+    OpCheck c("silu_and_mul_linear");
+    c.dtype("gate_up", gate_up, {DType::kF32});
+    c.dims("gate_up", gate_up, 2, "[n, 2 * k]");
+    c.unit_last_stride("gate_up", gate_up);
+    c.same_device(gate_up, "act", act);
+    const Tensor* b = check_fp8_linear(c, act, weight, bias, out, scales);
+    if (gate_up.size(0) != act.size(0) || gate_up.size(1) != 2 * act.size(1)) {
+      c.fail_with(str("gate_up ", gate_up.describe(), " must be [n, 2 * k] for act ", act.describe()));
+    }
+    const cuda::Fp8Weight w = cuda_fp8_weight(weight, scales);
+    if (cuda::fp8_linear_silu_and_mul(gate_up.device().index, gate_up.data<float>(), gate_up.size(0),
+                                      row_stride(gate_up), w, b ? b->data_ptr() : nullptr,
+                                      b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out))) {
+      return;
+    }
+  }
+#endif
+  silu_and_mul(gate_up, act);
+  linear(act, weight, bias, out, scales);
 }
 
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {

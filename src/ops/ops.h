@@ -86,6 +86,14 @@ struct Fp8Scales {
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
             const Fp8Scales& scales);
 
+// out = linear(silu_and_mul(gate_up), weight, bias, scales) with an f8e4m3 weight. On CUDA, for
+// per-channel weights and more than 8 rows, the SiLU-and-mul is folded into the activation
+// quantization (cuda::fp8_linear_silu_and_mul: bit-identical, no f32 intermediate) and `act` is
+// not written; elsewhere (the CPU, decode-sized batches, block scales, RADIXLM_FP8_FUSED_SILU=0)
+// silu_and_mul(gate_up, act) then linear(act, ...).   gate_up: f32 [n, 2 * k]; act: f32 [n, k].
+void silu_and_mul_linear(const Tensor& gate_up, const Tensor& act, const Tensor& weight,
+                         const std::optional<Tensor>& bias, const Tensor& out, const Fp8Scales& scales);
+
 enum class Fp8Activations { kFp8, kF32 };
 // Process-wide; starts as kF32 when RADIXLM_FP8_ACTIVATIONS=f32 is set, else kFp8. kF32 is CPU-only.
 void set_fp8_linear_activations(Fp8Activations mode);

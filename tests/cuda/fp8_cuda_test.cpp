@@ -1,12 +1,14 @@
 // The CUDA FP8 kernels against their CPU twins on fresh random inputs: activation quantization
 // (bit-exact), the FP8 linear layer on each of its paths (tensor-core GEMV and cuBLASLt: relative
 // L2 5e-4; CUDA-core GEMV and FMA: 1e-5, the same e4m3 products, f32 sums in another order), the
-// FP8 KV store (bit-exact) and paged attention over FP8 caches with per-layer scales (decode:
-// relative L2 1e-5; prefill, the tensor-core kernel with q and P in f16: 5e-3; k_scale folded into
-// the score scale, v_scale applied to the output).
+// FP8 KV store (bit-exact), SiLU-and-mul folded into the activation quantization (bit-identical to
+// the unfused GPU path) and paged attention over FP8 caches with per-layer scales (decode: relative
+// L2 1e-5; prefill, the tensor-core kernel with q and P in f16: 5e-3; k_scale folded into the score
+// scale, v_scale applied to the output).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "cuda/cuda_test_util.h"
@@ -130,6 +132,47 @@ INSTANTIATE_TEST_SUITE_P(
                                  false},                            // cuBLASLt (>= 128 rows), its own scaling
                       LinearCase{40, 200, 300, 128, false, false},  // FMA, blocks
                       LinearCase{20, 50, 70, 0, false, false}));    // FMA, unaligned
+
+// SiLU-and-mul folded into the activation quantization (ops::silu_and_mul_linear on the GPU):
+// the output bits of silu_and_mul followed by the FP8 linear on the GPU, for prefill-sized row
+// counts (the fused path: `act` stays poisoned) and where it does not apply (8 rows: the GEMV;
+// block scales; k % 4 != 0: `act` is written), dynamic and static activation scales, with and
+// without bias.
+TEST(Fp8Cuda, SiluAndMulFoldedIntoQuantizationIsBitIdentical) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  struct Case {
+    int64_t m, n, k, block;
+    bool static_input, bias, fused;
+  };
+  for (const Case& c : {Case{9, 64, 256, 0, false, false, true}, Case{300, 96, 1024, 0, false, true, true},
+                        Case{64, 128, 14336, 0, false, false, true}, Case{40, 64, 512, 0, true, false, true},
+                        Case{8, 64, 256, 0, false, false, false}, Case{64, 128, 512, 128, false, false, false},
+                        Case{33, 48, 90, 0, false, false, false}}) {
+    SCOPED_TRACE(str("m ", c.m, " n ", c.n, " k ", c.k, " block ", c.block, " static ", c.static_input));
+    ops::Fp8Scales s;
+    s.block_n = s.block_k = c.block;
+    s.weight_scale = testing::to_gpu(random_scales(
+        rng, c.block > 0 ? Shape{(c.n + c.block - 1) / c.block, (c.k + c.block - 1) / c.block} : Shape{c.n}));
+    if (c.static_input) s.input_scale = testing::to_gpu(Tensor::from_vector(std::vector<float>{0.03f}));
+    const Tensor w = testing::to_gpu(random_fp8(rng, {c.n, c.k}));
+    const Tensor gate_up = testing::to_gpu(testing::random_normal(rng, {c.m, 2 * c.k}, 3.0f));
+    std::optional<Tensor> bias;
+    if (c.bias) bias = testing::to_gpu(testing::random_normal(rng, {c.n}));
+    Tensor act = Tensor::empty({c.m, c.k}, DType::kF32, testing::gpu());
+    Tensor want = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
+    ops::silu_and_mul(gate_up, act);
+    ops::linear(act, w, bias, want, s);
+    const Tensor act2 = testing::to_gpu(testing::poisoned({c.m, c.k}, DType::kF32));
+    Tensor got = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
+    ops::silu_and_mul_linear(gate_up, act2, w, bias, got, s);
+    const Tensor g = testing::to_cpu(got), e = testing::to_cpu(want);
+    ASSERT_EQ(std::memcmp(g.data_ptr(), e.data_ptr(), e.nbytes()), 0);
+    const Tensor a2 = testing::to_cpu(act2);
+    EXPECT_EQ(std::isnan(a2.data<float>()[0]), c.fused) << "act written: " << !std::isnan(a2.data<float>()[0]);
+  }
+}
 
 // Every tested head size (the tuned 128, padded ones, q/k 192 with v 128): the FP8 KV store is
 // bit-exact and the attention kernels that FP8 caches take (decode: the tensor-core kernel at

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -193,6 +194,29 @@ TEST(Fp8Linear, RejectsBadScales) {
   s.block_k = 32;
   s.input_scale = Tensor::from_vector(std::vector<float>{1.0f});
   EXPECT_THROW(ops::linear(x, w, std::nullopt, out, s), Error);  // static input scale with blocks
+}
+
+// ops::silu_and_mul_linear on the CPU: silu_and_mul into act, then the FP8 linear (the fused
+// quantization is CUDA's; tests/cuda/fp8_cuda_test.cpp holds it to these bits on the GPU).
+TEST(Fp8Linear, SiluAndMulLinearIsSiluAndMulThenLinear) {
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t m = 12, n = 20, k = 48;
+  Tensor w = Tensor::empty({n, k}, DType::kF8E4M3);
+  w.copy_(testing::random_normal(rng, {n, k}, 60.0f));
+  ops::Fp8Scales s;
+  s.weight_scale = testing::random_normal(rng, {n}, 0.01f);
+  const Tensor gate_up = testing::random_normal(rng, {m, 2 * k}, 3.0f);
+  const Tensor bias = testing::random_normal(rng, {n});
+  Tensor act = Tensor::empty({m, k}, DType::kF32), want = Tensor::empty({m, n}, DType::kF32);
+  ops::silu_and_mul(gate_up, act);
+  ops::linear(act, w, bias, want, s);
+  Tensor act2 = Tensor::zeros({m, k}, DType::kF32), got = Tensor::empty({m, n}, DType::kF32);
+  ops::silu_and_mul_linear(gate_up, act2, w, bias, got, s);
+  ASSERT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), want.nbytes()), 0);
+  ASSERT_EQ(std::memcmp(act2.data_ptr(), act.data_ptr(), act.nbytes()), 0);
+  // A gate_up that is not [m, 2 * k] is an error naming the op.
+  EXPECT_THROW(ops::silu_and_mul_linear(testing::random_normal(rng, {m, k}), act2, w, bias, got, s), Error);
 }
 
 // ---- FP8 KV cache ----

@@ -4,12 +4,13 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/silu.cuh"
 
 namespace rlm::cuda {
 namespace {
 
 struct Silu {
-  __device__ float operator()(float g) const { return g / (1.0f + expf(-g)); }
+  __device__ float operator()(float g) const { return silu_f32(g); }
 };
 
 // PyTorch's GeluType::Tanh in f32 (kernels/cpu/activation.cpp).

@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/silu.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -68,7 +69,11 @@ __global__ void quantize_rows_kernel(const float* x, int64_t k, int64_t ldx, int
 // The same for one group per row (per-token scales) with 16-byte aligned rows of k % 4 == 0 and
 // k <= kQuantVecThreads * 4 * kQuantVecPer: one block per row; every load of a thread is issued
 // before the reduction, the row stays in registers, four codes are stored per 4-byte word.
+// kSiluMul: x rows are [gate | up] (2k wide) and the quantized row is silu(gate) * up, computed as
+// silu_and_mul computes it (silu_f32, then the product): the codes and scales of silu_and_mul
+// followed by this kernel, without the f32 row in memory.
 constexpr int kQuantVecThreads = 512, kQuantVecPer = 8;
+template <bool kSiluMul = false>
 __global__ void __launch_bounds__(kQuantVecThreads)
     quantize_rows_vec_kernel(const float* x, int64_t k, int64_t ldx, const float* static_scale, uint8_t* q,
                              float* scales) {
@@ -78,10 +83,25 @@ __global__ void __launch_bounds__(kQuantVecThreads)
   const float4* xr = reinterpret_cast<const float4*>(x + i * ldx);
   float4 v[kQuantVecPer];
   float amax = 0.0f;
+  if constexpr (kSiluMul) {
+    float4 up[kQuantVecPer];
 #pragma unroll
-  for (int u = 0; u < kQuantVecPer; ++u) {
-    const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kQuantVecThreads;
-    v[u] = c < kv ? xr[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int u = 0; u < kQuantVecPer; ++u) {  // every load first
+      const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kQuantVecThreads;
+      v[u] = c < kv ? xr[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      up[u] = c < kv ? xr[kv + c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kQuantVecPer; ++u) {  // silu(0) * 0 = 0 past the row
+      v[u] = make_float4(silu_f32(v[u].x) * up[u].x, silu_f32(v[u].y) * up[u].y, silu_f32(v[u].z) * up[u].z,
+                         silu_f32(v[u].w) * up[u].w);
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kQuantVecPer; ++u) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kQuantVecThreads;
+      v[u] = c < kv ? xr[c] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
   }
   __shared__ float s_amax[kQuantVecThreads / kWarp];
   float s;
@@ -510,7 +530,7 @@ void launch_quantize(const float* x, int64_t m, int64_t k, int64_t ldx, int64_t 
   const int64_t groups = (k + group - 1) / group;
   if (m == 0 || k == 0) return;
   if (group == k && k % 4 == 0 && ldx % 4 == 0 && aligned16(x) && k <= kQuantVecThreads * 4 * kQuantVecPer) {
-    return launch_pdl(quantize_rows_vec_kernel, dim3(static_cast<unsigned>(m)), dim3(kQuantVecThreads), 0,
+    return launch_pdl(quantize_rows_vec_kernel<>, dim3(static_cast<unsigned>(m)), dim3(kQuantVecThreads), 0,
                       stream, x, k, ldx, static_scale, q, scales);
   }
   launch_pdl(quantize_rows_kernel, dim3(static_cast<unsigned>(m * groups)), dim3(kBlock), 0, stream, x, k,
@@ -545,34 +565,13 @@ const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w, bool bias
   return "fma";
 }
 
-void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Weight& w, const void* bias,
-                DType bias_dtype, float* out, int64_t ldo) {
-  RLM_CHECK(w.block_n >= 0 && w.block_k >= 0 && (w.block_n == 0) == (w.block_k == 0))
-      << "cuda::fp8_linear: block " << w.block_n << " x " << w.block_k;
-  RLM_CHECK(w.block_n == 0 || w.input_scale == nullptr) << "cuda::fp8_linear: block scales take dynamic activations";
-  if (m == 0 || w.n == 0) return;
-  CudaContext& ctx = CudaContext::get(device);
-  const auto stream = static_cast<cudaStream_t>(ctx.stream());
-  const int64_t k = w.k;
-  if (k == 0) {
-    RLM_CUDA_CHECK(cudaMemset2DAsync(out, static_cast<size_t>(ldo) * 4, 0, static_cast<size_t>(w.n) * 4,
-                                     static_cast<size_t>(m), stream));
-    if (bias != nullptr) {
-      scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, nullptr, nullptr, bias,
-                                                                      bias_dtype);
-      RLM_CUDA_CHECK_LAUNCH();
-    }
-    return;
-  }
-  const int64_t group = w.block_n == 0 ? k : w.block_k;
-  const int64_t groups = (k + group - 1) / group;
-  auto lock = ctx.lock();
-  // Scratch: q [m, k] (rounded up to 16 bytes) then the scales [m, groups].
-  const size_t q_bytes = (static_cast<size_t>(m * k) + 15) / 16 * 16;
-  auto* base = static_cast<uint8_t*>(ctx.scratch(q_bytes + static_cast<size_t>(m * groups) * sizeof(float)));
-  uint8_t* q = base;
-  auto* sx = reinterpret_cast<float*>(base + q_bytes);
-  launch_quantize(x, m, k, ldx, group, w.input_scale, q, sx, stream);
+namespace {
+
+// The product of quantized activations (q [m, w.k] codes, sx [m, groups] scales in the weight's
+// groups) with the weight: the GEMV, cuBLASLt or FMA path (fp8_linear.h).
+void multiply_codes(int device, const uint8_t* q, const float* sx, int64_t m, int64_t groups, int64_t group,
+                    const Fp8Weight& w, const void* bias, DType bias_dtype, float* out, int64_t ldo,
+                    cudaStream_t stream) {
   const ScaleView sv{sx, w.scale, groups, group, w.block_n};
   const auto* wd = static_cast<const uint8_t*>(w.data);
   if (mma_gemv_ok(device, m, w)) {
@@ -604,8 +603,72 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
     }
   }
   const dim3 grid(static_cast<unsigned>((w.n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
-  fp8_fma_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(q, m, k, wd, w.n, w.ldw, sv, bias, bias_dtype, out, ldo);
+  fp8_fma_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(q, m, w.k, wd, w.n, w.ldw, sv, bias, bias_dtype, out, ldo);
   RLM_CUDA_CHECK_LAUNCH();
+}
+
+// Scratch of the context for q [m, k] (rounded up to 16 bytes) then the scales [m, groups].
+struct CodesScratch {
+  uint8_t* q;
+  float* sx;
+};
+CodesScratch codes_scratch(CudaContext& ctx, int64_t m, int64_t k, int64_t groups) {
+  const size_t q_bytes = (static_cast<size_t>(m * k) + 15) / 16 * 16;
+  auto* base = static_cast<uint8_t*>(ctx.scratch(q_bytes + static_cast<size_t>(m * groups) * sizeof(float)));
+  return {base, reinterpret_cast<float*>(base + q_bytes)};
+}
+
+void check_fp8_weight(const Fp8Weight& w) {
+  RLM_CHECK(w.block_n >= 0 && w.block_k >= 0 && (w.block_n == 0) == (w.block_k == 0))
+      << "cuda::fp8_linear: block " << w.block_n << " x " << w.block_k;
+  RLM_CHECK(w.block_n == 0 || w.input_scale == nullptr) << "cuda::fp8_linear: block scales take dynamic activations";
+}
+
+}  // namespace
+
+void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Weight& w, const void* bias,
+                DType bias_dtype, float* out, int64_t ldo) {
+  check_fp8_weight(w);
+  if (m == 0 || w.n == 0) return;
+  CudaContext& ctx = CudaContext::get(device);
+  const auto stream = static_cast<cudaStream_t>(ctx.stream());
+  const int64_t k = w.k;
+  if (k == 0) {
+    RLM_CUDA_CHECK(cudaMemset2DAsync(out, static_cast<size_t>(ldo) * 4, 0, static_cast<size_t>(w.n) * 4,
+                                     static_cast<size_t>(m), stream));
+    if (bias != nullptr) {
+      scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, nullptr, nullptr, bias,
+                                                                      bias_dtype);
+      RLM_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+  const int64_t group = w.block_n == 0 ? k : w.block_k;
+  const int64_t groups = (k + group - 1) / group;
+  auto lock = ctx.lock();
+  const CodesScratch sc = codes_scratch(ctx, m, k, groups);
+  launch_quantize(x, m, k, ldx, group, w.input_scale, sc.q, sc.sx, stream);
+  multiply_codes(device, sc.q, sc.sx, m, groups, group, w, bias, bias_dtype, out, ldo, stream);
+}
+
+bool fp8_linear_silu_and_mul_applies(int64_t m, int64_t ldx, const Fp8Weight& w, const float* gate_up) {
+  static const bool on = env_switch_on("RADIXLM_FP8_FUSED_SILU");
+  return on && m > kFp8GemvMaxRows && w.block_n == 0 && w.k > 0 && w.n > 0 && w.k % 4 == 0 && ldx % 4 == 0 &&
+         aligned16(gate_up) && w.k <= kQuantVecThreads * 4 * kQuantVecPer;
+}
+
+bool fp8_linear_silu_and_mul(int device, const float* gate_up, int64_t m, int64_t ldx, const Fp8Weight& w,
+                             const void* bias, DType bias_dtype, float* out, int64_t ldo) {
+  check_fp8_weight(w);
+  if (!fp8_linear_silu_and_mul_applies(m, ldx, w, gate_up)) return false;
+  CudaContext& ctx = CudaContext::get(device);
+  const auto stream = static_cast<cudaStream_t>(ctx.stream());
+  auto lock = ctx.lock();
+  const CodesScratch sc = codes_scratch(ctx, m, w.k, 1);
+  launch_pdl(quantize_rows_vec_kernel<true>, dim3(static_cast<unsigned>(m)), dim3(kQuantVecThreads), 0, stream,
+             gate_up, w.k, ldx, w.input_scale, sc.q, sc.sx);
+  multiply_codes(device, sc.q, sc.sx, m, 1, w.k, w, bias, bias_dtype, out, ldo, stream);
+  return true;
 }
 
 }  // namespace rlm::cuda

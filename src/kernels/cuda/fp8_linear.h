@@ -39,6 +39,17 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
 
 inline constexpr int64_t kFp8GemvMaxRows = 8;
 
+// fp8_linear of silu(gate) * up for gate_up = [gate | up] f32 [m, 2 * w.k] (row stride ldx), with
+// SiLU-and-mul folded into the activation quantization (one kernel reads gate_up and writes the
+// e4m3 codes; no f32 [m, w.k] intermediate): bit-identical to silu_and_mul followed by fp8_linear.
+// Applies to per-channel weights (per-token activation scales, dynamic or static) for more than
+// kFp8GemvMaxRows rows (prefill and mixed steps; decode keeps its GEMV path), w.k % 4 == 0 and
+// w.k <= 16384, ldx % 4 == 0, gate_up 16-byte aligned, unless RADIXLM_FP8_FUSED_SILU=0; returns
+// false, having done nothing, where it does not apply.
+bool fp8_linear_silu_and_mul_applies(int64_t m, int64_t ldx, const Fp8Weight& w, const float* gate_up);
+bool fp8_linear_silu_and_mul(int device, const float* gate_up, int64_t m, int64_t ldx, const Fp8Weight& w,
+                             const void* bias, DType bias_dtype, float* out, int64_t ldo);
+
 // The activation quantization alone (twin of cpu::quantize_fp8_rows): x f32 [m, k] (ldx) -> q
 // e4m3 [m, k] contiguous and scales f32 [m, ceil(k / group)]; static_scale a device pointer or null.
 void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t ldx, int64_t group,
