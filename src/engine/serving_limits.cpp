@@ -17,8 +17,8 @@ Row row_for(const HardwareInfo& hw) {
   const double gib = static_cast<double>(hw.gpu_memory_bytes) / (1024.0 * 1024.0 * 1024.0);
   if (gib < 20.0) return {2048, 2048, 2048, 32, 128};
   if (gib < 40.0) return {4096, 4096, 2048, 128, 256};
-  if (gib < 100.0) return {8192, 8192, 2048, 256, 512};
-  return {8192, 8192, 2048, 512, 1024};
+  if (gib < 100.0) return {8192, 8192, 512, 256, 512};
+  return {8192, 8192, 512, 512, 1024};
 }
 
 }  // namespace

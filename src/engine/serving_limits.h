@@ -6,13 +6,17 @@
 //   CPU                 2048             8192         8192           -                  64
 //   < 20 GiB            2048             2048         2048           32                 128
 //   < 40 GiB            4096             4096         2048           128                256
-//   < 100 GiB (80 GB)   8192             8192         2048           256                512
-//   >= 100 GiB          8192             8192         2048           512                1024
+//   < 100 GiB (80 GB)   8192             8192         512            256                512
+//   >= 100 GiB          8192             8192         512            512                1024
 //
 // mixed-prefill is the most prompt tokens of a step that also decodes (never above max-prefill):
-// on an H100 (Llama-3.1-8B shape, 256 streams) 2048 instead of 8192 cut the P99 inter-token
-// latency from 239 to 75 ms (128/128) and from 268 to 90 ms (1024/1024) at 1% less throughput
-// (docs/perf/serving_matrix.md); steps without decodes still take max-prefill tokens.
+// on an H100 (Llama-3.1-8B shape, bf16) 2048 instead of 8192 cut the P99 inter-token latency at
+// 256 streams from 239 to 75 ms (128/128) and from 268 to 90 ms (1024/1024) at 1% less
+// throughput, and 512 instead of 2048 cut it at 128 streams from 63.0 to 22.6 ms (2.35x the
+// median ITL) and at 256 streams from 70.8 to 29.8 / 93.2 to 46.0 ms, with throughput within
+// 0.5-2.5% and median TTFT 65 instead of 186 ms at 128/128, but 6.4 instead of 4.4 s for a burst of
+// 256 1,024-token prompts (docs/perf/serving_matrix.md); steps without decodes still take
+// max-prefill tokens.
 //
 // A step carries at most max-prefill-tokens new tokens (decode tokens included), so the profile run
 // that sizes the KV pool (engine/memory_plan.h) plans for that many. The running limit is the cap,
