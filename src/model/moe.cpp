@@ -155,12 +155,8 @@ void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& s, const Tensor&
 }
 
 void move_sparse_moe(SparseMoeBlock& m, Device device) {
-  // The CUDA experts take float weights: block-quantized experts (GGUF) go there dequantized to
-  // f32, the floats alongside them as f32 (one dtype for both projections).
-  if (!device.is_cpu() && (is_quantized(m.w_gate_up.dtype()) || is_quantized(m.w_down.dtype()))) {
-    for (Tensor* t : {&m.w_gate_up, &m.w_down})
-      *t = is_quantized(t->dtype()) ? dequantize(*t) : t->to(DType::kF32);
-  }
+  // Block-quantized experts (GGUF) move in their blocks, as move_linear moves quantized matrices:
+  // the CUDA experts multiply every block type through cuda::quant_linear, like ops::linear.
   for (Tensor* t : {&m.router, &m.w_gate_up, &m.w_down, &m.shared_expert_gate}) {
     if (t->defined()) *t = t->contiguous().to(device);
   }

@@ -23,8 +23,9 @@ struct MoeSpec {
 
 struct SparseMoeBlock {
   Tensor router;               // [num_experts, hidden]
-  Tensor w_gate_up;            // [num_experts, 2 * moe_inter, hidden] (f32/bf16/f16)
-  Tensor w_down;               // [num_experts, hidden, moe_inter] (same dtype)
+  Tensor w_gate_up;            // [num_experts, 2 * moe_inter, hidden] (f32/bf16/f16 or a GGUF block type)
+  Tensor w_down;               // [num_experts, hidden, moe_inter] (w_gate_up's dtype when both are float,
+                               //   else float or its own block type)
   Linear shared_gate_up;       // [2 * shared_inter, hidden] (shared expert only)
   Linear shared_down;          // [hidden, shared_inter]
   Tensor shared_expert_gate;   // [1, hidden] (undefined without a shared expert)
@@ -44,6 +45,7 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& pr
 //   x: f32 [num_tokens, hidden]; out: f32 [num_tokens, hidden] (overwritten, must not overlap x).
 void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& spec, const Tensor& x, const Tensor& out);
 
+// Moves every weight to `device` (contiguous); block-quantized experts keep their block types.
 void move_sparse_moe(SparseMoeBlock& m, Device device);
 
 // The Qwen MoE fields of config.json into `spec` (keeping its defaults for absent ones; errors name

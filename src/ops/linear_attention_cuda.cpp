@@ -162,9 +162,9 @@ void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t m = std::min(chunk, n - t0);
     const std::string error = cuda::moe_experts(
-        dev.index, x.data<float>() + t0 * ldx, ldx, m, hidden, inter, experts, w_gate_up.data_ptr(), w_down.data_ptr(),
-        w_gate_up.dtype(), topk_weights.data<float>() + t0 * top_k, topk_ids.data<int32_t>() + t0 * top_k, top_k, ws,
-        out.data<float>() + t0 * ldo, ldo);
+        dev.index, x.data<float>() + t0 * ldx, ldx, m, hidden, inter, experts, w_gate_up.data_ptr(),
+        w_gate_up.dtype(), w_down.data_ptr(), w_down.dtype(), topk_weights.data<float>() + t0 * top_k,
+        topk_ids.data<int32_t>() + t0 * top_k, top_k, ws, out.data<float>() + t0 * ldo, ldo);
     if (!error.empty()) c.fail_with(t0 == 0 ? error : str(error, " (tokens counted from ", t0, ")"));
   }
 }

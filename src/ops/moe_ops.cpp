@@ -52,13 +52,9 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
   c.contiguous("w_gate_up", w_gate_up);
   const int64_t experts = w_gate_up.size(0), inter = w_gate_up.size(1) / 2;
   if (w_gate_up.size(1) % 2 != 0) c.fail_with(str("w_gate_up ", w_gate_up.describe(), ": dimension 1 must be even"));
-  // Block-quantized experts (CPU): either projection may be quantized, each in its own type.
+  // Block-quantized experts: either projection may be quantized, each in its own type (every GGUF
+  // block type runs on the CPU and on CUDA, as in ops::linear); two float ones share one dtype.
   const bool quantized = is_quantized(w_gate_up.dtype()) || is_quantized(w_down.dtype());
-  if (quantized && !x.device().is_cpu()) {
-    c.fail_with(str("block-quantized experts (", dtype_name(w_gate_up.dtype()), ", ",
-                    dtype_name(w_down.dtype()), ") run on the CPU; dequantize them for ",
-                    x.device().to_string()));
-  }
   if (!is_quantized(w_down.dtype())) {
     c.dtype("w_down", w_down,
             quantized ? std::initializer_list<DType>{DType::kF32, DType::kBF16, DType::kF16}

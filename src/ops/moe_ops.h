@@ -1,6 +1,6 @@
 // ops:: for sparse mixture-of-experts blocks (Qwen3-Next / Qwen2-MoE style): softmax top-k
 // routing and the SiLU-gated experts. Checks at the boundary, dispatch on the device
-// (kernels/cpu/moe.* now; a CUDA twin implements the same signatures).
+// (kernels/cpu/moe.*, and the CUDA twins kernels/cuda/moe.h through ops/linear_attention_cuda.h).
 #pragma once
 
 #include "core/tensor.h"
@@ -21,8 +21,11 @@ void moe_topk_softmax(const Tensor& router_logits, bool renormalize, const Tenso
 //   x: f32 [num_tokens, hidden] (unit last stride)
 //   w_gate_up: f32/bf16/f16 [num_experts, 2 * inter, hidden] (gate_proj rows, then up_proj rows), contiguous
 //   w_down: same dtype [num_experts, hidden, inter], contiguous
-//   On the CPU either may instead be a GGUF block type (each its own: Q4_K_M files store gate/up
-//   as Q4_K and down as Q6_K), multiplied as ops::linear multiplies quantized weights.
+//   Either may instead be a GGUF block type (each its own: Q4_K_M files store gate/up as Q4_K and
+//   down as Q6_K; a float one beside it may then be any of f32/bf16/f16), kept in its blocks and
+//   multiplied as ops::linear multiplies quantized weights, on the CPU and on CUDA alike (CPU:
+//   8-bit activation blocks, or f32 activations in the reference mode; CUDA: the 8-bit GEMV for
+//   experts given <= 8 rows, bf16-dequantized blocks + cuBLAS above: kernels/cuda/quant_matmul.h).
 //   topk_weights: f32 [num_tokens, top_k]; topk_ids: i32 [num_tokens, top_k], each in [0, num_experts)
 //     (an id out of range is an error; a token must not list one expert twice)
 //   out: f32 [num_tokens, hidden] (overwritten; must not overlap x)

@@ -1,8 +1,9 @@
 // CUDA sparse-MoE kernels (twin of kernels/cpu/moe.cpp). Routing: one block per token. Experts:
 // validate + count (one kernel), read the counts back once, group the (token, route) entries per
-// expert in token order (one block per expert, a block-wide scan), gather the rows, one GEMM pair
-// per expert through cuda::linear, SiLU-and-mul over all rows, then each token sums its routes'
-// outputs in increasing expert id, starting from zero, like the CPU.
+// expert in token order (one block per expert, a block-wide scan), gather the rows, one linear pair
+// per expert (float weights through cuda::linear, GGUF block-quantized ones kept in their blocks
+// through cuda::quant_linear, as ops::linear multiplies them), SiLU-and-mul over all rows, then
+// each token sums its routes' outputs in increasing expert id, starting from zero, like the CPU.
 #include "kernels/cuda/moe.h"
 
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/quant_matmul.h"
 
 namespace rlm::cuda {
 namespace {
@@ -188,6 +190,20 @@ __global__ void combine_kernel(const float* y, int64_t hidden, const float* weig
   }
 }
 
+// ys[m, rows] = xs[m, cols] @ expert e's matrix^T, expert e being [rows, cols] of a contiguous
+// stacked [num_experts, rows, cols] tensor of `dtype` (float: cuda::linear; block-quantized:
+// cuda::quant_linear on the expert's rows, each row dtype_nbytes(dtype, cols) bytes).
+void expert_linear(int device, const void* stacked, DType dtype, int64_t e, int64_t rows, int64_t cols,
+                   const float* xs, int64_t m, float* ys) {
+  const size_t row_bytes = dtype_nbytes(dtype, cols);
+  const char* w = static_cast<const char*>(stacked) + static_cast<size_t>(e * rows) * row_bytes;
+  if (is_quantized(dtype)) {
+    quant_linear(device, xs, m, cols, cols, w, dtype, rows, row_bytes, nullptr, DType::kF32, ys, rows);
+  } else {
+    linear(device, xs, m, cols, cols, w, dtype, rows, cols, nullptr, DType::kF32, ys, rows);
+  }
+}
+
 }  // namespace
 
 void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, int64_t num_experts, int64_t top_k,
@@ -204,9 +220,9 @@ void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, in
 }
 
 std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
-                        int64_t num_experts, const void* w_gate_up, const void* w_down, DType w_dtype,
-                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
-                        int64_t ldo) {
+                        int64_t num_experts, const void* w_gate_up, DType gate_up_dtype, const void* w_down,
+                        DType down_dtype, const float* weights, const int32_t* ids, int64_t top_k,
+                        const MoeWorkspace& ws, float* out, int64_t ldo) {
   RLM_CHECK(top_k >= 1 && top_k <= kMaxMoeTopK) << "moe_experts: top_k " << top_k;
   const int64_t entries = n * top_k;
   if (n == 0) return "";
@@ -236,15 +252,12 @@ std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int6
   gather_rows_kernel<<<grid_for(entries * hidden), kBlock, 0, stream>>>(x, ldx, ws.sorted_token, entries, hidden,
                                                                         ws.xs);
   RLM_CUDA_CHECK_LAUNCH();
-  const size_t es = dtype_size(w_dtype);
-  const char* gate_up_base = static_cast<const char*>(w_gate_up);
-  const char* down_base = static_cast<const char*>(w_down);
   int64_t off = 0;
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = counts[e];
     if (m == 0) continue;
-    linear(device, ws.xs + off * hidden, m, hidden, hidden, gate_up_base + static_cast<size_t>(e * 2 * inter * hidden) * es,
-           w_dtype, 2 * inter, hidden, nullptr, DType::kF32, ws.gate_up + off * 2 * inter, 2 * inter);
+    expert_linear(device, w_gate_up, gate_up_dtype, e, 2 * inter, hidden, ws.xs + off * hidden, m,
+                  ws.gate_up + off * 2 * inter);
     off += m;
   }
   silu_and_mul(device, ws.gate_up, entries, inter, 2 * inter, ws.act, inter);
@@ -252,8 +265,7 @@ std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int6
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = counts[e];
     if (m == 0) continue;
-    linear(device, ws.act + off * inter, m, inter, inter, down_base + static_cast<size_t>(e * hidden * inter) * es,
-           w_dtype, hidden, inter, nullptr, DType::kF32, ws.y + off * hidden, hidden);
+    expert_linear(device, w_down, down_dtype, e, hidden, inter, ws.act + off * inter, m, ws.y + off * hidden);
     off += m;
   }
   RLM_CHECK(n <= 0x7fffffff) << "moe_experts: " << n << " tokens";

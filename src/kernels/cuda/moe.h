@@ -1,5 +1,6 @@
 // CUDA twins of kernels/cpu/moe.h (pointers on `device`): softmax top-k routing and the routed
-// SiLU-gated experts (tokens grouped per expert on the device, one cuBLAS GEMM pair per expert).
+// SiLU-gated experts (tokens grouped per expert on the device, one linear pair per expert: cuBLAS
+// for float experts, cuda::quant_linear for GGUF block-quantized ones).
 #pragma once
 
 #include <cstdint>
@@ -30,13 +31,17 @@ struct MoeWorkspace {
 // Validates ids on the device first (each in [0, num_experts), none repeated within a token) and
 // reads the per-expert counts back to the host once (a synchronisation). Returns "" or a message
 // naming the first bad entry (out untouched then).
-//   x: [n, hidden] (row stride ldx); w_gate_up: [num_experts, 2 * inter, hidden]; w_down:
-//   [num_experts, hidden, inter] (both contiguous, w_dtype); weights: f32 [n, top_k];
+//   x: [n, hidden] (row stride ldx); w_gate_up: [num_experts, 2 * inter, hidden] of gate_up_dtype;
+//   w_down: [num_experts, hidden, inter] of down_dtype (both contiguous); weights: f32 [n, top_k];
 //   ids: i32 [n, top_k]; out: [n, hidden] (row stride ldo).
+// Each dtype is f32/bf16/f16 (expert e's matrix through cuda::linear) or a GGUF block type (through
+// cuda::quant_linear on expert e's rows, e * rows * dtype_nbytes(dtype, cols) bytes in: the 8-bit
+// GEMV for experts given <= kQuantGemvMaxRows rows, bf16-dequantized blocks + cuBLAS above);
+// hidden (gate_up) and inter (down) a whole number of blocks of their types.
 std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
-                        int64_t num_experts, const void* w_gate_up, const void* w_down, DType w_dtype,
-                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
-                        int64_t ldo);
+                        int64_t num_experts, const void* w_gate_up, DType gate_up_dtype, const void* w_down,
+                        DType down_dtype, const float* weights, const int32_t* ids, int64_t top_k,
+                        const MoeWorkspace& ws, float* out, int64_t ldo);
 
 // top_k above this is refused by the ops layer (shared-memory staging of one token's routes).
 inline constexpr int64_t kMaxMoeTopK = 64;
