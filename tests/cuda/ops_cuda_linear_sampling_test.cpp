@@ -112,9 +112,10 @@ TEST(OpsCudaLinear, LargerShapeWithBias) {
   check_linear(rng, 77, 1028, 520, DType::kF16, std::nullopt, aligned);
 }
 
-// Small m with 16-bit weights: the GEMV kernel (aligned weight rows, x of m * k 16-bit values in the
-// block's shared memory) and the cuBLAS fallback (misaligned rows, or x too large), both against the
-// CPU twin with the same bound; x and out strided, bias of every dtype or none.
+// Small m with 16-bit weights: the GEMV kernels (aligned weight rows, x of m * k 16-bit values
+// within the shared-memory limit; 3-8 rows with k % 32 == 0 on the tensor cores, the rest on the
+// CUDA cores) and the cuBLAS fallback (misaligned rows, or x too large), all against the CPU twin
+// with the same bound; x and out strided, bias of every dtype or none.
 TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
   RLM_REQUIRE_CUDA();
   ASSERT_TRUE(cuda::linear_gemv_enabled()) << "run without RADIXLM_LINEAR_GEMV=0";
@@ -153,6 +154,11 @@ TEST(OpsCudaLinear, SmallMGemvAndFallbackMatchCpu) {
   check_linear(rng, 8, k_max, 5, DType::kF16, std::nullopt, LinearLayout{1, 0, 8, 0}, true);
   check_linear(rng, 8, k_max + 8, 5, DType::kF16, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
   check_linear(rng, 1, 256, 33, DType::kF32, std::nullopt, LinearLayout{1, 0, 8, 0}, false);
+  // x rows on 16 bytes (row stride k + 4 from column 0): the tensor-core kernel's vector loads of x.
+  for (int64_t m : {1, 3, 8}) {
+    check_linear(rng, m, 4096, 129, DType::kBF16, DType::kF32, LinearLayout{4, 0, 8, 0}, true);
+    check_linear(rng, m, 1024, 40, DType::kF16, std::nullopt, LinearLayout{4, 0, 8, 0}, true);
+  }
 }
 
 TEST(OpsCudaLinear, GemvSwitchSelectsCublas) {

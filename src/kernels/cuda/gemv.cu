@@ -1,10 +1,12 @@
 // Skinny GEMM for decode: out[m, n] = round(x)[m, k] @ W[n, k]^T with m <= 8 and 16-bit W.
-// Each warp owns R consecutive output rows (columns j of out) at a time and streams their weight
-// rows with 16-byte non-allocating loads (8 values), R * U loads in flight per lane; x is rounded
-// to the weight dtype once per block into shared memory ([m][k], 16-byte vectors read
-// conflict-free by consecutive lanes); every lane keeps f32 partial sums for its R x m outputs,
-// reduced by a fixed xor-shuffle tree (deterministic). The grid gives every warp the same number
-// of row groups (balanced tail). No atomics, no allocation: capturable in a CUDA graph.
+// CUDA-core kernel (1-2 rows, and 3-8 where the tensor-core one does not apply): each warp owns R
+// consecutive output rows (columns j of out) at a time and streams their weight rows with 16-byte
+// non-allocating loads (8 values), R * U loads in flight per lane; x is rounded to the weight dtype
+// once per block into shared memory ([m][k], 16-byte vectors read conflict-free by consecutive
+// lanes); every lane keeps f32 partial sums for its R x m outputs, reduced by a fixed xor-shuffle
+// tree (deterministic). The grid gives every warp the same number of row groups (balanced tail).
+// Tensor-core kernel (3-8 rows, sm_80+, k % 32 == 0): gemv_mma_kernel below. No atomics, no
+// allocation: both capturable in a CUDA graph.
 #include "kernels/cuda/gemv.cuh"
 
 #include <array>
@@ -13,6 +15,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/mma_sm80.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 namespace rlm::cuda {
@@ -171,20 +174,108 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   }
 }
 
+// Tensor-core skinny GEMM for 3-8 rows of x (sm_80+, k % 32 == 0): one block of W warps per 8
+// weight rows; the weight rows are the m16n8k16 MMA's n = 8 columns (B) and the rows of x its first
+// 8 of 16 rows (A; rows 8-15 are zero). The 32-column chunks of k go to the warps in turn (chunk c
+// to warp c % W, so a block reads each row's bytes in order), U chunks per round. Lane (g, t) =
+// (lane / 4, lane % 4) loads 16 bytes at columns 32c + 8t of weight row g and the 8 f32 of x row g
+// at the same columns, rounded to T as the CUDA-core kernel rounds them (zero for g >= m); as the
+// sum over k may visit the columns in any order, words 0-1 and 2-3 of those 8 values are the lane's
+// B and A fragments of two MMAs. Products are exact in f32 and summed in f32 by the tensor cores in
+// their order; the warps' sums meet in shared memory in a fixed order. Each warp's first round of
+// weights is read before the PDL wait. The FP8 GEMV's layout (fp8_linear.cu), with no shared-memory
+// copy of x: each lane reads its own x values (through L1).
+// Measured on an H100 (docs/perf/decode_kernels.md, eighth section): 8-row blocks beat 16- and
+// 32-row ones (which read x fewer times) at 2-8 rows, and the CUDA-core kernel stays faster at 1-2.
+template <typename T, int W, int U, bool XVec>
+__global__ void __launch_bounds__(W * 32)
+    gemv_mma_kernel(const float* __restrict__ x, int m, int64_t k, int64_t ldx, const T* __restrict__ w, int64_t n,
+                    int64_t ldw, const void* __restrict__ bias, DType bias_dtype, float* __restrict__ out,
+                    int64_t ldo) {
+  using attn::Mma;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8;
+  const T* wr = w + min(row0 + g, n - 1) * ldw + t * 8;  // rows past n re-read the last
+  const bool has_x = g < m;
+  const float* xr = x + (has_x ? g : 0) * ldx + t * 8;
+  const int64_t chunks = k / 32;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // c0, c1: (x row g, weight rows 2t, 2t + 1); c2, c3: zero rows
+  uint4 vw[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t c = warp + static_cast<int64_t>(u) * W;
+    if (c < chunks) vw[u] = load_stream16(wr + c * 32);
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int64_t c0 = warp; c0 < chunks; c0 += static_cast<int64_t>(U) * W) {
+    uint32_t xa[U][4];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + static_cast<int64_t>(u) * W;
+      float f[8];
+      if (has_x && c < chunks) {
+        const float* src = xr + c * 32;
+        if constexpr (XVec) {
+          const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+          f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) f[e] = src[e];
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) f[e] = 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q) xa[u][q] = Mma<T>::pack(f[2 * q], f[2 * q + 1]);
+      if (c0 != warp && c < chunks) vw[u] = load_stream16(wr + c * 32);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t c = c0 + static_cast<int64_t>(u) * W;
+      if (c >= chunks) break;
+      const uint32_t a_lo[4] = {xa[u][0], 0u, xa[u][1], 0u}, a_hi[4] = {xa[u][2], 0u, xa[u][3], 0u};
+      Mma<T>::mma(acc, a_lo, vw[u].x, vw[u].y);
+      Mma<T>::mma(acc, a_hi, vw[u].z, vw[u].w);
+    }
+  }
+  __shared__ float partial[W][2][32];
+  partial[warp][0][lane] = acc[0];
+  partial[warp][1][lane] = acc[1];
+  __syncthreads();
+  if (warp != 0 || g >= m) return;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float v = partial[0][e][lane];
+#pragma unroll
+    for (int r = 1; r < W; ++r) v += partial[r][e][lane];
+    const int64_t j = row0 + 2 * t + e;
+    if (j < n) out[g * ldo + j] = bias != nullptr ? v + load_bias(bias, bias_dtype, j) : v;
+  }
+}
+
 struct DeviceLimits {
   int sms = 0;
   int smem_optin = 0;
+  int cc = 0;  // compute capability, major * 10 + minor
 };
 
 DeviceLimits device_limits(int device) {
-  static std::array<std::atomic<int>, 64> sms{}, smem{};
+  static std::array<std::atomic<int>, 64> sms{}, smem{}, ccs{};
   RLM_CHECK(device >= 0 && device < 64) << "gemv: device index " << device << " out of range";
-  DeviceLimits d{sms[device].load(std::memory_order_relaxed), smem[device].load(std::memory_order_relaxed)};
-  if (d.sms == 0 || d.smem_optin == 0) {
+  DeviceLimits d{sms[device].load(std::memory_order_relaxed), smem[device].load(std::memory_order_relaxed),
+                 ccs[device].load(std::memory_order_relaxed)};
+  if (d.sms == 0 || d.smem_optin == 0 || d.cc == 0) {
+    int major = 0, minor = 0;
     RLM_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
     RLM_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    d.cc = major * 10 + minor;
     sms[device].store(d.sms, std::memory_order_relaxed);
     smem[device].store(d.smem_optin, std::memory_order_relaxed);
+    ccs[device].store(d.cc, std::memory_order_relaxed);
   }
   return d;
 }
@@ -211,9 +302,31 @@ void launch_m(const float* x, int64_t k, int64_t ldx, const T* w, int64_t n, int
              ldx, w, n, ldw, bias, bias_dtype, out, ldo, iters);
 }
 
+constexpr int kMmaWarps = 4, kMmaUnroll = 4;
+constexpr int64_t kMmaMinRows = 3;  // below, the CUDA-core kernel (one or two rows per warp) is faster
+
+// The tensor-core kernel where it applies (returns false, having launched nothing, elsewhere).
+template <typename T>
+bool launch_mma(const float* x, int64_t m, int64_t k, int64_t ldx, const T* w, int64_t n, int64_t ldw,
+                const void* bias, DType bias_dtype, float* out, int64_t ldo, int cc, cudaStream_t stream) {
+  if (m < kMmaMinRows || cc < 80 || k % 32 != 0) return false;
+  const dim3 grid(static_cast<unsigned>((n + 7) / 8)), block(kMmaWarps * 32);
+  if (ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    launch_pdl(gemv_mma_kernel<T, kMmaWarps, kMmaUnroll, true>, grid, block, 0, stream, x, static_cast<int>(m), k,
+               ldx, w, n, ldw, bias, bias_dtype, out, ldo);
+  } else {
+    launch_pdl(gemv_mma_kernel<T, kMmaWarps, kMmaUnroll, false>, grid, block, 0, stream, x, static_cast<int>(m), k,
+               ldx, w, n, ldw, bias, bias_dtype, out, ldo);
+  }
+  return true;
+}
+
 template <typename T>
 void launch_t(const float* x, int64_t m, int64_t k, int64_t ldx, const T* w, int64_t n, int64_t ldw,
-              const void* bias, DType bias_dtype, float* out, int64_t ldo, int sms, cudaStream_t stream) {
+              const void* bias, DType bias_dtype, float* out, int64_t ldo, const DeviceLimits& d,
+              cudaStream_t stream) {
+  if (launch_mma(x, m, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, d.cc, stream)) return;
+  const int sms = d.sms;
   switch (m) {
 #define RLM_GEMV_CASE(M) \
   case M: return launch_m<T, M>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, stream);
@@ -248,12 +361,12 @@ void gemv_launch(int device, const float* x, int64_t m, int64_t k, int64_t ldx, 
       << dtype_name(weight_dtype) << ")";
   RLM_CHECK(bias == nullptr || bias_dtype == DType::kF32 || bias_dtype == DType::kBF16 || bias_dtype == DType::kF16)
       << "gemv: unsupported bias dtype " << dtype_name(bias_dtype);
-  const int sms = device_limits(device).sms;
+  const DeviceLimits d = device_limits(device);
   if (weight_dtype == DType::kBF16) {
-    launch_t(x, m, k, ldx, static_cast<const __nv_bfloat16*>(weight), n, ldw, bias, bias_dtype, out, ldo, sms,
+    launch_t(x, m, k, ldx, static_cast<const __nv_bfloat16*>(weight), n, ldw, bias, bias_dtype, out, ldo, d,
              stream);
   } else {
-    launch_t(x, m, k, ldx, static_cast<const __half*>(weight), n, ldw, bias, bias_dtype, out, ldo, sms, stream);
+    launch_t(x, m, k, ldx, static_cast<const __half*>(weight), n, ldw, bias, bias_dtype, out, ldo, d, stream);
   }
 }
 

@@ -21,7 +21,8 @@ int64_t gemv_max_smem_bytes(int device);
 bool gemv_supported(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype, int64_t ldw);
 
 // out[i, j] = sum_c round(x[i, c]) * weight[j, c] (+ bias[j]), round = to the weight dtype
-// (nearest-even), products and sums in f32. Requires gemv_supported(...) and n >= 1.
+// (nearest-even), products and sums in f32 (for 3-8 rows on sm_80+ with k % 32 == 0 summed by the
+// tensor cores, in another order). Requires gemv_supported(...) and n >= 1.
 //   x: f32 [m, k] (row stride ldx); weight: [n, k] (row stride ldw); bias: [n] of bias_dtype or
 //   nullptr; out: f32 [m, n] (row stride ldo). Launches one kernel on `stream` (no allocation, no
 //   synchronization: CUDA-graph capturable).
