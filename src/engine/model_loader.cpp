@@ -15,16 +15,17 @@ std::string default_model_path() {
 
 namespace {
 
-// FP8 projections run in the Llama-family decoder (Llama, Mistral, Qwen2, Qwen3) and Gemma 3; not
-// in Qwen3-MoE (its experts take 16-bit or GGUF weights) or Qwen3-Next.
+// FP8 projections run in the Llama-family decoder (Llama, Mistral, Qwen2, Qwen3), Qwen3-MoE (its
+// attention projections and experts; the router stays float) and Gemma 3; not in Qwen3-Next.
 Status check_fp8_architecture(const ModelConfig& config, const std::string& what) {
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                           "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {
+                           "Qwen3MoeForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {
     if (config.architecture == arch) return Status::ok();
   }
   return unimplemented(str(what,
                            " is supported for LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                           "Qwen3ForCausalLM, Gemma3ForCausalLM and Gemma3ForConditionalGeneration, not ",
+                           "Qwen3ForCausalLM, Qwen3MoeForCausalLM, Gemma3ForCausalLM and "
+                           "Gemma3ForConditionalGeneration, not ",
                            config.architecture));
 }
 

@@ -73,19 +73,6 @@ StatusOr<ops::Fp8Scales> load_fp8_scales(WeightSource& ws, const std::string& pr
   return s;
 }
 
-// Quantizes a float weight to f8e4m3 with per-output-channel scales (in place).
-void quantize_fp8(Linear& l) {
-  const Tensor w = l.weight.contiguous();
-  const int64_t n = w.size(0), k = w.size(1);
-  Tensor q = Tensor::empty({n, k}, DType::kF8E4M3);
-  Tensor scale = Tensor::empty({n}, DType::kF32);
-  cpu::quantize_fp8_weight_per_channel(w.data_ptr(), w.dtype(), n, k, k, static_cast<uint8_t*>(q.data_ptr()),
-                                       scale.data<float>());
-  l.weight = q;
-  l.fp8 = ops::Fp8Scales{};
-  l.fp8.weight_scale = scale;
-}
-
 // Stacks the FP8 scales of parts whose weights are stacked in order.
 StatusOr<ops::Fp8Scales> fuse_fp8_scales(const std::vector<std::string>& prefixes, const std::vector<Linear>& parts) {
   ops::Fp8Scales fused;
@@ -167,6 +154,22 @@ StatusOr<Tensor> load_tensor(WeightSource& ws, const std::string& name, const Sh
   return ws.get(name, shape);
 }
 
+Status quantize_linear_fp8(Linear& l, const std::string& name) {
+  if (!is_floating(l.weight.dtype())) {
+    return invalid_argument(str(name, " is ", l.weight.describe(), "; --quantization fp8 needs float weights"));
+  }
+  const Tensor w = l.weight.contiguous();
+  const int64_t n = w.size(0), k = w.size(1);
+  Tensor q = Tensor::empty({n, k}, DType::kF8E4M3);
+  Tensor scale = Tensor::empty({n}, DType::kF32);
+  cpu::quantize_fp8_weight_per_channel(w.data_ptr(), w.dtype(), n, k, k, static_cast<uint8_t*>(q.data_ptr()),
+                                       scale.data<float>());
+  l.weight = q;
+  l.fp8 = ops::Fp8Scales{};
+  l.fp8.weight_scale = scale;
+  return Status::ok();
+}
+
 StatusOr<Linear> load_linear(WeightSource& ws, const std::string& prefix, int64_t out, int64_t in,
                              bool with_bias) {
   Linear l;
@@ -174,10 +177,7 @@ StatusOr<Linear> load_linear(WeightSource& ws, const std::string& prefix, int64_
   if (l.weight.dtype() == DType::kF8E4M3) {
     RLM_ASSIGN_OR_RETURN(l.fp8, load_fp8_scales(ws, prefix, out, in));
   } else if (ws.load_options.quantize_fp8) {
-    if (!is_floating(l.weight.dtype())) {
-      return invalid_argument(str(prefix, ".weight is ", l.weight.describe(), "; --quantization fp8 needs float weights"));
-    }
-    quantize_fp8(l);
+    RLM_RETURN_IF_ERROR(quantize_linear_fp8(l, prefix + ".weight"));
   }
   if (with_bias) {
     RLM_ASSIGN_OR_RETURN(Tensor b, ws.get(prefix + ".bias", {out}));

@@ -60,6 +60,11 @@ StatusOr<Linear> load_fused_linear(WeightSource& ws, const std::vector<std::stri
                                    const std::vector<int64_t>& outs, int64_t in, bool with_bias);
 StatusOr<Tensor> load_tensor(WeightSource& ws, const std::string& name, const Shape& shape);
 
+// Quantizes l's float (f32/bf16/f16) weight to f8e4m3 in place with one scale per output channel,
+// max|w_j| / 448 (l.fp8.weight_scale [out_features]): what load_linear does under
+// ws.load_options.quantize_fp8 (`--quantization fp8`). Other dtypes are an error naming `name`.
+Status quantize_linear_fp8(Linear& l, const std::string& name);
+
 // A zero-centred RMSNorm weight (Qwen3-Next, Gemma3: norm(x) * (1 + w)) as the f32 factor 1 + w,
 // bit-identical to transformers' `1.0 + w.float()`.   name: [n].
 StatusOr<Tensor> load_zero_centred_norm(WeightSource& ws, const std::string& name, int64_t n);

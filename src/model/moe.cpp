@@ -28,6 +28,73 @@ Status get_int_at_least(const json& j, const char* key, int64_t min_value, int64
 // Expert e of a stacked [E, rows, cols] tensor as [rows, cols] (a view).
 Tensor expert(const Tensor& stacked, int64_t e) { return stacked.select(0, e); }
 
+// The FP8 scales of per-expert projections (load_linear's), stacked like their weights (MoeFp8Scales):
+// gate_up [E, 2 * inter] or [E, 2 * inter / block_n, ceil(hidden / block_k)] (gate's grid, then
+// up's), down [E, hidden] or [E, ceil(hidden / block_n), ceil(inter / block_k)].
+//   gate_up: per expert gate then up; down: per expert.
+StatusOr<ops::MoeFp8Scales> stack_expert_fp8_scales(const std::string& p, const std::vector<Linear>& gate_up,
+                                                    const std::vector<Linear>& down, int64_t experts,
+                                                    int64_t inter) {
+  const ops::Fp8Scales& first = gate_up[0].fp8;
+  auto check = [&](const Linear& l, const char* proj, size_t x) -> Status {
+    const std::string name = str(p, ".experts.", x, ".", proj);
+    if (!l.fp8.defined()) {
+      return invalid_argument(str(name, ".weight is ", l.weight.describe(), " beside f8e4m3 experts; every expert "
+                                  "projection of a layer must be f8e4m3 to stack them"));
+    }
+    if (l.fp8.input_scale.defined()) {
+      return unimplemented(str(name, ": static activation scales (input_scale) are not supported for MoE experts "
+                                     "(they take dynamic per-token scales)"));
+    }
+    if (l.fp8.block_n != first.block_n || l.fp8.block_k != first.block_k) {
+      return invalid_argument(str(name, " and ", p, ".experts.0.gate_proj have different FP8 scale layouts; "
+                                  "cannot stack them"));
+    }
+    return Status::ok();
+  };
+  std::vector<Tensor> gate_up_scales, down_scales;
+  for (size_t i = 0; i < gate_up.size(); ++i) {
+    RLM_RETURN_IF_ERROR(check(gate_up[i], i % 2 == 0 ? "gate_proj" : "up_proj", i / 2));
+    gate_up_scales.push_back(gate_up[i].fp8.weight_scale);
+  }
+  for (size_t x = 0; x < down.size(); ++x) {
+    RLM_RETURN_IF_ERROR(check(down[x], "down_proj", x));
+    down_scales.push_back(down[x].fp8.weight_scale);
+  }
+  if (first.block_n > 0 && inter % first.block_n != 0) {
+    return unimplemented(str(p, ".experts: moe_intermediate_size ", inter, " is not a multiple of the FP8 block size ",
+                             first.block_n, " (weight_block_size); the stacked gate/up projection needs whole "
+                             "blocks of gate rows"));
+  }
+  ops::MoeFp8Scales s;
+  s.gate_up.block_n = s.down.block_n = first.block_n;
+  s.gate_up.block_k = s.down.block_k = first.block_k;
+  auto stacked = [experts](const std::vector<Tensor>& parts) {
+    Tensor t = concat_rows(parts);
+    Shape shape = t.shape();
+    shape[0] /= experts;
+    shape.insert(shape.begin(), experts);
+    return t.view(shape);
+  };
+  s.gate_up.weight_scale = stacked(gate_up_scales);
+  s.down.weight_scale = stacked(down_scales);
+  return s;
+}
+
+// Quantizes stacked float experts [E, rows, cols] to f8e4m3 per expert and output channel, as
+// --quantization fp8 quantizes every Linear (quantize_linear_fp8 on the [E * rows, cols] matrix:
+// one scale per row is one per expert and channel); scales [E, rows].
+Status quantize_stacked_experts(Tensor& w, ops::Fp8Scales& scales, const std::string& name) {
+  const int64_t e = w.size(0), rows = w.size(1), cols = w.size(2);
+  Linear l;
+  l.weight = w.contiguous().view({e * rows, cols});
+  RLM_RETURN_IF_ERROR(quantize_linear_fp8(l, name));
+  w = l.weight.view({e, rows, cols});
+  scales = l.fp8;
+  scales.weight_scale = scales.weight_scale.view({e, rows});
+  return Status::ok();
+}
+
 }  // namespace
 
 Status parse_moe_spec(const json& j, int64_t num_layers, MoeSpec* s, std::vector<bool>* is_moe) {
@@ -67,7 +134,12 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
   const int64_t e = s.num_experts, inter = s.moe_intermediate_size;
   SparseMoeBlock m;
   RLM_ASSIGN_OR_RETURN(m.router, ws.get(p + ".gate.weight", {e, hidden}));
+  if (m.router.dtype() == DType::kF8E4M3) {
+    return unimplemented(str(p, ".gate.weight (the router) is f8e4m3; the router takes float or GGUF weights "
+                                "(FP8 checkpoints keep it unquantized)"));
+  }
   std::vector<Tensor> gate_up, down;  // per expert: gate, up rows; down
+  std::vector<Linear> gate_up_fp8, down_fp8;  // per expert, FP8 projections: gate, up; down
   if (ws.has(p + ".experts.gate_proj") && !ws.has(p + ".experts.0.gate_proj.weight")) {
     RLM_ASSIGN_OR_RETURN(Tensor g, ws.get(p + ".experts.gate_proj", {e, inter, hidden}));
     RLM_ASSIGN_OR_RETURN(Tensor u, ws.get(p + ".experts.up_proj", {e, inter, hidden}));
@@ -83,14 +155,21 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
       gate_up.push_back(expert(u, x));
     }
   } else if (ws.has(p + ".experts.0.gate_proj.weight") || !ws.has(p + ".experts.gate_up_proj")) {
+    // Through load_linear: f8e4m3 projections come with their scales (FP8 checkpoints) and, under
+    // --quantization fp8, float ones are quantized per output channel as every Linear is.
     for (int64_t x = 0; x < e; ++x) {
       const std::string q = p + ".experts." + std::to_string(x);
-      RLM_ASSIGN_OR_RETURN(Tensor gw, ws.get(q + ".gate_proj.weight", {inter, hidden}));
-      RLM_ASSIGN_OR_RETURN(Tensor uw, ws.get(q + ".up_proj.weight", {inter, hidden}));
-      RLM_ASSIGN_OR_RETURN(Tensor dw, ws.get(q + ".down_proj.weight", {hidden, inter}));
-      gate_up.push_back(gw);
-      gate_up.push_back(uw);
-      down.push_back(dw);
+      RLM_ASSIGN_OR_RETURN(Linear g, load_linear(ws, q + ".gate_proj", inter, hidden, false));
+      RLM_ASSIGN_OR_RETURN(Linear u, load_linear(ws, q + ".up_proj", inter, hidden, false));
+      RLM_ASSIGN_OR_RETURN(Linear d, load_linear(ws, q + ".down_proj", hidden, inter, false));
+      gate_up.push_back(g.weight);
+      gate_up.push_back(u.weight);
+      down.push_back(d.weight);
+      if (g.fp8.defined() || u.fp8.defined() || d.fp8.defined()) {
+        gate_up_fp8.push_back(std::move(g));
+        gate_up_fp8.push_back(std::move(u));
+        down_fp8.push_back(std::move(d));
+      }
     }
   } else {
     RLM_ASSIGN_OR_RETURN(m.w_gate_up, ws.get(p + ".experts.gate_up_proj", {e, 2 * inter, hidden}));
@@ -108,15 +187,29 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
   }
   if (!gate_up.empty()) m.w_gate_up = concat_rows(gate_up).view({e, 2 * inter, hidden});
   if (!down.empty()) m.w_down = concat_rows(down).view({e, hidden, inter});
+  if (!gate_up_fp8.empty()) {
+    RLM_ASSIGN_OR_RETURN(m.fp8, stack_expert_fp8_scales(p, gate_up_fp8, down_fp8, e, inter));
+  } else if (m.w_gate_up.dtype() == DType::kF8E4M3 || m.w_down.dtype() == DType::kF8E4M3) {
+    return unimplemented(str(p, ".experts: stacked f8e4m3 experts are not supported (FP8 checkpoints store them "
+                                "per expert, experts.E.{gate,up,down}_proj.weight with their scales)"));
+  } else if (ws.load_options.quantize_fp8) {
+    // Stacked float experts (transformers 5.x parameters, dequantized GGUF experts): each expert
+    // quantized per output channel, the scales [num_experts, rows].
+    RLM_RETURN_IF_ERROR(quantize_stacked_experts(m.w_gate_up, m.fp8.gate_up, p + ".experts.gate_up_proj"));
+    RLM_RETURN_IF_ERROR(quantize_stacked_experts(m.w_down, m.fp8.down, p + ".experts.down_proj"));
+  }
+  if (m.fp8.defined() && ws.load_options.tp.active()) {
+    return unimplemented(str(p, ".experts: tensor parallelism does not shard FP8 experts yet (run with --tp 1)"));
+  }
   const bool quantized = is_quantized(m.w_gate_up.dtype()) || is_quantized(m.w_down.dtype());
   if (!quantized && m.w_gate_up.dtype() != m.w_down.dtype()) {
     return invalid_argument(str(p, ".experts: gate/up and down projections have different dtypes (",
                                 dtype_name(m.w_gate_up.dtype()), ", ", dtype_name(m.w_down.dtype()), ")"));
   }
   for (const Tensor* t : {&m.w_gate_up, &m.w_down}) {
-    if (!is_floating(t->dtype()) && !is_quantized(t->dtype())) {
+    if (!is_floating(t->dtype()) && !is_quantized(t->dtype()) && t->dtype() != DType::kF8E4M3) {
       return unimplemented(str(p, ".experts are ", dtype_name(t->dtype()),
-                               "; the MoE experts take f32/bf16/f16 or GGUF block-quantized weights"));
+                               "; the MoE experts take f32/bf16/f16, f8e4m3 or GGUF block-quantized weights"));
     }
   }
   m.w_gate_up = m.w_gate_up.contiguous();
@@ -140,7 +233,7 @@ void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& s, const Tensor&
   Tensor topk_weights = Tensor::empty({n, top_k}, DType::kF32, dev);  // [num_tokens, top_k]
   Tensor topk_ids = Tensor::empty({n, top_k}, DType::kI32, dev);      // [num_tokens, top_k]
   ops::moe_topk_softmax(router_logits, s.norm_topk_prob, topk_weights, topk_ids);
-  ops::moe_experts(x, m.w_gate_up, m.w_down, topk_weights, topk_ids, out);
+  ops::moe_experts(x, m.w_gate_up, m.w_down, topk_weights, topk_ids, out, m.fp8);
   if (!m.shared_expert_gate.defined()) return;
   const int64_t inter = m.shared_gate_up.out_features() / 2;  // this rank's share under tensor parallelism
   Tensor gate_up = Tensor::empty({n, 2 * inter}, DType::kF32, dev);  // [num_tokens, 2 * shared_inter]
@@ -157,7 +250,8 @@ void sparse_moe_forward(const SparseMoeBlock& m, const MoeSpec& s, const Tensor&
 void move_sparse_moe(SparseMoeBlock& m, Device device) {
   // Block-quantized experts (GGUF) move in their blocks, as move_linear moves quantized matrices:
   // the CUDA experts multiply every block type through cuda::quant_linear, like ops::linear.
-  for (Tensor* t : {&m.router, &m.w_gate_up, &m.w_down, &m.shared_expert_gate}) {
+  for (Tensor* t : {&m.router, &m.w_gate_up, &m.w_down, &m.shared_expert_gate, &m.fp8.gate_up.weight_scale,
+                    &m.fp8.down.weight_scale}) {
     if (t->defined()) *t = t->contiguous().to(device);
   }
   move_linear(m.shared_gate_up, device);

@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "model/layers.h"
 #include "model/weight_source.h"
+#include "ops/moe_ops.h"
 
 namespace rlm {
 
@@ -23,9 +24,10 @@ struct MoeSpec {
 
 struct SparseMoeBlock {
   Tensor router;               // [num_experts, hidden]
-  Tensor w_gate_up;            // [num_experts, 2 * moe_inter, hidden] (f32/bf16/f16 or a GGUF block type)
+  Tensor w_gate_up;            // [num_experts, 2 * moe_inter, hidden] (f32/bf16/f16, f8e4m3 or a GGUF block type)
   Tensor w_down;               // [num_experts, hidden, moe_inter] (w_gate_up's dtype when both are float,
                                //   else float or its own block type)
+  ops::MoeFp8Scales fp8;       // f8e4m3 experts (both projections): their stacked scales (undefined otherwise)
   Linear shared_gate_up;       // [2 * shared_inter, hidden] (shared expert only)
   Linear shared_down;          // [hidden, shared_inter]
   Tensor shared_expert_gate;   // [1, hidden] (undefined without a shared expert)
@@ -38,6 +40,12 @@ struct SparseMoeBlock {
 //   stacked apart: experts.gate_proj / experts.up_proj [E, inter, hidden] + experts.down_proj
 //     (GGUF ffn_{gate,up,down}_exps, model/gguf_weights.h);
 // and, with a shared expert, shared_expert.{gate,up,down}_proj and shared_expert_gate.
+// FP8: per-expert f8e4m3 projections load with their scales as load_linear loads them (block
+// `weight_scale_inv`, or per-channel / per-tensor `weight_scale`; no static input_scale), and
+// ws.load_options.quantize_fp8 (`--quantization fp8`) quantizes float experts per expert and output
+// channel; the scales are stacked per expert (ops::MoeFp8Scales; block scales need
+// moe_intermediate_size to be a multiple of block_n). The router stays float. FP8 experts are
+// not sharded for tensor parallelism (an error).
 StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& prefix, const MoeSpec& spec,
                                          int64_t hidden);
 

@@ -54,6 +54,19 @@ cuda::Rows rows_of(const Tensor& t) {
   return r;
 }
 
+// A stacked expert tensor (and its FP8 scales) as the kernels take it.
+cuda::MoeExpertWeights expert_weights(const Tensor& w, const Fp8Scales& fp8) {
+  cuda::MoeExpertWeights e;
+  e.data = w.data_ptr();
+  e.dtype = w.dtype();
+  if (fp8.defined()) {
+    e.fp8_scale = fp8.weight_scale.data<float>();
+    e.block_n = fp8.block_n;
+    e.block_k = fp8.block_k;
+  }
+  return e;
+}
+
 }  // namespace
 
 void cuda_causal_conv1d(const OpChecker& c, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
@@ -142,7 +155,10 @@ void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool
 }
 
 void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out) {
+                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out, const MoeFp8Scales& fp8) {
+  if (fp8.defined() && fp8_linear_activations() == Fp8Activations::kF32) {
+    c.fail_with("the f32-activation reference mode (RADIXLM_FP8_ACTIVATIONS=f32) is CPU-only");
+  }
   const int64_t n = x.size(0), hidden = x.size(1), experts = w_gate_up.size(0), inter = w_gate_up.size(1) / 2;
   const int64_t top_k = topk_ids.size(1);
   if (top_k > cuda::kMaxMoeTopK) c.fail_with(str("top_k = ", top_k, " exceeds ", cuda::kMaxMoeTopK, " on CUDA"));
@@ -159,12 +175,14 @@ void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_
   cuda::MoeWorkspace ws{counts.data<int32_t>(), sorted_token.data<int32_t>(), row_of_entry.data<int32_t>(),
                         xs.data<float>(), gate_up.data<float>(), act.data<float>(), y.data<float>()};
   const int64_t ldx = stride_or(x, 0, hidden), ldo = stride_or(out, 0, hidden);
+  const cuda::MoeExpertWeights gate_up_w = expert_weights(w_gate_up, fp8.gate_up);
+  const cuda::MoeExpertWeights down_w = expert_weights(w_down, fp8.down);
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t m = std::min(chunk, n - t0);
-    const std::string error = cuda::moe_experts(
-        dev.index, x.data<float>() + t0 * ldx, ldx, m, hidden, inter, experts, w_gate_up.data_ptr(),
-        w_gate_up.dtype(), w_down.data_ptr(), w_down.dtype(), topk_weights.data<float>() + t0 * top_k,
-        topk_ids.data<int32_t>() + t0 * top_k, top_k, ws, out.data<float>() + t0 * ldo, ldo);
+    const std::string error =
+        cuda::moe_experts(dev.index, x.data<float>() + t0 * ldx, ldx, m, hidden, inter, experts, gate_up_w, down_w,
+                          topk_weights.data<float>() + t0 * top_k, topk_ids.data<int32_t>() + t0 * top_k, top_k, ws,
+                          out.data<float>() + t0 * ldo, ldo);
     if (!error.empty()) c.fail_with(t0 == 0 ? error : str(error, " (tokens counted from ", t0, ")"));
   }
 }
@@ -195,7 +213,7 @@ void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool
   c.not_built(router_logits.device());
 }
 void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                      const Tensor&) {
+                      const Tensor&, const MoeFp8Scales&) {
   c.not_built(x.device());
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/tensor.h"
 #include "ops/linear_attention_ops.h"
+#include "ops/moe_ops.h"
 #include "ops/op_check.h"
 
 namespace rlm::ops::detail {
@@ -28,7 +29,8 @@ void cuda_sigmoid_mul(const OpChecker& c, const Tensor& x, const Tensor& gate, c
 void cuda_sigmoid_gate_add(const OpChecker& c, const Tensor& x, const Tensor& gate, const Tensor& out);
 void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool renormalize, const Tensor& topk_weights,
                            const Tensor& topk_ids);
+// cuda_moe_experts: `fp8` holds the scales when both expert weights are f8e4m3 (checked by the op).
 void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out);
+                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out, const MoeFp8Scales& fp8);
 
 }  // namespace rlm::ops::detail

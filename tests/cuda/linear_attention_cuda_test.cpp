@@ -29,11 +29,25 @@
 //     and n <= 8 (every expert a GEMV): 2e-3 — the products are exact integers and only f32 summation
 //     order differs (emulated: 4e-7), but that can move a SiLU product across an 8-bit rounding
 //     boundary, one step of one value, when it happens (emulated, 30 seeds: once, 9e-5).
+//   moe_experts with FP8 experts (f8e4m3 codes with scales per expert and output channel, or per
+//     128 x 128 block; hidden 256, inter 128, 16 experts, top 4, n = 1, 5, 37, 300 tokens) against
+//     the CPU's FP8 path (ops::moe_experts with MoeFp8Scales, e4m3 activations): 2e-2. Each expert
+//     runs cuda::fp8_linear, whose activation codes are bit-exact with the CPU's and whose products
+//     are exact; the sums differ in order (FMA kernel, CUDA-core GEMV: ~1e-6) or keep fewer bits
+//     on the FP8 tensor cores (gemv_mma for experts given <= 8 rows, cuBLASLt for per-channel
+//     experts above: ~1.3e-4 rel. L2 per projection, fp8_cuda_test's kTolTensorCore 5e-4). Unlike
+//     one linear, the MoE quantizes the SiLU product again for the down projection: a 1.3e-4
+//     perturbation moves about 2 * 1.3e-4 / (1 / 11) ~ 0.3% of the products across an e4m3
+//     rounding midpoint (one step, ~9% of the value), which is sqrt(3e-3) * 0.09 ~ 5e-3 rel. L2 at
+//     the output; 2e-2 leaves 4x margin, while a wrong expert slice, scale slice or block grid is
+//     off by order 1 (the CPU test pins the CPU path to the per-token FP8 linears at 1e-6, and its
+//     FP8 error against dequantized f32 experts is 4-5%).
 //   moe_topk_softmax: ids identical, weights within 1e-6 absolute.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <numeric>
@@ -66,6 +80,7 @@ constexpr double kBf16Tol = 1e-2;
 constexpr double kQuantTol = 3e-2;      // quantized experts vs the CPU's f32-activation reference
 constexpr double kQuantGemmTol = 1e-2;  // the same, every used expert on the bf16 GEMM (> 8 rows)
 constexpr double kQuantGemvTol = 2e-3;  // 32-value-block experts, <= 8 tokens, vs the CPU's 8-bit path
+constexpr double kFp8MoeTol = 2e-2;     // FP8 experts vs the CPU's FP8 path (header)
 
 Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector(v); }
 
@@ -582,6 +597,67 @@ TEST(MoeCuda, QuantizedExpertsMatchCpu) {
       }
     }
   }
+}
+
+// FP8 experts (cuda::fp8_linear per expert on its slice of the codes and scales) against the CPU's
+// ops::moe_experts on the same tensors (tolerance in the header), per output channel and in
+// 128 x 128 blocks, decode-sized calls (every expert a GEMV) to prefill-sized ones.
+TEST(MoeCuda, Fp8ExpertsMatchCpu) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t hidden = 256, inter = 128, experts = 16, top_k = 4;
+  auto random_fp8 = [&](Shape shape) {
+    Tensor t = Tensor::empty(shape, DType::kF8E4M3);
+    t.copy_(random_normal(rng, shape, 60.0f));
+    return t;
+  };
+  const Tensor gu = random_fp8({experts, 2 * inter, hidden}), dn = random_fp8({experts, hidden, inter});
+  const Tensor ggu = to_gpu(gu), gdn = to_gpu(dn);
+  for (int64_t block : {int64_t{0}, int64_t{128}}) {
+    ops::MoeFp8Scales s;
+    s.gate_up.block_n = s.gate_up.block_k = s.down.block_n = s.down.block_k = block;
+    s.gate_up.weight_scale = block > 0 ? uniform(rng, {experts, 2 * inter / block, hidden / block}, 1e-3, 4e-3)
+                                       : uniform(rng, {experts, 2 * inter}, 1e-3, 4e-3);
+    s.down.weight_scale = block > 0 ? uniform(rng, {experts, hidden / block, inter / block}, 1e-3, 4e-3)
+                                    : uniform(rng, {experts, hidden}, 1e-3, 4e-3);
+    ops::MoeFp8Scales gs = s;
+    gs.gate_up.weight_scale = to_gpu(s.gate_up.weight_scale);
+    gs.down.weight_scale = to_gpu(s.down.weight_scale);
+    for (int64_t n : {1, 5, 37, 300}) {
+      SCOPED_TRACE(str("block ", block, " n ", n));
+      const Tensor x_base = random_normal(rng, {n, hidden + 8});
+      const Tensor cx = x_base.slice(1, 0, hidden), gx = to_gpu(x_base).slice(1, 0, hidden);
+      Tensor w = Tensor::empty({n, top_k}, DType::kF32), ids = Tensor::empty({n, top_k}, DType::kI32);
+      ops::moe_topk_softmax(random_normal(rng, {n, experts}, 2.0f), true, w, ids);
+      Tensor ref = poisoned({n, hidden}, DType::kF32);
+      ops::moe_experts(cx, gu, dn, w, ids, ref, s);
+      Tensor gout = to_gpu(poisoned({n, hidden}, DType::kF32));
+      ops::moe_experts(gx, ggu, gdn, to_gpu(w), to_gpu(ids), gout, gs);
+      const Tensor got = to_cpu(gout);
+      double num = 0, den = 0;
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        const double d = got.data<float>()[i] - ref.data<float>()[i];
+        num += d * d;
+        den += static_cast<double>(ref.data<float>()[i]) * ref.data<float>()[i];
+      }
+      std::printf("[fp8 moe cuda] block %3lld n %3lld: rel L2 vs the CPU FP8 path %.3e\n",
+                  static_cast<long long>(block), static_cast<long long>(n), std::sqrt(num / den));
+      EXPECT_EQ(compare_poisoned(got, ref, kFp8MoeTol), "");
+    }
+  }
+  // The f32-activation reference mode is CPU-only.
+  const Tensor gx = to_gpu(random_normal(rng, {2, hidden}));
+  Tensor gw = to_gpu(Tensor::from_vector(std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}, {2, 2}));
+  Tensor gids = to_gpu(Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3}, {2, 2}));
+  ops::MoeFp8Scales gs;
+  gs.gate_up.weight_scale = to_gpu(uniform(rng, {experts, 2 * inter}, 1e-3, 4e-3));
+  gs.down.weight_scale = to_gpu(uniform(rng, {experts, hidden}, 1e-3, 4e-3));
+  Tensor gout = Tensor::empty({2, hidden}, DType::kF32, gpu());
+  ops::set_fp8_linear_activations(ops::Fp8Activations::kF32);
+  const std::string error = error_of([&] { ops::moe_experts(gx, ggu, gdn, gw, gids, gout, gs); });
+  ops::set_fp8_linear_activations(ops::Fp8Activations::kFp8);
+  EXPECT_NE(error.find("CPU-only"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // validate + count (one kernel), read the counts back once, group the (token, route) entries per
 // expert in token order (one block per expert, a block-wide scan), gather the rows, one linear pair
 // per expert (float weights through cuda::linear, GGUF block-quantized ones kept in their blocks
-// through cuda::quant_linear, as ops::linear multiplies them), SiLU-and-mul over all rows, then
+// through cuda::quant_linear, as ops::linear multiplies them, FP8 ones through cuda::fp8_linear
+// with the expert's scales, as ops::linear with Fp8Scales), SiLU-and-mul over all rows, then
 // each token sums its routes' outputs in increasing expert id, starting from zero, like the CPU.
 #include "kernels/cuda/moe.h"
 
@@ -12,6 +13,7 @@
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/quant_matmul.h"
 
@@ -191,16 +193,30 @@ __global__ void combine_kernel(const float* y, int64_t hidden, const float* weig
 }
 
 // ys[m, rows] = xs[m, cols] @ expert e's matrix^T, expert e being [rows, cols] of a contiguous
-// stacked [num_experts, rows, cols] tensor of `dtype` (float: cuda::linear; block-quantized:
-// cuda::quant_linear on the expert's rows, each row dtype_nbytes(dtype, cols) bytes).
-void expert_linear(int device, const void* stacked, DType dtype, int64_t e, int64_t rows, int64_t cols,
-                   const float* xs, int64_t m, float* ys) {
-  const size_t row_bytes = dtype_nbytes(dtype, cols);
-  const char* w = static_cast<const char*>(stacked) + static_cast<size_t>(e * rows) * row_bytes;
-  if (is_quantized(dtype)) {
-    quant_linear(device, xs, m, cols, cols, w, dtype, rows, row_bytes, nullptr, DType::kF32, ys, rows);
+// stacked [num_experts, rows, cols] tensor (float: cuda::linear; block-quantized: cuda::quant_linear
+// on the expert's rows, each row dtype_nbytes(dtype, cols) bytes; f8e4m3: cuda::fp8_linear on the
+// expert's rows and its slice of the stacked scales).
+void expert_linear(int device, const MoeExpertWeights& w, int64_t e, int64_t rows, int64_t cols, const float* xs,
+                   int64_t m, float* ys) {
+  const size_t row_bytes = dtype_nbytes(w.dtype, cols);
+  const char* data = static_cast<const char*>(w.data) + static_cast<size_t>(e * rows) * row_bytes;
+  if (w.dtype == DType::kF8E4M3) {
+    Fp8Weight f;
+    f.data = data;
+    f.n = rows;
+    f.k = cols;
+    f.ldw = cols;
+    const bool blocks = w.block_n > 0;
+    const int64_t scales_per_expert =
+        blocks ? ((rows + w.block_n - 1) / w.block_n) * ((cols + w.block_k - 1) / w.block_k) : rows;
+    f.scale = w.fp8_scale + e * scales_per_expert;
+    f.block_n = w.block_n;
+    f.block_k = w.block_k;
+    fp8_linear(device, xs, m, cols, f, nullptr, DType::kF32, ys, rows);
+  } else if (is_quantized(w.dtype)) {
+    quant_linear(device, xs, m, cols, cols, data, w.dtype, rows, row_bytes, nullptr, DType::kF32, ys, rows);
   } else {
-    linear(device, xs, m, cols, cols, w, dtype, rows, cols, nullptr, DType::kF32, ys, rows);
+    linear(device, xs, m, cols, cols, data, w.dtype, rows, cols, nullptr, DType::kF32, ys, rows);
   }
 }
 
@@ -220,10 +236,15 @@ void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, in
 }
 
 std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
-                        int64_t num_experts, const void* w_gate_up, DType gate_up_dtype, const void* w_down,
-                        DType down_dtype, const float* weights, const int32_t* ids, int64_t top_k,
-                        const MoeWorkspace& ws, float* out, int64_t ldo) {
+                        int64_t num_experts, const MoeExpertWeights& gate_up, const MoeExpertWeights& down,
+                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
+                        int64_t ldo) {
   RLM_CHECK(top_k >= 1 && top_k <= kMaxMoeTopK) << "moe_experts: top_k " << top_k;
+  for (const MoeExpertWeights* w : {&gate_up, &down}) {
+    RLM_CHECK(w->dtype != DType::kF8E4M3 || w->fp8_scale != nullptr) << "moe_experts: f8e4m3 experts without scales";
+  }
+  RLM_CHECK(gate_up.dtype != DType::kF8E4M3 || gate_up.block_n == 0 || inter % gate_up.block_n == 0)
+      << "moe_experts: block-scaled gate_up with inter " << inter << " not a multiple of block_n " << gate_up.block_n;
   const int64_t entries = n * top_k;
   if (n == 0) return "";
   RLM_CHECK(entries * 4 + 4 <= 0x7fffffff && num_experts <= 0x7fffffff) << "moe_experts: too many entries";
@@ -256,8 +277,7 @@ std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int6
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = counts[e];
     if (m == 0) continue;
-    expert_linear(device, w_gate_up, gate_up_dtype, e, 2 * inter, hidden, ws.xs + off * hidden, m,
-                  ws.gate_up + off * 2 * inter);
+    expert_linear(device, gate_up, e, 2 * inter, hidden, ws.xs + off * hidden, m, ws.gate_up + off * 2 * inter);
     off += m;
   }
   silu_and_mul(device, ws.gate_up, entries, inter, 2 * inter, ws.act, inter);
@@ -265,7 +285,7 @@ std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int6
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = counts[e];
     if (m == 0) continue;
-    expert_linear(device, w_down, down_dtype, e, hidden, inter, ws.act + off * inter, m, ws.y + off * hidden);
+    expert_linear(device, down, e, hidden, inter, ws.act + off * inter, m, ws.y + off * hidden);
     off += m;
   }
   RLM_CHECK(n <= 0x7fffffff) << "moe_experts: " << n << " tokens";

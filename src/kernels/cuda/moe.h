@@ -1,6 +1,7 @@
 // CUDA twins of kernels/cpu/moe.h (pointers on `device`): softmax top-k routing and the routed
 // SiLU-gated experts (tokens grouped per expert on the device, one linear pair per expert: cuBLAS
-// for float experts, cuda::quant_linear for GGUF block-quantized ones).
+// for float experts, cuda::quant_linear for GGUF block-quantized ones, cuda::fp8_linear for FP8
+// ones).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,16 @@ namespace rlm::cuda {
 //   logits: [n, num_experts] (row stride ld); weights: f32 [n, top_k]; ids: i32 [n, top_k].
 void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, int64_t num_experts, int64_t top_k,
                       bool renormalize, float* weights, int32_t* ids);
+
+// One stacked expert projection [num_experts, rows, cols], contiguous, on the device.
+struct MoeExpertWeights {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;  // f32/bf16/f16, a GGUF block type, or f8e4m3 (with fp8_scale)
+  // f8e4m3 only: the stacked scales, f32 [num_experts, rows] per output channel, or
+  // [num_experts, ceil(rows / block_n), ceil(cols / block_k)] per block (block_n, block_k > 0).
+  const float* fp8_scale = nullptr;
+  int64_t block_n = 0, block_k = 0;
+};
 
 // Device buffers for one moe_experts call of n tokens (entries = n * top_k); the caller owns them.
 struct MoeWorkspace {
@@ -31,17 +42,20 @@ struct MoeWorkspace {
 // Validates ids on the device first (each in [0, num_experts), none repeated within a token) and
 // reads the per-expert counts back to the host once (a synchronisation). Returns "" or a message
 // naming the first bad entry (out untouched then).
-//   x: [n, hidden] (row stride ldx); w_gate_up: [num_experts, 2 * inter, hidden] of gate_up_dtype;
-//   w_down: [num_experts, hidden, inter] of down_dtype (both contiguous); weights: f32 [n, top_k];
-//   ids: i32 [n, top_k]; out: [n, hidden] (row stride ldo).
-// Each dtype is f32/bf16/f16 (expert e's matrix through cuda::linear) or a GGUF block type (through
-// cuda::quant_linear on expert e's rows, e * rows * dtype_nbytes(dtype, cols) bytes in: the 8-bit
-// GEMV for experts given <= kQuantGemvMaxRows rows, bf16-dequantized blocks + cuBLAS above);
-// hidden (gate_up) and inter (down) a whole number of blocks of their types.
+//   x: [n, hidden] (row stride ldx); gate_up: [num_experts, 2 * inter, hidden]; down:
+//   [num_experts, hidden, inter]; weights: f32 [n, top_k]; ids: i32 [n, top_k]; out: [n, hidden]
+//   (row stride ldo).
+// Each projection is f32/bf16/f16 (expert e's matrix through cuda::linear), a GGUF block type
+// (through cuda::quant_linear on expert e's rows, e * rows * dtype_nbytes(dtype, cols) bytes in:
+// the 8-bit GEMV for experts given <= kQuantGemvMaxRows rows, bf16-dequantized blocks + cuBLAS
+// above; hidden (gate_up) and inter (down) a whole number of blocks of their types) or f8e4m3
+// (through cuda::fp8_linear on expert e's rows and scales: the FP8 GEMV for <= kFp8GemvMaxRows
+// rows, cuBLASLt or the FMA kernel above; a block-scaled gate_up needs inter % block_n == 0, so
+// that the stacked gate and up rows keep their own block grids).
 std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
-                        int64_t num_experts, const void* w_gate_up, DType gate_up_dtype, const void* w_down,
-                        DType down_dtype, const float* weights, const int32_t* ids, int64_t top_k,
-                        const MoeWorkspace& ws, float* out, int64_t ldo);
+                        int64_t num_experts, const MoeExpertWeights& gate_up, const MoeExpertWeights& down,
+                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
+                        int64_t ldo);
 
 // top_k above this is refused by the ops layer (shared-memory staging of one token's routes).
 inline constexpr int64_t kMaxMoeTopK = 64;
