@@ -156,7 +156,8 @@ StatusOr<Tensor> load_tensor(WeightSource& ws, const std::string& name, const Sh
 
 Status quantize_linear_fp8(Linear& l, const std::string& name) {
   if (!is_floating(l.weight.dtype())) {
-    return invalid_argument(str(name, " is ", l.weight.describe(), "; --quantization fp8 needs float weights"));
+    return invalid_argument(
+        str(name, " is ", l.weight.describe(), "; --quantization fp8 needs float weights"));
   }
   const Tensor w = l.weight.contiguous();
   const int64_t n = w.size(0), k = w.size(1);

@@ -39,15 +39,18 @@ StatusOr<ops::MoeFp8Scales> stack_expert_fp8_scales(const std::string& p, const 
   auto check = [&](const Linear& l, const char* proj, size_t x) -> Status {
     const std::string name = str(p, ".experts.", x, ".", proj);
     if (!l.fp8.defined()) {
-      return invalid_argument(str(name, ".weight is ", l.weight.describe(), " beside f8e4m3 experts; every expert "
+      return invalid_argument(str(name, ".weight is ", l.weight.describe(),
+                                  " beside f8e4m3 experts; every expert "
                                   "projection of a layer must be f8e4m3 to stack them"));
     }
     if (l.fp8.input_scale.defined()) {
-      return unimplemented(str(name, ": static activation scales (input_scale) are not supported for MoE experts "
-                                     "(they take dynamic per-token scales)"));
+      return unimplemented(str(name,
+                               ": static activation scales (input_scale) are not supported for MoE experts "
+                               "(they take dynamic per-token scales)"));
     }
     if (l.fp8.block_n != first.block_n || l.fp8.block_k != first.block_k) {
-      return invalid_argument(str(name, " and ", p, ".experts.0.gate_proj have different FP8 scale layouts; "
+      return invalid_argument(str(name, " and ", p,
+                                  ".experts.0.gate_proj have different FP8 scale layouts; "
                                   "cannot stack them"));
     }
     return Status::ok();
@@ -62,8 +65,9 @@ StatusOr<ops::MoeFp8Scales> stack_expert_fp8_scales(const std::string& p, const 
     down_scales.push_back(down[x].fp8.weight_scale);
   }
   if (first.block_n > 0 && inter % first.block_n != 0) {
-    return unimplemented(str(p, ".experts: moe_intermediate_size ", inter, " is not a multiple of the FP8 block size ",
-                             first.block_n, " (weight_block_size); the stacked gate/up projection needs whole "
+    return unimplemented(str(p, ".experts: moe_intermediate_size ", inter,
+                             " is not a multiple of the FP8 block size ", first.block_n,
+                             " (weight_block_size); the stacked gate/up projection needs whole "
                              "blocks of gate rows"));
   }
   ops::MoeFp8Scales s;
@@ -135,8 +139,9 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
   SparseMoeBlock m;
   RLM_ASSIGN_OR_RETURN(m.router, ws.get(p + ".gate.weight", {e, hidden}));
   if (m.router.dtype() == DType::kF8E4M3) {
-    return unimplemented(str(p, ".gate.weight (the router) is f8e4m3; the router takes float or GGUF weights "
-                                "(FP8 checkpoints keep it unquantized)"));
+    return unimplemented(str(p,
+                             ".gate.weight (the router) is f8e4m3; the router takes float or GGUF weights "
+                             "(FP8 checkpoints keep it unquantized)"));
   }
   std::vector<Tensor> gate_up, down;  // per expert: gate, up rows; down
   std::vector<Linear> gate_up_fp8, down_fp8;  // per expert, FP8 projections: gate, up; down
@@ -190,8 +195,9 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
   if (!gate_up_fp8.empty()) {
     RLM_ASSIGN_OR_RETURN(m.fp8, stack_expert_fp8_scales(p, gate_up_fp8, down_fp8, e, inter));
   } else if (m.w_gate_up.dtype() == DType::kF8E4M3 || m.w_down.dtype() == DType::kF8E4M3) {
-    return unimplemented(str(p, ".experts: stacked f8e4m3 experts are not supported (FP8 checkpoints store them "
-                                "per expert, experts.E.{gate,up,down}_proj.weight with their scales)"));
+    return unimplemented(str(p,
+                             ".experts: stacked f8e4m3 experts are not supported (FP8 checkpoints store them "
+                             "per expert, experts.E.{gate,up,down}_proj.weight with their scales)"));
   } else if (ws.load_options.quantize_fp8) {
     // Stacked float experts (transformers 5.x parameters, dequantized GGUF experts): each expert
     // quantized per output channel, the scales [num_experts, rows].
@@ -199,7 +205,8 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
     RLM_RETURN_IF_ERROR(quantize_stacked_experts(m.w_down, m.fp8.down, p + ".experts.down_proj"));
   }
   if (m.fp8.defined() && ws.load_options.tp.active()) {
-    return unimplemented(str(p, ".experts: tensor parallelism does not shard FP8 experts yet (run with --tp 1)"));
+    return unimplemented(
+        str(p, ".experts: tensor parallelism does not shard FP8 experts yet (run with --tp 1)"));
   }
   const bool quantized = is_quantized(m.w_gate_up.dtype()) || is_quantized(m.w_down.dtype());
   if (!quantized && m.w_gate_up.dtype() != m.w_down.dtype()) {
@@ -208,8 +215,9 @@ StatusOr<SparseMoeBlock> load_sparse_moe(WeightSource& ws, const std::string& p,
   }
   for (const Tensor* t : {&m.w_gate_up, &m.w_down}) {
     if (!is_floating(t->dtype()) && !is_quantized(t->dtype()) && t->dtype() != DType::kF8E4M3) {
-      return unimplemented(str(p, ".experts are ", dtype_name(t->dtype()),
-                               "; the MoE experts take f32/bf16/f16, f8e4m3 or GGUF block-quantized weights"));
+      return unimplemented(
+          str(p, ".experts are ", dtype_name(t->dtype()),
+              "; the MoE experts take f32/bf16/f16, f8e4m3 or GGUF block-quantized weights"));
     }
   }
   m.w_gate_up = m.w_gate_up.contiguous();

@@ -24,10 +24,10 @@ struct MoeSpec {
 
 struct SparseMoeBlock {
   Tensor router;               // [num_experts, hidden]
-  Tensor w_gate_up;            // [num_experts, 2 * moe_inter, hidden] (f32/bf16/f16, f8e4m3 or a GGUF block type)
-  Tensor w_down;               // [num_experts, hidden, moe_inter] (w_gate_up's dtype when both are float,
-                               //   else float or its own block type)
-  ops::MoeFp8Scales fp8;       // f8e4m3 experts (both projections): their stacked scales (undefined otherwise)
+  Tensor w_gate_up;       // [num_experts, 2 * moe_inter, hidden] (f32/bf16/f16, f8e4m3 or a GGUF block type)
+  Tensor w_down;          // [num_experts, hidden, moe_inter] (w_gate_up's dtype when both are float,
+                          //   else float or its own block type)
+  ops::MoeFp8Scales fp8;  // f8e4m3 experts (both projections): their stacked scales (undefined otherwise)
   Linear shared_gate_up;       // [2 * shared_inter, hidden] (shared expert only)
   Linear shared_down;          // [hidden, shared_inter]
   Tensor shared_expert_gate;   // [1, hidden] (undefined without a shared expert)

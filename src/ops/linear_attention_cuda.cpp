@@ -155,7 +155,8 @@ void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool
 }
 
 void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out, const MoeFp8Scales& fp8) {
+                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out,
+                      const MoeFp8Scales& fp8) {
   if (fp8.defined() && fp8_linear_activations() == Fp8Activations::kF32) {
     c.fail_with("the f32-activation reference mode (RADIXLM_FP8_ACTIVATIONS=f32) is CPU-only");
   }
@@ -179,10 +180,10 @@ void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_
   const cuda::MoeExpertWeights down_w = expert_weights(w_down, fp8.down);
   for (int64_t t0 = 0; t0 < n; t0 += chunk) {
     const int64_t m = std::min(chunk, n - t0);
-    const std::string error =
-        cuda::moe_experts(dev.index, x.data<float>() + t0 * ldx, ldx, m, hidden, inter, experts, gate_up_w, down_w,
-                          topk_weights.data<float>() + t0 * top_k, topk_ids.data<int32_t>() + t0 * top_k, top_k, ws,
-                          out.data<float>() + t0 * ldo, ldo);
+    const std::string error = cuda::moe_experts(
+        dev.index, x.data<float>() + t0 * ldx, ldx, m, hidden, inter, experts, gate_up_w, down_w,
+        topk_weights.data<float>() + t0 * top_k, topk_ids.data<int32_t>() + t0 * top_k, top_k, ws,
+        out.data<float>() + t0 * ldo, ldo);
     if (!error.empty()) c.fail_with(t0 == 0 ? error : str(error, " (tokens counted from ", t0, ")"));
   }
 }
@@ -212,8 +213,8 @@ void cuda_sigmoid_gate_add(const OpChecker& c, const Tensor& x, const Tensor&, c
 void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool, const Tensor&, const Tensor&) {
   c.not_built(router_logits.device());
 }
-void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                      const Tensor&, const MoeFp8Scales&) {
+void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor&, const Tensor&, const Tensor&,
+                      const Tensor&, const Tensor&, const MoeFp8Scales&) {
   c.not_built(x.device());
 }
 

@@ -31,6 +31,7 @@ void cuda_moe_topk_softmax(const OpChecker& c, const Tensor& router_logits, bool
                            const Tensor& topk_ids);
 // cuda_moe_experts: `fp8` holds the scales when both expert weights are f8e4m3 (checked by the op).
 void cuda_moe_experts(const OpChecker& c, const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
-                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out, const MoeFp8Scales& fp8);
+                      const Tensor& topk_weights, const Tensor& topk_ids, const Tensor& out,
+                      const MoeFp8Scales& fp8);
 
 }  // namespace rlm::ops::detail

@@ -49,21 +49,24 @@ Fp8Scales expert_fp8_scales(const Fp8Scales& stacked, int64_t e) {
 namespace {
 
 // The scales of a stacked f8e4m3 projection [num_experts, rows, cols] (see MoeFp8Scales).
-void check_expert_fp8_scales(OpChecker& c, const char* name, const Fp8Scales& s, const Tensor& x, int64_t experts,
-                             int64_t rows, int64_t cols) {
+void check_expert_fp8_scales(OpChecker& c, const char* name, const Fp8Scales& s, const Tensor& x,
+                             int64_t experts, int64_t rows, int64_t cols) {
   const Tensor& ws = s.weight_scale;
   if (!ws.defined()) c.fail_with(str(name, " is f8e4m3: pass its scales (MoeFp8Scales)"));
   const std::string what = str(name, " scales");
   c.dtype(what.c_str(), ws, {DType::kF32});
   c.contiguous(what.c_str(), ws);
   c.same_device(x, what.c_str(), ws);
-  if (s.input_scale.defined()) c.fail_with(str(name, ": static input scales are not supported for MoE experts"));
+  if (s.input_scale.defined())
+    c.fail_with(str(name, ": static input scales are not supported for MoE experts"));
   if (s.block_n < 0 || s.block_k < 0 || (s.block_n == 0) != (s.block_k == 0)) {
-    c.fail_with(str(name, ": block size ", s.block_n, " x ", s.block_k, " must be two positive sizes or 0 x 0"));
+    c.fail_with(
+        str(name, ": block size ", s.block_n, " x ", s.block_k, " must be two positive sizes or 0 x 0"));
   }
   const bool blocks = s.block_n > 0;
-  const Shape want = blocks ? Shape{experts, (rows + s.block_n - 1) / s.block_n, (cols + s.block_k - 1) / s.block_k}
-                            : Shape{experts, rows};
+  const Shape want =
+      blocks ? Shape{experts, (rows + s.block_n - 1) / s.block_n, (cols + s.block_k - 1) / s.block_k}
+             : Shape{experts, rows};
   if (ws.shape() != want) {
     c.fail_with(str(what, " ", ws.describe(), " must have shape ", shape_to_string(want),
                     blocks ? str(" (", s.block_n, " x ", s.block_k, " blocks per expert)")
@@ -97,7 +100,8 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
   // block type runs on the CPU and on CUDA, as in ops::linear); two float ones share one dtype.
   const bool quantized = is_quantized(w_gate_up.dtype()) || is_quantized(w_down.dtype());
   if (!is_fp8 && w_down.defined() && w_down.dtype() == DType::kF8E4M3) {
-    c.fail_with(str("w_down is f8e4m3 but w_gate_up is ", w_gate_up.describe(), ": FP8 experts take both f8e4m3"));
+    c.fail_with(
+        str("w_down is f8e4m3 but w_gate_up is ", w_gate_up.describe(), ": FP8 experts take both f8e4m3"));
   }
   if (!is_fp8 && !is_quantized(w_down.dtype())) {
     c.dtype("w_down", w_down,
@@ -113,8 +117,9 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
     check_expert_fp8_scales(c, "w_gate_up", fp8.gate_up, x, experts, 2 * inter, hidden);
     check_expert_fp8_scales(c, "w_down", fp8.down, x, experts, hidden, inter);
     if (fp8.gate_up.block_n > 0 && inter % fp8.gate_up.block_n != 0) {
-      c.fail_with(str("w_gate_up block scales: inter = ", inter, " is not a multiple of block_n = ",
-                      fp8.gate_up.block_n, " (the stacked gate/up rows would not keep each part's block grid)"));
+      c.fail_with(str("w_gate_up block scales: inter = ", inter,
+                      " is not a multiple of block_n = ", fp8.gate_up.block_n,
+                      " (the stacked gate/up rows would not keep each part's block grid)"));
     }
   }
   c.dtype("topk_weights", topk_weights, {DType::kF32});
@@ -165,8 +170,9 @@ void moe_experts(const Tensor& x, const Tensor& w_gate_up, const Tensor& w_down,
     };
   };
   cpu::moe_experts(x.data<float>(), detail::stride_or(x, 0, hidden), n, hidden, inter, experts,
-                   expert_linear(w_gate_up, fp8.gate_up), expert_linear(w_down, fp8.down), topk_weights.data<float>(),
-                   ids, top_k, out.data<float>(), detail::stride_or(out, 0, hidden));
+                   expert_linear(w_gate_up, fp8.gate_up), expert_linear(w_down, fp8.down),
+                   topk_weights.data<float>(), ids, top_k, out.data<float>(),
+                   detail::stride_or(out, 0, hidden));
 }
 
 }  // namespace rlm::ops

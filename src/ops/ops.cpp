@@ -337,7 +337,8 @@ namespace {
 
 // linear()'s checks with an f8e4m3 weight (every message names `c`'s op); returns the bias or null.
 const Tensor* check_fp8_linear(const OpCheck& c, const Tensor& x, const Tensor& weight,
-                               const std::optional<Tensor>& bias, const Tensor& out, const Fp8Scales& scales) {
+                               const std::optional<Tensor>& bias, const Tensor& out,
+                               const Fp8Scales& scales) {
   c.dtype("weight", weight, {DType::kF8E4M3});
   const Tensor* b = check_linear(c, x, weight, bias, out);
   const int64_t n = weight.size(0), k = weight.size(1);

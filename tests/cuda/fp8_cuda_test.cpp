@@ -146,10 +146,11 @@ TEST(Fp8Cuda, SiluAndMulFoldedIntoQuantizationIsBitIdentical) {
     int64_t m, n, k, block;
     bool static_input, bias, fused;
   };
-  for (const Case& c : {Case{9, 64, 256, 0, false, false, true}, Case{300, 96, 1024, 0, false, true, true},
-                        Case{64, 128, 14336, 0, false, false, true}, Case{40, 64, 512, 0, true, false, true},
-                        Case{8, 64, 256, 0, false, false, false}, Case{64, 128, 512, 128, false, false, false},
-                        Case{33, 48, 90, 0, false, false, false}}) {
+  for (const Case& c :
+       {Case{9, 64, 256, 0, false, false, true}, Case{300, 96, 1024, 0, false, true, true},
+        Case{64, 128, 14336, 0, false, false, true}, Case{40, 64, 512, 0, true, false, true},
+        Case{8, 64, 256, 0, false, false, false}, Case{64, 128, 512, 128, false, false, false},
+        Case{33, 48, 90, 0, false, false, false}}) {
     SCOPED_TRACE(str("m ", c.m, " n ", c.n, " k ", c.k, " block ", c.block, " static ", c.static_input));
     ops::Fp8Scales s;
     s.block_n = s.block_k = c.block;
@@ -170,7 +171,8 @@ TEST(Fp8Cuda, SiluAndMulFoldedIntoQuantizationIsBitIdentical) {
     const Tensor g = testing::to_cpu(got), e = testing::to_cpu(want);
     ASSERT_EQ(std::memcmp(g.data_ptr(), e.data_ptr(), e.nbytes()), 0);
     const Tensor a2 = testing::to_cpu(act2);
-    EXPECT_EQ(std::isnan(a2.data<float>()[0]), c.fused) << "act written: " << !std::isnan(a2.data<float>()[0]);
+    EXPECT_EQ(std::isnan(a2.data<float>()[0]), c.fused)
+        << "act written: " << !std::isnan(a2.data<float>()[0]);
   }
 }
 

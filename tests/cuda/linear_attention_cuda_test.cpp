@@ -49,8 +49,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -617,8 +617,9 @@ TEST(MoeCuda, Fp8ExpertsMatchCpu) {
   for (int64_t block : {int64_t{0}, int64_t{128}}) {
     ops::MoeFp8Scales s;
     s.gate_up.block_n = s.gate_up.block_k = s.down.block_n = s.down.block_k = block;
-    s.gate_up.weight_scale = block > 0 ? uniform(rng, {experts, 2 * inter / block, hidden / block}, 1e-3, 4e-3)
-                                       : uniform(rng, {experts, 2 * inter}, 1e-3, 4e-3);
+    s.gate_up.weight_scale = block > 0
+                                 ? uniform(rng, {experts, 2 * inter / block, hidden / block}, 1e-3, 4e-3)
+                                 : uniform(rng, {experts, 2 * inter}, 1e-3, 4e-3);
     s.down.weight_scale = block > 0 ? uniform(rng, {experts, hidden / block, inter / block}, 1e-3, 4e-3)
                                     : uniform(rng, {experts, hidden}, 1e-3, 4e-3);
     ops::MoeFp8Scales gs = s;

@@ -4,24 +4,24 @@
 // transformers on the dequantized weights; and load_sparse_moe's FP8 experts (stacked scales,
 // --quantization fp8 on every expert layout, the refused combinations) on in-memory tensors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <random>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
+#include <random>
 
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 #include "engine/prompt_logits.h"
 #include "model/moe.h"
-#include "unit/golden_test_util.h"
 #include "ops/ops.h"
+#include "unit/golden_test_util.h"
 
 namespace rlm {
 namespace {
@@ -216,8 +216,8 @@ TEST(Fp8MoeLoad, QuantizationFp8QuantizesEachExpertPerChannel) {
   auto up = load_linear(per_expert, kMoe + ".experts.2.up_proj", kInter, kHidden, false);
   ASSERT_TRUE(up.is_ok()) << up.status().to_string();
   expect_same_bytes(a->w_gate_up.select(0, 2).slice(0, kInter, 2 * kInter), up->weight, "expert 2 up codes");
-  expect_same_bytes(a->fp8.gate_up.weight_scale.select(0, 2).slice(0, kInter, 2 * kInter), up->fp8.weight_scale,
-                    "expert 2 up scales");
+  expect_same_bytes(a->fp8.gate_up.weight_scale.select(0, 2).slice(0, kInter, 2 * kInter),
+                    up->fp8.weight_scale, "expert 2 up scales");
 
   MapSource stacked;
   stacked.load_options.quantize_fp8 = true;
@@ -229,7 +229,8 @@ TEST(Fp8MoeLoad, QuantizationFp8QuantizesEachExpertPerChannel) {
     gate_up.push_back(per_expert.tensors[q + ".up_proj.weight"]);
     down.push_back(per_expert.tensors[q + ".down_proj.weight"]);
   }
-  stacked.tensors[kMoe + ".experts.gate_up_proj"] = concat_rows(gate_up).view({kExperts, 2 * kInter, kHidden});
+  stacked.tensors[kMoe + ".experts.gate_up_proj"] =
+      concat_rows(gate_up).view({kExperts, 2 * kInter, kHidden});
   stacked.tensors[kMoe + ".experts.down_proj"] = concat_rows(down).view({kExperts, kHidden, kInter});
   auto b = load_sparse_moe(stacked, kMoe, moe_spec(), kHidden);
   ASSERT_TRUE(b.is_ok()) << b.status().to_string();
@@ -253,7 +254,8 @@ TEST(Fp8MoeLoad, CheckpointExpertsAndRefusedCombinations) {
       q.copy_(t.to(DType::kF32).contiguous());
       ws.tensors[name] = q;
       const std::string prefix = name.substr(0, name.size() - std::string(".weight").size());
-      Tensor s = Tensor::empty({(t.size(0) + block - 1) / block, (t.size(1) + block - 1) / block}, DType::kF32);
+      Tensor s =
+          Tensor::empty({(t.size(0) + block - 1) / block, (t.size(1) + block - 1) / block}, DType::kF32);
       for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = 0.01f * static_cast<float>(i + 1);
       ws.tensors[prefix + ".weight_scale_inv"] = s;
     }
@@ -268,7 +270,8 @@ TEST(Fp8MoeLoad, CheckpointExpertsAndRefusedCombinations) {
   // Expert 1's up_proj grid follows its gate_proj grid.
   expect_same_bytes(m->fp8.gate_up.weight_scale.select(0, 1).slice(0, kInter / 16, 2 * kInter / 16),
                     blocks.tensors[kMoe + ".experts.1.up_proj.weight_scale_inv"], "expert 1 up block scales");
-  expect_same_bytes(m->w_down.select(0, 2), blocks.tensors[kMoe + ".experts.2.down_proj.weight"], "expert 2 down");
+  expect_same_bytes(m->w_down.select(0, 2), blocks.tensors[kMoe + ".experts.2.down_proj.weight"],
+                    "expert 2 down");
 
   auto error = [](MapSource& ws) {
     auto r = load_sparse_moe(ws, kMoe, moe_spec(), kHidden);
@@ -281,9 +284,12 @@ TEST(Fp8MoeLoad, CheckpointExpertsAndRefusedCombinations) {
       << error(big_blocks);
   MapSource static_input = fp8_source(16);
   static_input.tensors.erase(kMoe + ".experts.1.down_proj.weight_scale_inv");
-  static_input.tensors[kMoe + ".experts.1.down_proj.weight_scale"] = Tensor::from_vector(std::vector<float>{0.02f});
-  EXPECT_NE(error(static_input).find("different FP8 scale layouts"), std::string::npos) << error(static_input);
-  static_input.tensors[kMoe + ".experts.1.down_proj.input_scale"] = Tensor::from_vector(std::vector<float>{0.02f});
+  static_input.tensors[kMoe + ".experts.1.down_proj.weight_scale"] =
+      Tensor::from_vector(std::vector<float>{0.02f});
+  EXPECT_NE(error(static_input).find("different FP8 scale layouts"), std::string::npos)
+      << error(static_input);
+  static_input.tensors[kMoe + ".experts.1.down_proj.input_scale"] =
+      Tensor::from_vector(std::vector<float>{0.02f});
   EXPECT_NE(error(static_input).find("static activation scales"), std::string::npos) << error(static_input);
   MapSource mixed = fp8_source(16);
   mixed.tensors[kMoe + ".experts.0.down_proj.weight"] = random_f32(gen, {kHidden, kInter});
@@ -295,9 +301,11 @@ TEST(Fp8MoeLoad, CheckpointExpertsAndRefusedCombinations) {
   EXPECT_NE(error(fp8_router).find("the router"), std::string::npos) << error(fp8_router);
   MapSource stacked;
   stacked.tensors[kMoe + ".gate.weight"] = random_f32(gen, {kExperts, kHidden});
-  stacked.tensors[kMoe + ".experts.gate_up_proj"] = Tensor::empty({kExperts, 2 * kInter, kHidden}, DType::kF8E4M3);
+  stacked.tensors[kMoe + ".experts.gate_up_proj"] =
+      Tensor::empty({kExperts, 2 * kInter, kHidden}, DType::kF8E4M3);
   stacked.tensors[kMoe + ".experts.down_proj"] = Tensor::empty({kExperts, kHidden, kInter}, DType::kF8E4M3);
-  EXPECT_NE(error(stacked).find("stacked f8e4m3 experts are not supported"), std::string::npos) << error(stacked);
+  EXPECT_NE(error(stacked).find("stacked f8e4m3 experts are not supported"), std::string::npos)
+      << error(stacked);
 }
 
 }  // namespace

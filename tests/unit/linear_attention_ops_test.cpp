@@ -521,7 +521,8 @@ Fp8Experts random_fp8_experts(TestRng& rng, int64_t experts, int64_t rows, int64
   Fp8Experts f;
   f.w = Tensor::empty({experts, rows, cols}, DType::kF8E4M3);
   f.w.copy_(testing::random_normal(rng, {experts, rows, cols}, 60.0f));
-  const int64_t rb = block > 0 ? (rows + block - 1) / block : rows, cb = block > 0 ? (cols + block - 1) / block : 1;
+  const int64_t rb = block > 0 ? (rows + block - 1) / block : rows,
+                cb = block > 0 ? (cols + block - 1) / block : 1;
   f.s.block_n = f.s.block_k = block;
   f.s.weight_scale = Tensor::empty(block > 0 ? Shape{experts, rb, cb} : Shape{experts, rows}, DType::kF32);
   for (int64_t i = 0; i < f.s.weight_scale.numel(); ++i) {
@@ -533,7 +534,8 @@ Fp8Experts random_fp8_experts(TestRng& rng, int64_t experts, int64_t rows, int64
   for (int64_t e = 0; e < experts; ++e) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        d[(e * rows + r) * cols + c] *= block > 0 ? sc[(e * rb + r / block) * cb + c / block] : sc[e * rows + r];
+        d[(e * rows + r) * cols + c] *=
+            block > 0 ? sc[(e * rb + r / block) * cb + c / block] : sc[e * rows + r];
       }
     }
   }
@@ -588,18 +590,20 @@ TEST(Moe, Fp8ExpertsMatchDequantizedReference) {
       for (const auto& [e, weight] : routes) {
         Tensor g = Tensor::empty({1, 2 * k.inter}, DType::kF32), a = Tensor::empty({1, k.inter}, DType::kF32);
         Tensor y = Tensor::empty({1, k.hidden}, DType::kF32);
-        ops::linear(x.slice(0, t, t + 1), gu.w.select(0, e), std::nullopt, g, ops::expert_fp8_scales(gu.s, e));
+        ops::linear(x.slice(0, t, t + 1), gu.w.select(0, e), std::nullopt, g,
+                    ops::expert_fp8_scales(gu.s, e));
         ops::silu_and_mul(g, a);
         ops::linear(a, dn.w.select(0, e), std::nullopt, y, ops::expert_fp8_scales(dn.s, e));
         for (int64_t h = 0; h < k.hidden; ++h) {
-          composed[t * k.hidden + h] = static_cast<float>(composed[t * k.hidden + h] + y.at<float>({0, h}) * weight);
+          composed[t * k.hidden + h] =
+              static_cast<float>(composed[t * k.hidden + h] + y.at<float>({0, h}) * weight);
         }
       }
     }
     EXPECT_LE(rel_l2(out, composed), 1e-6) << "FP8 activations vs the per-token FP8 linears";
     const double err = rel_l2(out, want);
-    std::cout << "FP8 experts (block " << k.block << "), e4m3 activations vs dequantized f32 experts: rel L2 " << err
-              << "\n";
+    std::cout << "FP8 experts (block " << k.block << "), e4m3 activations vs dequantized f32 experts: rel L2 "
+              << err << "\n";
     EXPECT_LE(err, 8e-2);
   }
 }
@@ -617,7 +621,8 @@ TEST(Moe, Fp8ExpertsBadScalesAreErrors) {
     return error_of([&] { ops::moe_experts(x, g, d, w, ids, out, s); });
   };
   // inter = 48 is not a whole number of 32-row blocks: gate's last block would hold up rows.
-  EXPECT_NE(run(gu.w, dn.w, {gu.s, dn.s}).find("inter = 48 is not a multiple of block_n = 32"), std::string::npos)
+  EXPECT_NE(run(gu.w, dn.w, {gu.s, dn.s}).find("inter = 48 is not a multiple of block_n = 32"),
+            std::string::npos)
       << run(gu.w, dn.w, {gu.s, dn.s});
   EXPECT_NE(run(gu.w, dn.w, {}).find("pass its scales"), std::string::npos) << run(gu.w, dn.w, {});
   ops::Fp8Scales per_channel;

@@ -603,7 +603,8 @@ void multiply_codes(int device, const uint8_t* q, const float* sx, int64_t m, in
     }
   }
   const dim3 grid(static_cast<unsigned>((w.n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
-  fp8_fma_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(q, m, w.k, wd, w.n, w.ldw, sv, bias, bias_dtype, out, ldo);
+  fp8_fma_kernel<<<grid, dim3(kTile, kTile), 0, stream>>>(q, m, w.k, wd, w.n, w.ldw, sv, bias, bias_dtype,
+                                                          out, ldo);
   RLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -621,7 +622,8 @@ CodesScratch codes_scratch(CudaContext& ctx, int64_t m, int64_t k, int64_t group
 void check_fp8_weight(const Fp8Weight& w) {
   RLM_CHECK(w.block_n >= 0 && w.block_k >= 0 && (w.block_n == 0) == (w.block_k == 0))
       << "cuda::fp8_linear: block " << w.block_n << " x " << w.block_k;
-  RLM_CHECK(w.block_n == 0 || w.input_scale == nullptr) << "cuda::fp8_linear: block scales take dynamic activations";
+  RLM_CHECK(w.block_n == 0 || w.input_scale == nullptr)
+      << "cuda::fp8_linear: block scales take dynamic activations";
 }
 
 }  // namespace
@@ -637,8 +639,8 @@ void fp8_linear(int device, const float* x, int64_t m, int64_t ldx, const Fp8Wei
     RLM_CUDA_CHECK(cudaMemset2DAsync(out, static_cast<size_t>(ldo) * 4, 0, static_cast<size_t>(w.n) * 4,
                                      static_cast<size_t>(m), stream));
     if (bias != nullptr) {
-      scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, nullptr, nullptr, bias,
-                                                                      bias_dtype);
+      scale_epilogue_kernel<<<grid_for(m * w.n), kBlock, 0, stream>>>(out, m, w.n, ldo, nullptr, nullptr,
+                                                                      bias, bias_dtype);
       RLM_CUDA_CHECK_LAUNCH();
     }
     return;
@@ -665,8 +667,8 @@ bool fp8_linear_silu_and_mul(int device, const float* gate_up, int64_t m, int64_
   const auto stream = static_cast<cudaStream_t>(ctx.stream());
   auto lock = ctx.lock();
   const CodesScratch sc = codes_scratch(ctx, m, w.k, 1);
-  launch_pdl(quantize_rows_vec_kernel<true>, dim3(static_cast<unsigned>(m)), dim3(kQuantVecThreads), 0, stream,
-             gate_up, w.k, ldx, w.input_scale, sc.q, sc.sx);
+  launch_pdl(quantize_rows_vec_kernel<true>, dim3(static_cast<unsigned>(m)), dim3(kQuantVecThreads), 0,
+             stream, gate_up, w.k, ldx, w.input_scale, sc.q, sc.sx);
   multiply_codes(device, sc.q, sc.sx, m, 1, w.k, w, bias, bias_dtype, out, ldo, stream);
   return true;
 }

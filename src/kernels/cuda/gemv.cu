@@ -189,9 +189,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // 32-row ones (which read x fewer times) at 2-8 rows, and the CUDA-core kernel stays faster at 1-2.
 template <typename T, int W, int U, bool XVec>
 __global__ void __launch_bounds__(W * 32)
-    gemv_mma_kernel(const float* __restrict__ x, int m, int64_t k, int64_t ldx, const T* __restrict__ w, int64_t n,
-                    int64_t ldw, const void* __restrict__ bias, DType bias_dtype, float* __restrict__ out,
-                    int64_t ldo) {
+    gemv_mma_kernel(const float* __restrict__ x, int m, int64_t k, int64_t ldx, const T* __restrict__ w,
+                    int64_t n, int64_t ldw, const void* __restrict__ bias, DType bias_dtype,
+                    float* __restrict__ out, int64_t ldo) {
   using attn::Mma;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * 8;
@@ -217,8 +217,14 @@ __global__ void __launch_bounds__(W * 32)
       if (has_x && c < chunks) {
         const float* src = xr + c * 32;
         if constexpr (XVec) {
-          const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
-          f[0] = lo.x, f[1] = lo.y, f[2] = lo.z, f[3] = lo.w, f[4] = hi.x, f[5] = hi.y, f[6] = hi.z, f[7] = hi.w;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float4 v = *reinterpret_cast<const float4*>(src + 4 * h);
+            f[4 * h] = v.x;
+            f[4 * h + 1] = v.y;
+            f[4 * h + 2] = v.z;
+            f[4 * h + 3] = v.w;
+          }
         } else {
 #pragma unroll
           for (int e = 0; e < 8; ++e) f[e] = src[e];
@@ -312,11 +318,11 @@ bool launch_mma(const float* x, int64_t m, int64_t k, int64_t ldx, const T* w, i
   if (m < kMmaMinRows || cc < 80 || k % 32 != 0) return false;
   const dim3 grid(static_cast<unsigned>((n + 7) / 8)), block(kMmaWarps * 32);
   if (ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
-    launch_pdl(gemv_mma_kernel<T, kMmaWarps, kMmaUnroll, true>, grid, block, 0, stream, x, static_cast<int>(m), k,
-               ldx, w, n, ldw, bias, bias_dtype, out, ldo);
+    launch_pdl(gemv_mma_kernel<T, kMmaWarps, kMmaUnroll, true>, grid, block, 0, stream, x,
+               static_cast<int>(m), k, ldx, w, n, ldw, bias, bias_dtype, out, ldo);
   } else {
-    launch_pdl(gemv_mma_kernel<T, kMmaWarps, kMmaUnroll, false>, grid, block, 0, stream, x, static_cast<int>(m), k,
-               ldx, w, n, ldw, bias, bias_dtype, out, ldo);
+    launch_pdl(gemv_mma_kernel<T, kMmaWarps, kMmaUnroll, false>, grid, block, 0, stream, x,
+               static_cast<int>(m), k, ldx, w, n, ldw, bias, bias_dtype, out, ldo);
   }
   return true;
 }

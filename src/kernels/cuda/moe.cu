@@ -196,8 +196,8 @@ __global__ void combine_kernel(const float* y, int64_t hidden, const float* weig
 // stacked [num_experts, rows, cols] tensor (float: cuda::linear; block-quantized: cuda::quant_linear
 // on the expert's rows, each row dtype_nbytes(dtype, cols) bytes; f8e4m3: cuda::fp8_linear on the
 // expert's rows and its slice of the stacked scales).
-void expert_linear(int device, const MoeExpertWeights& w, int64_t e, int64_t rows, int64_t cols, const float* xs,
-                   int64_t m, float* ys) {
+void expert_linear(int device, const MoeExpertWeights& w, int64_t e, int64_t rows, int64_t cols,
+                   const float* xs, int64_t m, float* ys) {
   const size_t row_bytes = dtype_nbytes(w.dtype, cols);
   const char* data = static_cast<const char*>(w.data) + static_cast<size_t>(e * rows) * row_bytes;
   if (w.dtype == DType::kF8E4M3) {
@@ -237,14 +237,16 @@ void moe_topk_softmax(int device, const float* logits, int64_t ld, int64_t n, in
 
 std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
                         int64_t num_experts, const MoeExpertWeights& gate_up, const MoeExpertWeights& down,
-                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
-                        int64_t ldo) {
+                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws,
+                        float* out, int64_t ldo) {
   RLM_CHECK(top_k >= 1 && top_k <= kMaxMoeTopK) << "moe_experts: top_k " << top_k;
   for (const MoeExpertWeights* w : {&gate_up, &down}) {
-    RLM_CHECK(w->dtype != DType::kF8E4M3 || w->fp8_scale != nullptr) << "moe_experts: f8e4m3 experts without scales";
+    RLM_CHECK(w->dtype != DType::kF8E4M3 || w->fp8_scale != nullptr)
+        << "moe_experts: f8e4m3 experts without scales";
   }
   RLM_CHECK(gate_up.dtype != DType::kF8E4M3 || gate_up.block_n == 0 || inter % gate_up.block_n == 0)
-      << "moe_experts: block-scaled gate_up with inter " << inter << " not a multiple of block_n " << gate_up.block_n;
+      << "moe_experts: block-scaled gate_up with inter " << inter << " not a multiple of block_n "
+      << gate_up.block_n;
   const int64_t entries = n * top_k;
   if (n == 0) return "";
   RLM_CHECK(entries * 4 + 4 <= 0x7fffffff && num_experts <= 0x7fffffff) << "moe_experts: too many entries";
@@ -277,7 +279,8 @@ std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int6
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t m = counts[e];
     if (m == 0) continue;
-    expert_linear(device, gate_up, e, 2 * inter, hidden, ws.xs + off * hidden, m, ws.gate_up + off * 2 * inter);
+    expert_linear(device, gate_up, e, 2 * inter, hidden, ws.xs + off * hidden, m,
+                  ws.gate_up + off * 2 * inter);
     off += m;
   }
   silu_and_mul(device, ws.gate_up, entries, inter, 2 * inter, ws.act, inter);

@@ -54,8 +54,8 @@ struct MoeWorkspace {
 // that the stacked gate and up rows keep their own block grids).
 std::string moe_experts(int device, const float* x, int64_t ldx, int64_t n, int64_t hidden, int64_t inter,
                         int64_t num_experts, const MoeExpertWeights& gate_up, const MoeExpertWeights& down,
-                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws, float* out,
-                        int64_t ldo);
+                        const float* weights, const int32_t* ids, int64_t top_k, const MoeWorkspace& ws,
+                        float* out, int64_t ldo);
 
 // top_k above this is refused by the ops layer (shared-memory staging of one token's routes).
 inline constexpr int64_t kMaxMoeTopK = 64;
