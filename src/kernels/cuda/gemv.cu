@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // their order; the warps' sums meet in shared memory in a fixed order. Each warp's first round of
 // weights is read before the PDL wait. The FP8 GEMV's layout (fp8_linear.cu), with no shared-memory
 // copy of x: each lane reads its own x values (through L1).
-// Measured on an H100 (docs/perf/decode_kernels.md, eighth section): 8-row blocks beat 16- and
+// Measured on an H100 (docs/perf/gemv.md, last section): 8-row blocks beat 16- and
 // 32-row ones (which read x fewer times) at 2-8 rows, and the CUDA-core kernel stays faster at 1-2.
 template <typename T, int W, int U, bool XVec>
 __global__ void __launch_bounds__(W * 32)
