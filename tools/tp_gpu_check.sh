@@ -34,11 +34,15 @@ step() {  # name limit_s command...
 if [[ $SKIP != *tests* ]]; then
   step "tp_parity_test --tp $TP on GPUs" 300 env RADIXLM_TP_TEST_DEVICE=cuda RADIXLM_TP_TEST_SIZES="$TP" \
     "$BUILD/tp_parity_test" --gtest_brief=1
+  # One test's stall must not eat the others' time: pytest-timeout (on the lent machines) ends it
+  # after 120 s with a traceback of where it waited.
+  per_test_limit=
+  python3 -c "import pytest_timeout" 2>/dev/null && per_test_limit="--timeout=120"
   tok=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
   [ -f "$tok" ] || tok=$ROOT/tests/data/tokenizer/smollm2
-  step "test_tensor_parallel.py (two machines, dead rank / machine) on GPUs" 300 env RADIXLM_TP_TEST_DEVICE=cuda \
-    RADIXLM_TP_TEST_GPUS="$TP" RADIXLM_TP_TEST_TOKENIZER="$tok" PYTHONUNBUFFERED=1 python3 -m pytest -q \
-    -p no:cacheprovider "$ROOT/tests/python/test_tensor_parallel.py" -k "two_nodes or dead"
+  step "test_tensor_parallel.py (two machines, dead rank / machine) on GPUs" 400 env RADIXLM_TP_TEST_DEVICE=cuda \
+    RADIXLM_TP_TEST_GPUS="$TP" RADIXLM_TP_TEST_TOKENIZER="$tok" PYTHONUNBUFFERED=1 python3 -m pytest -v -rA \
+    -p no:cacheprovider $per_test_limit "$ROOT/tests/python/test_tensor_parallel.py" -k "two_nodes or dead"
   # Leftovers of a test that timed out would hold GPU memory for the runs below.
   pkill -9 -f "$BUILD/radixlm" 2>/dev/null
 fi

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "core/cuda_check.h"
@@ -119,7 +120,7 @@ class NcclCommunicator : public Communicator {
   ~NcclCommunicator() override {
     stop_ = true;
     watchdog_.join();
-    if (!aborted_) ncclCommDestroy(comm_);
+    ncclCommDestroy(comm_);
   }
   int rank() const override { return group_.rank(); }
   int size() const override { return group_.size(); }
@@ -162,8 +163,12 @@ class NcclCommunicator : public Communicator {
     RLM_CHECK(t.device() == device_ && t.is_contiguous())
         << op << ": NCCL takes contiguous tensors on " << device_.to_string() << ", got " << t.describe();
   }
-  // Aborts the communicator when a rank's control connection closes or NCCL reports an
-  // asynchronous error: pending collectives then return instead of waiting forever.
+  // Ends the process when a rank's control connection closes or NCCL reports an asynchronous
+  // error: the step in flight can never finish (a collective or the one-shot all-reduce kernel
+  // waits for the dead rank on the GPU), so nothing is waited for -- not even ncclCommAbort, which
+  // frees device memory and so waits for the device, where the one-shot kernel spins forever.
+  // Process exit tears the CUDA context down, spinning kernels included. The message has the form
+  // of the engine's own (model_runner.cpp) for a group failure it sees first.
   void watch() {
     while (!stop_) {
       ncclResult_t async = ncclSuccess;
@@ -175,10 +180,12 @@ class NcclCommunicator : public Communicator {
       for (int i = 0; gone >= 0 && i < 20 && !stop_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       if (stop_) return;
       if (gone >= 0 || async != ncclSuccess) {
-        std::fprintf(stderr, "radixlm: tensor-parallel rank %d: %s; aborting the NCCL communicator\n", rank(),
-                     gone >= 0 ? str("rank ", gone, " is gone").c_str() : ncclGetErrorString(async));
-        aborted_ = true;
-        ncclCommAbort(comm_);
+        const std::string why = gone >= 0
+                                    ? str("tensor-parallel rank ", gone, " is gone (its connection closed)")
+                                    : str("NCCL reported: ", ncclGetErrorString(async));
+        std::fprintf(stderr, "radixlm: the tensor-parallel group failed, exiting (rank %d): %s\n", rank(),
+                     why.c_str());
+        std::fflush(stderr);
         std::_Exit(1);
       }
     }
@@ -190,7 +197,6 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<OneShot> one_shot_;  // null: NCCL only
   AllReduceMode mode_ = AllReduceMode::kAuto;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> aborted_{false};
   std::thread watchdog_;
 };
 

@@ -2,10 +2,10 @@
 // (so CUDA graphs capture them); all-reduces up to a few MB go through the one-shot peer-to-peer
 // kernel instead when the group has it (decode's small messages, where NCCL's latency dominates). The NCCL
 // unique id is made by rank 0 and sent over the group's TCP control plane (no other rendezvous). A watchdog
-// thread watches the control connections and NCCL's asynchronous errors: when a rank is gone it aborts the
-// NCCL communicator, so collectives waiting on it fail instead of hanging, and the process ends with an error
-// naming the rank. Compiled when CMake finds NCCL (RADIXLM_WITH_NCCL); without it make_nccl_communicator says
-// so.
+// thread watches the control connections and NCCL's asynchronous errors: when a rank is gone the process
+// ends at once with an error naming the rank ("the tensor-parallel group failed"), since the step in flight
+// waits for that rank on the GPU and can never finish. Compiled when CMake finds NCCL (RADIXLM_WITH_NCCL);
+// without it make_nccl_communicator says so.
 #pragma once
 
 #include <memory>

@@ -44,12 +44,12 @@ class Server:
             raise RuntimeError("server did not start:\n" + "".join(self.lines) + self.proc.stdout.read())
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def post(self, path, body, headers=None, raw=None):
+    def post(self, path, body, headers=None, raw=None, timeout=limit(300)):
         data = raw if raw is not None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method="POST",
                                      headers={"Content-Type": "application/json", **(headers or {})})
         try:
-            with urllib.request.urlopen(req, timeout=limit(300)) as r:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())

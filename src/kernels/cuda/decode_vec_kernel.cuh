@@ -192,17 +192,42 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
   }
   __syncthreads();
   const int row = a.qo_indptr[r];
-  for (int i = threadIdx.x; i < HB * D; i += blockDim.x) {
-    const int h = i / D, c = i % D;
+  // A thread sums 4 consecutive columns of one head (v_head_dim is a multiple of 16, so the 4 are
+  // all inside it or all past it) over the splits, with kBatch splits' 16-byte loads issued before
+  // the first is used: the partial rows come from L2 in num_splits / kBatch round trips, not one
+  // per split (one per split made this merge a large part of the kernel at small batches). The
+  // same products summed in split order: merge_kernel's arithmetic.
+  constexpr int kBatch = 8;
+  for (int i = threadIdx.x; i < HB * D / 4; i += blockDim.x) {
+    const int h = i / (D / 4), c = (i % (D / 4)) * 4;
     if (c >= a.v_head_dim) continue;
-    const float* p = partial + (base + h) * num_splits * D + c;
-    float num = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < num_splits; ++s) {
-      if (s_lse[h][s] != kNegInf) num += s_w[h][s] * __ldcg(p + static_cast<int64_t>(s) * D);
+    const float4* p = reinterpret_cast<const float4*>(partial + (base + h) * num_splits * D + c);
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s0 = 0; s0 < num_splits; s0 += kBatch) {
+      float4 x[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int s = s0 + j;
+        x[j] = s < num_splits && s_lse[h][s] != kNegInf ? __ldcg(p + static_cast<int64_t>(s) * (D / 4))
+                                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int s = s0 + j;
+        if (s < num_splits && s_lse[h][s] != kNegInf) {
+          const float w = s_w[h][s];
+          num.x += w * x[j].x;
+          num.y += w * x[j].y;
+          num.z += w * x[j].z;
+          num.w += w * x[j].w;
+        }
+      }
     }
-    a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
-        num / s_den[h] * a.out_scale;
+    float* o = a.out + static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c;
+    o[0] = num.x / s_den[h] * a.out_scale;
+    o[1] = num.y / s_den[h] * a.out_scale;
+    o[2] = num.z / s_den[h] * a.out_scale;
+    o[3] = num.w / s_den[h] * a.out_scale;
   }
 }
 
