@@ -183,8 +183,9 @@ class NcclCommunicator : public Communicator {
         const std::string why = gone >= 0
                                     ? str("tensor-parallel rank ", gone, " is gone (its connection closed)")
                                     : str("NCCL reported: ", ncclGetErrorString(async));
-        std::fprintf(stderr, "radixlm: the tensor-parallel group failed, exiting (rank %d): %s\n", rank(),
-                     why.c_str());
+        std::fprintf(stderr,
+                     "radixlm: the tensor-parallel group failed, exiting: %s (seen by rank %d's watchdog)\n",
+                     why.c_str(), rank());
         std::fflush(stderr);
         std::_Exit(1);
       }
