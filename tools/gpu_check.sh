@@ -18,6 +18,7 @@
 # fp8 (FP8 weights + FP8 KV vs bf16 weights + bf16 KV, Llama-3.1-8B shape, batch 1/32/128/256, each
 # with its floor and same-run GEMM references; about 5 minutes) are best run on their own, e.g.
 # SKIP_BUILD=1 SKIP_CTEST=1 SKIP_TESTS=1 BENCH_ONLY=fp8.
+# CMAKE_ARGS="-DRADIXLM_KERNEL_TIMELINE=ON" adds configure options (here: the timeline profiling build).
 # Time limits (seconds): build 330 (BUILD_TIMEOUT), each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 
@@ -43,7 +44,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 command -v nvcc >/dev/null && nvcc --version > "$OUT/nvcc.txt" 2>&1
 [ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version >> "$OUT/nvcc.txt" 2>&1
 
-CMAKE_EXTRA=()
+CMAKE_EXTRA=(${CMAKE_ARGS:-})
 DEPS_TAR=${DEPS_TAR:-$ROOT/.gpu_deps.tar.xz}
 if [ -f "$DEPS_TAR" ]; then
   DEPS=/tmp/rlmdeps
@@ -52,7 +53,7 @@ if [ -f "$DEPS_TAR" ]; then
   export LD_LIBRARY_PATH="$DEPS/usr/lib/$ARCHLIB:$DEPS/usr/lib/$ARCHLIB/openblas-pthread:$DEPS/lib/$ARCHLIB:${LD_LIBRARY_PATH:-}"
   export PKG_CONFIG_LIBDIR="$DEPS/usr/lib/$ARCHLIB/pkgconfig:$DEPS/usr/lib/$ARCHLIB/openblas-pthread/pkgconfig:$DEPS/usr/share/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$DEPS"
-  CMAKE_EXTRA=(-DCMAKE_PREFIX_PATH="$DEPS/usr" -DPKG_CONFIG_EXECUTABLE="$DEPS/usr/bin/pkgconf"
+  CMAKE_EXTRA+=(-DCMAKE_PREFIX_PATH="$DEPS/usr" -DPKG_CONFIG_EXECUTABLE="$DEPS/usr/bin/pkgconf"
                -DCMAKE_CXX_FLAGS="-isystem $DEPS/usr/include"
                -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/usr/lib/$ARCHLIB:$DEPS/lib/$ARCHLIB"
                -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/usr/lib/$ARCHLIB:$DEPS/lib/$ARCHLIB")

@@ -6,7 +6,8 @@
 #      "machine" its own GPUs) and the killed-rank / killed-machine tests,
 #   3. the Llama-3.1-8B shape decode step at --tp 1 and --tp TP (bench one-batch, batch 1, input
 #      512; TP's run also prints the all-reduce table, NCCL vs one-shot, the reference).
-# Usage: BUILD=build-gpu TP=2 bash tools/tp_gpu_check.sh   (SKIP=tests or SKIP=bench to leave a part)
+# Usage: BUILD=build-gpu TP=2 bash tools/tp_gpu_check.sh   (SKIP=parity, SKIP=tests or SKIP=bench to
+# leave a part; PY_LIMIT / PER_TEST_LIMIT: seconds for the Python tests in all / each, 400 / 120)
 # NCCL's NVLink multicast stays off (NCCL_NVLS_ENABLE=0). The Python tests need a tokenizer: the
 # default model's when models/ has it, else tests/data/tokenizer/smollm2.
 set -uo pipefail
@@ -32,15 +33,15 @@ step() {  # name limit_s command...
 }
 
 if [[ $SKIP != *tests* ]]; then
-  step "tp_parity_test --tp $TP on GPUs" 300 env RADIXLM_TP_TEST_DEVICE=cuda RADIXLM_TP_TEST_SIZES="$TP" \
+  [[ $SKIP == *parity* ]] || step "tp_parity_test --tp $TP on GPUs" 300 env RADIXLM_TP_TEST_DEVICE=cuda RADIXLM_TP_TEST_SIZES="$TP" \
     "$BUILD/tp_parity_test" --gtest_brief=1
   # One test's stall must not eat the others' time: pytest-timeout (on the lent machines) ends it
-  # after 120 s with a traceback of where it waited.
+  # after PER_TEST_LIMIT s with a traceback of where it waited.
   per_test_limit=
-  python3 -c "import pytest_timeout" 2>/dev/null && per_test_limit="--timeout=120"
+  python3 -c "import pytest_timeout" 2>/dev/null && per_test_limit="--timeout=${PER_TEST_LIMIT:-120}"
   tok=$ROOT/models/SmolLM2-135M-Instruct.Q4_1.gguf
   [ -f "$tok" ] || tok=$ROOT/tests/data/tokenizer/smollm2
-  step "test_tensor_parallel.py (two machines, dead rank / machine) on GPUs" 400 env RADIXLM_TP_TEST_DEVICE=cuda \
+  step "test_tensor_parallel.py (two machines, dead rank / machine) on GPUs" "${PY_LIMIT:-400}" env RADIXLM_TP_TEST_DEVICE=cuda \
     RADIXLM_TP_TEST_GPUS="$TP" RADIXLM_TP_TEST_TOKENIZER="$tok" PYTHONUNBUFFERED=1 python3 -m pytest -v -rA \
     -p no:cacheprovider $per_test_limit "$ROOT/tests/python/test_tensor_parallel.py" -k "two_nodes or dead"
   # Leftovers of a test that timed out would hold GPU memory for the runs below.

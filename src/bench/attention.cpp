@@ -121,8 +121,11 @@ int run_attention(const AttentionArgs& a) {
     dtype = DType::kF16;
   } else if (a.dtype == "f32") {
     dtype = DType::kF32;
+  } else if (a.dtype == "fp8_e4m3") {
+    dtype = DType::kF8E4M3;  // --kv-cache-dtype fp8_e4m3 (scales 1: the kernels fold them into constants)
   } else {
-    std::fprintf(stderr, "radixlm bench attention: --dtype must be bf16, f16 or f32, got %s\n", a.dtype.c_str());
+    std::fprintf(stderr, "radixlm bench attention: --dtype must be bf16, f16, f32 or fp8_e4m3, got %s\n",
+                 a.dtype.c_str());
     return 2;
   }
   if (a.num_kv_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0) {

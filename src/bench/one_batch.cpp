@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "bench/cuda_timing.h"
@@ -12,6 +13,9 @@
 #include "engine/cuda_graph_runner.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
+#ifdef RADIXLM_WITH_CUDA
+#include "kernels/cuda/pdl.h"
+#endif
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/thread_pool.h"
 #include "model/qwen3_next.h"
@@ -253,10 +257,20 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
         e.new_slots = {slot(b, a.input_len + s)};
         dec.push_back(std::move(e));
       }
+#ifdef RADIXLM_WITH_CUDA
+      // A profiling build's kernel timeline of the first pass's last step (tools/timeline.py).
+      const char* timeline = std::getenv("RADIXLM_KERNEL_TIMELINE_OUT");
+      const bool record =
+          timeline != nullptr && cuda::timeline_built() && !replay_inputs && s + 2 == a.output_len;
+      if (record) cuda::timeline_reset();
+#endif
       auto t = Clock::now();
       ForwardBatch db = r.build_batch(ForwardMode::kDecode, dec);
       std::vector<int32_t> out = sampled_tokens(sampler.sample(r.forward(db), greedy));
       times.push_back(ms_since(t));
+#ifdef RADIXLM_WITH_CUDA
+      if (record) std::printf("kernel timeline: %zu blocks -> %s\n", cuda::timeline_dump(timeline), timeline);
+#endif
       if (!replay_inputs) {
         inputs.push_back(cur);
         outputs.push_back(out);

@@ -19,7 +19,7 @@ void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--num-kv-heads", a->num_kv_heads, "KV heads")->check(CLI::PositiveNumber);
   s->add_option("--head-dim", a->head_dim, "a multiple of 16 up to 256 (64, 128, 256: the tuned kernels)");
   add_page_size_flag(s, a->page_size);
-  s->add_option("--dtype", a->dtype, "Cache dtype: bf16 (default), f16, f32");
+  s->add_option("--dtype", a->dtype, "Cache dtype: bf16 (default), f16, f32, fp8_e4m3");
   s->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::PositiveNumber);
   s->add_option("--json", a->json_path, "Write the numbers to this JSON file");
   s->add_option("--cascade-batch", a->cascade_batch, "Cascade runs: requests sharing the prefix")

@@ -91,7 +91,9 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   uint4* mine = data_of(b, rank, flag, area_bytes);
   for (int64_t i = first; i < nvec; i += step) mine[i] = data[i];
+  timeline_mark(0);
   meet<N>(b, rank, flag);
+  timeline_mark(1);
   for (int64_t i = first; i < nvec; i += step) {
     float acc[Lanes<T>::kN] = {};
 #pragma unroll
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(kThreads)
     data[i] = pack_lanes<T>(acc);
   }
   if (threadIdx.x == 0) signals(b, rank)->count[blockIdx.x] = flag;
+  timeline_mark(3);
 }
 
 template <typename T, int N>

@@ -53,30 +53,6 @@ __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t& hi, ui
   lo = Mma<__half>::pack(x0 - h0, x1 - h1);
 }
 
-// n bytes (8, 16 or 32) at p as words; zeros when p is null.
-// The 16-byte pieces are kStride bytes apart.
-template <int kBytes, int kStride = 16>
-__device__ __forceinline__ void load_bytes(const uint8_t* p, uint32_t (&w)[kBytes / 4]) {
-  static_assert(kBytes == 8 || kBytes % 16 == 0, "8 bytes or whole 16-byte words");
-  if (p == nullptr) {
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) w[i] = 0;
-  } else if constexpr (kBytes == 8) {
-    const uint2 x = __ldg(reinterpret_cast<const uint2*>(p));
-    w[0] = x.x;
-    w[1] = x.y;
-  } else {
-#pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) {
-      const uint4 x = __ldg(reinterpret_cast<const uint4*>(p + i * kStride));
-      w[4 * i] = x.x;
-      w[4 * i + 1] = x.y;
-      w[4 * i + 2] = x.z;
-      w[4 * i + 3] = x.w;
-    }
-  }
-}
-
 // One warp's 16 keys as raw bytes: K rows of keys g and g + 8 (16-byte pieces t, t + 4, ... each),
 // V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g each); zeros for keys
 // past the split's end.
@@ -87,10 +63,32 @@ struct MmaChunk {
   uint32_t v[4][kVBytes / 4];
 };
 
-// A warp has the next two chunks loading while it computes on one; q's MMA fragments sit in shared
-// memory (read once per k-step) instead of registers, so the second chunk in flight costs no more
-// registers, and 3 blocks per multiprocessor are asked for (72-80 bytes of spills at head_dim 128;
-// with one chunk in flight and q in registers the batch-256 step was 2.5-3.4% slower, docs/perf).
+// The chunks travel through shared memory (cp.async, sm_80+): each lane copies its own 16-byte
+// (8-byte for V at head_dim 64) pieces of a chunk and later reads back exactly those, so its own
+// cp.async.wait_group is the only synchronisation needed; a piece of a key past the split's end is
+// zero-filled (nothing read).
+// Chunks in shared memory per warp: while a warp computes one chunk, the next two are loading
+// (4 stages measured no faster on an H100: docs/perf/decode_kernels.md, ninth section).
+constexpr int kMmaDecodeStages = 3;
+// Bytes of one warp's stage: MmaChunk's words for each of the 32 lanes.
+template <int D>
+constexpr int mma_stage_bytes() {
+  return 32 * static_cast<int>(sizeof(MmaChunk<D>));
+}
+// Dynamic shared memory of decode_mma_fp8_kernel: the stages, which the warps' partial outputs
+// ([kMmaDecodeWarps][HB][D] floats, HB <= 8) reuse after the last chunk.
+template <int D>
+constexpr int mma_decode_smem_bytes() {
+  static_assert(kMmaDecodeStages * mma_stage_bytes<D>() >= 8 * D * 4, "the partial outputs fit the stages");
+  return kMmaDecodeStages * kMmaDecodeWarps * mma_stage_bytes<D>();
+}
+
+// A warp has the next two chunks loading (cp.async into its shared-memory stages) while it computes
+// on one; a chunk is read into registers only when its turn comes. Held in registers instead (the
+// previous kernel), the chunks in flight cost ~64 registers and spills, and a register copy between
+// buffers waited for the loads: at most one chunk was really in flight (docs/perf/decode_kernels.md,
+// ninth section: FP8-KV attention 0.726 -> 0.786 of copy bandwidth at batch 256 on an H100). q's MMA
+// fragments sit in shared memory (read once per k-step); 3 blocks per multiprocessor.
 template <int D, int HB, typename Cap>
 __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
     decode_mma_fp8_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
@@ -100,7 +98,6 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
   constexpr int MT = D / 16;  // m-tiles of O^T (16 value columns each)
   using Chunk = MmaChunk<D>;
   __shared__ float s_m[kMmaDecodeWarps][HB], s_l[kMmaDecodeWarps][HB];
-  __shared__ __align__(16) float s_acc[kMmaDecodeWarps][HB][D];
   // Lane's words {q hi (b0, b1), q lo (b0, b1)} of k-step s (the same in every warp).
   __shared__ uint4 s_q[KS][32];
   const int split = blockIdx.x;
@@ -114,7 +111,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
 
   // The lengths and the page table are written before the layers run, never by the kernel this
   // one waits on (the KV store), so they and the first three chunks' cache slots are read while
-  // that kernel finishes (PDL); after the wait the first two chunks' loads are issued before q's.
+  // that kernel finishes (PDL); after the wait the first stages' copies are issued before q's.
   const int seq_len = a.seq_lens[r];
   int k_begin, k_end;
   split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
@@ -129,9 +126,11 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
   };
   constexpr int kStep = kMmaDecodeWarps * kMmaDecodeKeys;
   int chunk = k_begin + warp * kMmaDecodeKeys;
-  const int64_t first_slot = chunk < k_end ? chunk_slot(chunk) : -1;
-  const int64_t next_slot = chunk + kStep < k_end ? chunk_slot(chunk + kStep) : -1;
-  int64_t far_slot = chunk + 2 * kStep < k_end ? chunk_slot(chunk + 2 * kStep) : -1;  // two steps ahead
+  int64_t first_slots[kMmaDecodeStages];  // the first kMmaDecodeStages chunks'
+#pragma unroll
+  for (int st = 0; st < kMmaDecodeStages; ++st) {
+    first_slots[st] = chunk + st * kStep < k_end ? chunk_slot(chunk + st * kStep) : -1;
+  }
   pdl_wait();
   pdl_launch_dependents();
 
@@ -140,20 +139,74 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
     if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
     return;
   }
-  auto load_chunk = [&](int64_t my_slot, Chunk& c) {
+  // This warp's stages in dynamic shared memory. A lane's words lie 16 (8) bytes at a time in
+  // piece-major order across the 32 lanes, so a piece's 32 copies and reads are consecutive.
+  extern __shared__ __align__(16) unsigned char s_kv[];
+  auto stage = [&](int st) { return s_kv + (st * kMmaDecodeWarps + warp) * mma_stage_bytes<D>(); };
+  // The chunk of the page slots my_slot (lanes 0-15: the chunk's keys) into stage st: lane (g, t)
+  // copies what MmaChunk says it holds -- K rows of keys g and g + 8 (16-byte pieces t, t + 4, ...),
+  // V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g); zeros for keys past
+  // the split's end. One commit group per call (empty when !on).
+  auto copy_chunk = [&](int64_t my_slot, int st, bool on) {
     const int64_t ks0 = __shfl_sync(0xffffffffu, my_slot, g), ks1 = __shfl_sync(0xffffffffu, my_slot, g + 8);
-    load_bytes<Chunk::kKBytes, 64>(ks0 >= 0 ? kc + ks0 * a.k_ts : nullptr, c.k[0]);
-    load_bytes<Chunk::kKBytes, 64>(ks1 >= 0 ? kc + ks1 * a.k_ts : nullptr, c.k[1]);
+    unsigned char* base = stage(st);
+    int off = 0;  // bytes into the stage: piece p of width B sits at off + B * lane
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+      const int64_t ks = row == 0 ? ks0 : ks1;
+#pragma unroll
+      for (int i = 0; i < Chunk::kKBytes / 16; ++i, off += 16 * 32) {
+        cp_async16(base + off + 16 * lane, kc + (ks >= 0 ? ks : 0) * a.k_ts + 64 * i, on && ks >= 0 ? 16 : 0);
+      }
+    }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
       const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
-      load_bytes<Chunk::kVBytes>(vs >= 0 ? vc + vs * a.v_ts : nullptr, c.v[j]);
+      const uint8_t* src = vc + (vs >= 0 ? vs : 0) * a.v_ts;
+      const int bytes = on && vs >= 0 ? Chunk::kVBytes : 0;
+      if constexpr (Chunk::kVBytes == 16) {
+        cp_async16(base + off + 16 * lane, src, bytes);
+      } else {
+        cp_async8(base + off + 8 * lane, src, bytes);
+      }
+      off += Chunk::kVBytes * 32;
+    }
+    cp_async_commit();
+  };
+  // Stage st into registers (its group complete).
+  auto read_chunk = [&](int st, Chunk& c) {
+    const unsigned char* base = stage(st);
+    int off = 0;
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+#pragma unroll
+      for (int i = 0; i < Chunk::kKBytes / 16; ++i, off += 16 * 32) {
+        const uint4 x = *reinterpret_cast<const uint4*>(base + off + 16 * lane);
+        c.k[row][4 * i] = x.x;
+        c.k[row][4 * i + 1] = x.y;
+        c.k[row][4 * i + 2] = x.z;
+        c.k[row][4 * i + 3] = x.w;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (Chunk::kVBytes == 16) {
+        const uint4 x = *reinterpret_cast<const uint4*>(base + off + 16 * lane);
+        c.v[j][0] = x.x;
+        c.v[j][1] = x.y;
+        c.v[j][2] = x.z;
+        c.v[j][3] = x.w;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(base + off + 8 * lane);
+        c.v[j][0] = x.x;
+        c.v[j][1] = x.y;
+      }
+      off += Chunk::kVBytes * 32;
     }
   };
-  Chunk cur, nxt;
-  if (chunk < k_end) load_chunk(first_slot, cur);
-  if (chunk + kStep < k_end) load_chunk(next_slot, nxt);
+#pragma unroll
+  for (int st = 0; st < kMmaDecodeStages; ++st) copy_chunk(first_slots[st], st, chunk + st * kStep < k_end);
 
   // Q^T as B fragments: k-step s (word s of the lane's K bytes: piece t + 4 (s / 4), word s % 4),
   // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as f16 hi and
@@ -181,13 +234,8 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
   for (int i = 0; i < MT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // heads 2t, 2t + 1 (l: this lane's keys)
 
-  for (; chunk < k_end; chunk += kStep) {
-    // Uniform for the warp: whether the chunk two steps ahead exists (nxt, one step ahead, is loading).
-    const bool more = chunk + 2 * kStep < k_end;
-    Chunk ahead;
-    if (more) load_chunk(far_slot, ahead);
-    far_slot = chunk + 3 * kStep < k_end ? chunk_slot(chunk + 3 * kStep) : -1;
-
+  // The chunk at c (in registers) into the softmax state and the accumulators.
+  auto compute = [&](const Chunk& cur, int c) {
     // S^T [16 keys x 8 heads]: s[0], s[1] = keys g (heads 2t, 2t + 1); s[2], s[3] = key g + 8.
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -199,7 +247,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
       Mma<__half>::mma(s, kf, qf.x, qf.y);
       Mma<__half>::mma(s, kf, qf.z, qf.w);
     }
-    const bool in0 = chunk + g < k_end, in1 = chunk + g + 8 < k_end;
+    const bool in0 = c + g < k_end, in1 = c + g + 8 < k_end;
     s[0] = in0 ? score_log2(cap, s[0]) : kNegInf;
     s[1] = in0 ? score_log2(cap, s[1]) : kNegInf;
     s[2] = in1 ? score_log2(cap, s[2]) : kNegInf;
@@ -259,9 +307,30 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
       Mma<__half>::mma(o[2 * w + 1], vb, ph0, ph1);
       Mma<__half>::mma(o[2 * w + 1], vb, pl0, pl1);
     }
-    cur = nxt;  // stale past the split's last chunk, never used then
-    if (more) nxt = ahead;
+  };
+  // The chunk at c (stage st): wait for its group (the later chunks' groups may still be in
+  // flight: one group per stage is always committed), read it into registers, compute, then refill
+  // the stage with the chunk kMmaDecodeStages steps ahead (its page slot looked up first, so that
+  // lookup's latency hides behind the computation).
+  constexpr int kAhead = kMmaDecodeStages * kStep;
+  auto step = [&](int st, int c) {
+    const int64_t ahead = c + kAhead < k_end ? chunk_slot(c + kAhead) : -1;
+    cp_async_wait<kMmaDecodeStages - 1>();
+    Chunk cur;
+    read_chunk(st, cur);
+    compute(cur, c);
+    copy_chunk(ahead, st, c + kAhead < k_end);
+  };
+  for (; chunk < k_end; chunk += kAhead) {
+#pragma unroll
+    for (int st = 0; st < kMmaDecodeStages; ++st) {  // constant stage offsets after unrolling
+      if (chunk + st * kStep < k_end) step(st, chunk + st * kStep);
+    }
   }
+  cp_async_wait<0>();  // no copy may still be writing a stage when the block moves on
+  // The warps' partial outputs reuse the stages (s_acc): every warp must be done reading its own.
+  __syncthreads();
+  auto s_acc = reinterpret_cast<float(*)[HB][D]>(s_kv);  // [kMmaDecodeWarps][HB][D]
 
   // The warp's row sums over its lanes of the same t, then the warps meet in shared memory.
 #pragma unroll
@@ -314,8 +383,12 @@ template <int D>
 void launch_mma_fp8_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
   with_heads_and_cap(a, [&](auto hb, auto cap) {
     constexpr int HB = decltype(hb)::value;
-    launch_split_decode<D, HB>(decode_mma_fp8_kernel<D, HB, decltype(cap)>, kMmaDecodeThreads, a, cap,
-                               requested_splits, max_seq_len);
+    auto kernel = decode_mma_fp8_kernel<D, HB, decltype(cap)>;
+    constexpr int smem = mma_decode_smem_bytes<D>();
+    // Above 48 KB with the static arrays: the opt-in, per launch as the prefill kernels do (it is
+    // per device, and allowed while a graph is captured).
+    RLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    launch_split_decode<D, HB>(kernel, kMmaDecodeThreads, a, cap, requested_splits, max_seq_len, smem);
   });
 }
 

@@ -298,6 +298,7 @@ __global__ void __launch_bounds__(kVecThreads)
   };
   int64_t next[U];
   slots_of(k_begin, next);
+  timeline_mark(0);
   for (int base = k_begin; base < k_end; base += S::kStep) {
     int64_t cur[U];
     RawCols<T, C> kr[U], vr[U];
@@ -379,6 +380,7 @@ __global__ void __launch_bounds__(kVecThreads)
     }
   }
 
+  timeline_mark(1);
   // Merge the slots. Slot 0 saw key k_begin, so the block max is finite.
 #pragma unroll
   for (int h = 0; h < HB; ++h) {
@@ -413,7 +415,9 @@ __global__ void __launch_bounds__(kVecThreads)
       if (c == 0) lse[w] = (mx + log2f(den)) * kLn2;
     }
   }
+  timeline_mark(2);
   if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
+  timeline_mark(3);
 }
 
 // Grid (num_qo_heads, bs), D threads: out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M)
@@ -453,7 +457,7 @@ int* decode_merge_counters(int64_t count);
 // kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs, max_seq_len).
 template <int D, int HB, typename Cap, typename Kernel>
 void launch_split_decode(Kernel kernel, int threads, const DeviceArgs& a, Cap cap, int requested_splits,
-                         int64_t max_seq_len) {
+                         int64_t max_seq_len, size_t smem = 0) {
   const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
   const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxDecodeSplits)
                                               : fixed_decode_num_kv_splits(a.batch_size, max_seq_len);
@@ -463,7 +467,7 @@ void launch_split_decode(Kernel kernel, int threads, const DeviceArgs& a, Cap ca
   float* lse = partial + rows * D;
   const dim3 grid(num_splits, a.num_kv_heads * head_blocks, a.batch_size);
   int* counters = num_splits > 1 ? decode_merge_counters(int64_t{a.batch_size} * grid.y) : nullptr;
-  launch_pdl(kernel, grid, dim3(threads), 0, current_stream(), a, cap, num_splits, partial, lse, counters);
+  launch_pdl(kernel, grid, dim3(threads), smem, current_stream(), a, cap, num_splits, partial, lse, counters);
   if (num_splits > 1 && counters == nullptr) {
     launch_pdl(merge_kernel<D>, dim3(a.num_qo_heads, a.batch_size), dim3(D), 0, current_stream(), a,
                num_splits, partial, lse);

@@ -172,6 +172,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
     }
   }
+  timeline_mark(3);
 }
 
 // Tensor-core skinny GEMM for 3-8 rows of x (sm_80+, k % 32 == 0): one block of W warps per 8

@@ -103,6 +103,7 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
                            wf[u].w * (v[u].w * inv));
     }
   }
+  timeline_mark(3);
 }
 
 bool float4_rows(const Rows& r) {
