@@ -452,8 +452,9 @@ __global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, 
 int* decode_merge_counters(int64_t count);
 
 // Launches `kernel` -- decode_vec_kernel or decode_mma_fp8_kernel (decode_mma_fp8_kernel.cuh), grid
-// (num_splits, num_kv_heads * group / HB, bs), `threads` threads -- + merge_kernel when the keys are
-// split and no counters are free. requested_splits > 0 fixes the split count (at most
+// (num_splits, num_kv_heads * group / HB, bs), `threads` threads, `smem` bytes of dynamic shared
+// memory (the tensor-core kernel's stages; the caller opts in above 48 KB) -- + merge_kernel when
+// the keys are split and no counters are free. requested_splits > 0 fixes the split count (at most
 // kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs, max_seq_len).
 template <int D, int HB, typename Cap, typename Kernel>
 void launch_split_decode(Kernel kernel, int threads, const DeviceArgs& a, Cap cap, int requested_splits,
