@@ -18,7 +18,8 @@
 # fp8 (FP8 weights + FP8 KV vs bf16 weights + bf16 KV, Llama-3.1-8B shape, batch 1/32/128/256, each
 # with its floor and same-run GEMM references; about 5 minutes) are best run on their own, e.g.
 # SKIP_BUILD=1 SKIP_CTEST=1 SKIP_TESTS=1 BENCH_ONLY=fp8.
-# CMAKE_ARGS="-DRADIXLM_KERNEL_TIMELINE=ON" adds configure options (here: the timeline profiling build).
+# CMAKE_ARGS="-DRADIXLM_KERNEL_TIMELINE=ON" adds configure options (here: the timeline profiling build;
+# CMake caches it in the build dir, so pass -DRADIXLM_KERNEL_TIMELINE=OFF, or another BUILD, to go back).
 # Time limits (seconds): build 330 (BUILD_TIMEOUT), each CUDA binary 150, ctest 150 — well under 8 minutes total.
 set -uo pipefail
 

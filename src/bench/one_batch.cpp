@@ -237,6 +237,24 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   // Decode steps; `inputs[s]` are the tokens fed at step s (recorded on the first pass, replayed on
   // the second so both passes do identical work on identical data).
   std::vector<std::vector<int32_t>> inputs, outputs;
+  // RADIXLM_KERNEL_TIMELINE_OUT: where a profiling build writes the last decode step's kernel
+  // timeline; any other build, or a run without such a step, says why it writes none.
+  const char* timeline = std::getenv("RADIXLM_KERNEL_TIMELINE_OUT");
+#ifdef RADIXLM_WITH_CUDA
+  if (timeline != nullptr && (!device.is_cuda() || !cuda::timeline_built() || a.output_len < 2)) {
+    std::fprintf(stderr, "radixlm bench one-batch: RADIXLM_KERNEL_TIMELINE_OUT ignored: %s\n",
+                 !device.is_cuda() ? "the timeline is recorded on CUDA devices only"
+                 : !cuda::timeline_built()
+                     ? "this build does not record it (configure with -DRADIXLM_KERNEL_TIMELINE=ON)"
+                     : "--output-len below 2 runs no decode step");
+    timeline = nullptr;
+  }
+#else
+  if (timeline != nullptr) {
+    std::fprintf(stderr,
+                 "radixlm bench one-batch: RADIXLM_KERNEL_TIMELINE_OUT ignored: a build without CUDA\n");
+  }
+#endif
   auto decode_pass = [&](bool replay_inputs) {
     std::vector<double> times;
     std::vector<int32_t> cur = next;
@@ -259,9 +277,7 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
       }
 #ifdef RADIXLM_WITH_CUDA
       // A profiling build's kernel timeline of the first pass's last step (tools/timeline.py).
-      const char* timeline = std::getenv("RADIXLM_KERNEL_TIMELINE_OUT");
-      const bool record =
-          timeline != nullptr && cuda::timeline_built() && !replay_inputs && s + 2 == a.output_len;
+      const bool record = timeline != nullptr && !replay_inputs && s + 2 == a.output_len;
       if (record) cuda::timeline_reset();
 #endif
       auto t = Clock::now();

@@ -17,7 +17,7 @@ std::atomic<bool> g_pdl_enabled{true};
 struct TimelineUnit {
   std::string file;
   void (*reset)();
-  void (*copy)(std::vector<TimelineRecord>&);
+  unsigned (*copy)(std::vector<TimelineRecord>&);
 };
 std::mutex g_units_mu;
 std::vector<TimelineUnit>& timeline_units() {
@@ -27,7 +27,8 @@ std::vector<TimelineUnit>& timeline_units() {
 
 }  // namespace
 
-int register_timeline_unit(const char* file, void (*reset)(), void (*copy)(std::vector<TimelineRecord>&)) {
+int register_timeline_unit(const char* file, void (*reset)(),
+                           unsigned (*copy)(std::vector<TimelineRecord>&)) {
   std::lock_guard<std::mutex> lock(g_units_mu);
   timeline_units().push_back({file, reset, copy});
   return static_cast<int>(timeline_units().size()) - 1;
@@ -55,10 +56,17 @@ size_t timeline_dump(const std::string& path) {
     std::lock_guard<std::mutex> lock(g_units_mu);
     for (const auto& u : timeline_units()) {
       const size_t at = all.size();
-      u.copy(all);
+      const unsigned made = u.copy(all);
       for (size_t i = at; i < all.size(); ++i) all[i].unit = static_cast<unsigned>(files.size());
       const size_t slash = u.file.find_last_of('/');
       files.push_back(slash == std::string::npos ? u.file : u.file.substr(slash + 1));
+      if (made > kTimelineMaxRecords) {
+        std::fprintf(
+            stderr,
+            "radixlm: kernel timeline: %s made %u block records, %u kept (the first ones): its later "
+            "launches are missing from the dump\n",
+            files.back().c_str(), made, kTimelineMaxRecords);
+      }
     }
   }
   std::sort(all.begin(), all.end(),

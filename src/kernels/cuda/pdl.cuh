@@ -31,13 +31,14 @@ void reset_tu() {
   const unsigned zero = 0;
   RLM_CUDA_CHECK(cudaMemcpyToSymbol(g_count, &zero, sizeof(zero)));
 }
-void copy_tu(std::vector<TimelineRecord>& out) {
-  unsigned n = 0;
-  RLM_CUDA_CHECK(cudaMemcpyFromSymbol(&n, g_count, sizeof(n)));
-  n = n < kTimelineMaxRecords ? n : kTimelineMaxRecords;
+unsigned copy_tu(std::vector<TimelineRecord>& out) {
+  unsigned made = 0;
+  RLM_CUDA_CHECK(cudaMemcpyFromSymbol(&made, g_count, sizeof(made)));
+  const unsigned n = made < kTimelineMaxRecords ? made : kTimelineMaxRecords;
   const size_t at = out.size();
   out.resize(at + n);
   if (n > 0) RLM_CUDA_CHECK(cudaMemcpyFromSymbol(out.data() + at, g_records, n * sizeof(TimelineRecord)));
+  return made;
 }
 [[maybe_unused]] const int g_unit = register_timeline_unit(__BASE_FILE__, &reset_tu, &copy_tu);
 

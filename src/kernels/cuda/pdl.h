@@ -33,9 +33,11 @@ bool timeline_built();
 // Forgets every record (synchronous; not during a capture).
 void timeline_reset();
 // Writes the records of the current device as CSV (unit,grid,block,threads,sm,t_enter,t_wait,
-// mark0..3), the rows sorted by t_wait; returns the number of rows.
+// mark0..3), the rows sorted by t_wait; returns the number of rows. A unit that made more than
+// kTimelineMaxRecords records keeps its first ones; the dump says so on stderr.
 size_t timeline_dump(const std::string& path);
-// For pdl.cuh: a translation unit's record arrays.
-int register_timeline_unit(const char* file, void (*reset)(), void (*copy)(std::vector<TimelineRecord>&));
+// For pdl.cuh: a translation unit's record arrays (copy appends the kept records and returns how
+// many the unit made).
+int register_timeline_unit(const char* file, void (*reset)(), unsigned (*copy)(std::vector<TimelineRecord>&));
 
 }  // namespace rlm::cuda
