@@ -184,8 +184,9 @@ int run_attention(const AttentionArgs& a) {
     const int engine_splits = cuda::fixed_decode_num_kv_splits(decode_batch, a.decode_len);
     jd["engine_splits"] = engine_splits;
     std::printf("  %-20s %10s %10s %8s\n", "splits (*: engine)", "ms", "GB/s", "ratio");
-    std::vector<int> sweep = {0, 1, 2, 3, 4, 8, 16, 32};
-    if (std::find(sweep.begin(), sweep.end(), engine_splits) == sweep.end()) {
+    std::vector<int> sweep = a.decode_splits;
+    if (sweep.empty()) sweep = {0, 1, 2, 3, 4, 8, 16, 32};
+    if (a.decode_splits.empty() && std::find(sweep.begin(), sweep.end(), engine_splits) == sweep.end()) {
       sweep.insert(std::upper_bound(sweep.begin() + 1, sweep.end(), engine_splits), engine_splits);
     }
     for (int splits : sweep) {
@@ -203,6 +204,7 @@ int run_attention(const AttentionArgs& a) {
     j["decode_batches"].push_back(jd);
   }
 
+  if (a.decode_only) return finish_report(j, a.json_path, "bench attention");
   // ---- prefill ----
   std::printf("prefill (causal, fresh prompts):\n  %-6s %-6s %10s %10s\n", "len", "batch", "ms", "TFLOP/s");
   for (int64_t len : a.prefill_lens) {

@@ -22,6 +22,10 @@ struct AttentionArgs {
   int64_t decode_batch = 32;
   std::vector<int64_t> decode_batches;  // several batch sizes (each with the split sweep); empty: decode_batch
   int64_t decode_len = 2048;
+  // Split counts to time per batch (0: the kernel's own choice); empty: 0, 1, 2, 3, 4, 8, 16, 32
+  // and the engine's count.
+  std::vector<int> decode_splits;
+  bool decode_only = false;  // skip the prefill and cascade runs
   std::vector<int64_t> prefill_lens{1024, 4096};
   int64_t prefill_tokens = 16384;  // batch = max(1, prefill_tokens / len)
   int64_t num_qo_heads = 32;

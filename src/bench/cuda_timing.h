@@ -21,6 +21,13 @@ namespace rlm::bench {
 // (with a message naming `command`) when the file cannot be written, else 0.
 int finish_report(const nlohmann::json& report, const std::string& json_path, const char* command);
 
+// A host tensor of `shape` with uniform [-1, 1) values (24 random bits each, then rounded to
+// `dtype`): element i is a function of (key, i) only (counter-based splitmix64), so it is filled on
+// num_threads threads (0: the machine's cores, at most 32) with the same result for any count --
+// a gigabyte FP8 cache drawn element by element from one mt19937 took ~20 s, most of a `bench
+// attention` run.
+Tensor random_host(uint64_t key, const Shape& shape, DType dtype, int num_threads = 0);
+
 #ifdef RADIXLM_WITH_CUDA
 
 // rlm::Error naming `what` unless e == cudaSuccess.
@@ -31,7 +38,7 @@ void cuda_ok(cudaError_t e, const char* what);
 // attached, a no-op.
 void profiler_range(bool open);
 
-// A CUDA tensor of `shape` with uniform [-1, 1) values in `dtype` (made on the host, uploaded).
+// random_host's tensor on the GPU, its key drawn from rng.
 Tensor random_gpu(std::mt19937& rng, const Shape& shape, DType dtype);
 
 // Median seconds of fn() over `iters` runs, each bracketed by events recorded on `stream`

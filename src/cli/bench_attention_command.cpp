@@ -12,6 +12,13 @@ void add_bench_attention_command(CLI::App& bench, std::vector<std::pair<CLI::App
   s->add_option("--decode-len", a->decode_len, "Keys per decode request")->check(CLI::PositiveNumber);
   s->add_option("--decode-batches", a->decode_batches, "Several decode batch sizes (list; overrides --decode-batch)")
       ->delimiter(',');
+  s->add_option(
+       "--decode-splits", a->decode_splits,
+       "Split counts to time per batch (list; 0: the kernel's own choice; default 0,1,2,3,4,8,16,32 and the "
+       "engine's)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 64));
+  s->add_flag("--decode-only", a->decode_only, "Only the decode runs (no prefill, no cascade)");
   s->add_option("--prefill-lens", a->prefill_lens, "Prompt lengths of the causal prefill runs")->delimiter(',');
   s->add_option("--prefill-tokens", a->prefill_tokens, "Tokens per prefill batch (batch = this / len, at least 1)")
       ->check(CLI::PositiveNumber);
