@@ -21,11 +21,9 @@ namespace rlm::bench {
 // (with a message naming `command`) when the file cannot be written, else 0.
 int finish_report(const nlohmann::json& report, const std::string& json_path, const char* command);
 
-// A host tensor of `shape` with uniform [-1, 1) values (24 random bits each, then rounded to
-// `dtype`): element i is a function of (key, i) only (counter-based splitmix64), so it is filled on
-// num_threads threads (0: the machine's cores, at most 32) with the same result for any count --
-// a gigabyte FP8 cache drawn element by element from one mt19937 took ~20 s, most of a `bench
-// attention` run.
+// A host tensor of `shape` with uniform [-1, 1) values rounded to `dtype` (fill_uniform_counter,
+// core/random_fill.h: the same values for any num_threads; 0 = all cores). A gigabyte FP8 cache
+// drawn element by element from one mt19937 took ~20 s, most of a `bench attention` run.
 Tensor random_host(uint64_t key, const Shape& shape, DType dtype, int num_threads = 0);
 
 #ifdef RADIXLM_WITH_CUDA

@@ -5,10 +5,10 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <thread>
 #include <unordered_map>
 
 #include "core/json.h"
+#include "core/random_fill.h"
 #include "formats/gguf_dequant.h"
 #include "formats/safetensors.h"
 
@@ -128,14 +128,6 @@ StatusOr<std::unique_ptr<WeightSource>> open_files(const std::string& location, 
 
 // ---- dummy weights ------------------------------------------------------------------------
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
@@ -181,35 +173,10 @@ class DummyWeightSource final : public WeightSource {
   }
 
  private:
-  // Element i of tensor `name` is a function of (seed, name, i) only (counter-based splitmix64),
-  // so chunks can be filled on any number of threads with identical results.
+  // Element i of tensor `name` is a function of (seed, name, i) only (fill_uniform_counter), so
+  // the fill runs on all cores with identical results.
   void fill(const std::string& name, const Tensor& t) const {
-    const uint64_t key = mix64(seed_ ^ mix64(fnv1a(name)));
-    const int64_t n = t.numel();
-    constexpr int64_t kChunk = 1 << 16;
-    const int64_t num_chunks = (n + kChunk - 1) / kChunk;
-    auto run = [&](int64_t first_chunk, int64_t stride) {
-      std::vector<float> buf(static_cast<size_t>(std::min<int64_t>(kChunk, n)));
-      for (int64_t c = first_chunk; c < num_chunks; c += stride) {
-        const int64_t begin = c * kChunk, len = std::min(kChunk, n - begin);
-        for (int64_t i = 0; i < len; ++i) {
-          const uint64_t r = mix64(key + static_cast<uint64_t>(begin + i + 1) * kGolden);
-          const float u = static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
-          buf[i] = (2.0f * u - 1.0f) * scale_;
-        }
-        convert_from_f32(buf.data(), static_cast<uint8_t*>(t.data_ptr()) + begin * t.element_size(), dtype_,
-                         static_cast<size_t>(len));
-      }
-    };
-    const int64_t num_threads =
-        std::min<int64_t>({num_chunks / 16, static_cast<int64_t>(std::thread::hardware_concurrency()), 32});
-    if (num_threads <= 1) {
-      run(0, 1);
-      return;
-    }
-    std::vector<std::thread> threads;
-    for (int64_t w = 0; w < num_threads; ++w) threads.emplace_back(run, w, num_threads);
-    for (std::thread& th : threads) th.join();
+    fill_uniform_counter(mix64(seed_ ^ mix64(fnv1a(name))), scale_, dtype_, t.data_ptr(), t.numel());
   }
 
   DType dtype_;

@@ -5,17 +5,13 @@
 #include <numeric>
 #include <vector>
 
+#include "core/random_fill.h"
 #include "kernels/cpu/softmax.h"
 
 namespace rlm::cpu {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t splitmix64(uint64_t x) { return mix64(x + 0x9e3779b97f4a7c15ull); }
 
 // Index of the first entry whose running sum exceeds `target` (the last positive entry when
 // rounding leaves target at or past the total).

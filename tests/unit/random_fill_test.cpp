@@ -1,6 +1,9 @@
-// bench::random_host, the random caches and activations of `bench attention` / `bench gemv`: the
-// same values for any thread count, a different tensor per key, uniform on [-1, 1), and each dtype
-// the f32 values rounded (across the 65,536-element chunk boundaries the threads split at).
+// fill_uniform_counter (core/random_fill.h: the dummy weights' values) and bench::random_host (the
+// random caches and activations of `bench attention` / `bench gemv`): the same values for any
+// thread count, a different tensor per key, uniform on [-scale, scale), and each dtype the f32
+// values rounded (across the 65,536-element chunk boundaries the threads split at).
+#include "core/random_fill.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +37,18 @@ TEST(BenchRandom, KeysGiveDifferentTensors) {
   int64_t same = 0;
   for (int64_t i = 0; i < a.numel(); ++i) same += a.data<float>()[i] == b.data<float>()[i];
   EXPECT_LT(same, 10);  // 24-bit values: ~0.01 expected coincidences
+}
+
+TEST(RandomFill, ScaleAndThreadsGiveTheSameValuesScaled) {
+  const int64_t n = kRows * kCols;
+  std::vector<float> one(static_cast<size_t>(n)), many(static_cast<size_t>(n));
+  fill_uniform_counter(5, 1.0f, DType::kF32, one.data(), n, 1);
+  fill_uniform_counter(5, 0.25f, DType::kF32, many.data(), n, 5);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(many[i], one[i] * 0.25f) << i;  // a power of two: exact
+  // random_host is the same fill at scale 1.
+  EXPECT_EQ(bytes_of(random_host(5, {kRows, kCols}, DType::kF32, 2)),
+            std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(one.data()),
+                                 reinterpret_cast<const uint8_t*>(one.data()) + n * sizeof(float)));
 }
 
 TEST(BenchRandom, UniformOnMinusOneToOne) {
