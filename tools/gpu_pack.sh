@@ -12,7 +12,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD:-$ROOT/build-cuda}
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/bin" "$STAGE/deps"
-if [ -n "${BINS:-}" ]; then  # e.g. BINS=radixlm: a benchmark-only carry (~22 MB for sm_90a + sm_80)
+if [ -n "${BINS:-}" ]; then  # e.g. BINS=radixlm: a benchmark-only carry (~28 MB with its libraries, sm_90a + sm_80)
   for b in $BINS; do cp "$BUILD/$b" "$STAGE/bin/"; done
 else
   for b in radixlm "$BUILD"/*_test; do

@@ -19,7 +19,7 @@ inline uint64_t mix64(uint64_t z) {
 // Writes n elements of `dtype` (f32, bf16, f16 or f8e4m3) at dst: element i is (2 u_i - 1) * scale
 // rounded to dtype, u_i the top 24 bits of mix64(key + (i + 1) * 0x9E3779B97F4A7C15) over 2^24 (so
 // uniform on [-scale, scale) before rounding). num_threads threads (0: the machine's cores, at most
-// 32, none for fewer than ~1M elements a thread).
+// 32, and at most one per 16 chunks of 65,536 elements, so small tensors are filled in the caller).
 void fill_uniform_counter(uint64_t key, float scale, DType dtype, void* dst, int64_t n, int num_threads = 0);
 
 }  // namespace rlm
