@@ -6,8 +6,9 @@
 # ratio to one-batch decode throughput at the same batch size (the run's concurrency, measured in
 # the same invocation with the configuration's --quantization / --kv-cache-dtype; fixed-concurrency
 # runs over random prompts), and as a ratio to the same engine's
-# end-to-end rate for one batch of the run's shape (one-batch prefill + output-length decode steps;
-# `e2e`), which counts the prompt work a served request also needs. Results: $OUT/matrix.txt (the table),
+# end-to-end rate for one batch of the run's shape (one-batch prefill + output-length decode steps at
+# the run's mid context, input + output / 2; `e2e`), which counts the prompt work a served request
+# also needs. Results: $OUT/matrix.txt (the table),
 # $OUT/matrix.json, every log and bench JSON under $OUT. docs/perf/serving_matrix.md has the
 # numbers and their analysis.
 #
@@ -133,13 +134,16 @@ one_batch() {
 }
 
 # The same engine's end-to-end rate for a whole batch of the run's shape (tok/s): batch $2 x output
-# $4 tokens over one-batch's prefill of the batch (input $3) plus $4 decode steps at its median step
-# time — what `serve` would reach if it ran every request of a wave as one batch. Needs one_batch first.
+# $4 tokens over one-batch's prefill of the batch (input $3) plus $4 decode steps at the median step
+# of a one-batch run whose prompts are the run's mid context ($3 + $4 / 2 tokens: a decode step's
+# attention grows with the context, so the step at the prompt length alone undercounts long outputs)
+# — what `serve` would reach if it ran every request of a wave as one batch. Needs one_batch for the
+# input first; runs the mid-context one itself (cached).
 one_batch_e2e() {
-  local log pre step
-  log=$(one_batch_log "$1" "$2" "$3")
-  pre=$(sed -nE 's/^prefill: ([0-9.]+) ms.*/\1/p' "$log" | head -1)
-  step=$(sed -nE 's/^decode step \(.*\): ([0-9.]+) ms.*/\1/p' "$log" | head -1)
+  local mid=$(( $3 + $4 / 2 )) pre step
+  pre=$(sed -nE 's/^prefill: ([0-9.]+) ms.*/\1/p' "$(one_batch_log "$1" "$2" "$3")" | head -1)
+  one_batch "$1" "$2" "$mid" > /dev/null
+  step=$(sed -nE 's/^decode step \(.*\): ([0-9.]+) ms.*/\1/p' "$(one_batch_log "$1" "$2" "$mid")" | head -1)
   [ -n "$pre" ] && [ -n "$step" ] && python3 -c "print($2 * $4 * 1000 / ($pre + $4 * $step))"
 }
 
@@ -168,7 +172,8 @@ for model in $MODELS; do
     # concurrency, input = its prompt length (runs with a fixed concurrency over random prompts).
     for r in $RUNS; do
       read -r in outl conc rate n ds <<< "$(run_spec "$r")"
-      [ "$ds" = random ] && [ "$conc" != 0 ] && one_batch "$model" "$conc" "$in" > /dev/null
+      [ "$ds" = random ] && [ "$conc" != 0 ] && one_batch "$model" "$conc" "$in" > /dev/null &&
+        one_batch_e2e "$model" "$conc" "$in" "$outl" > /dev/null
     done
     start_server "$model" "$flags" "$OUT/serve_$tag.log" || { FAILED=1; stop_server; continue; }
     curl -sf "http://127.0.0.1:$PORT/server_info" > "$OUT/server_info_$tag.json"
