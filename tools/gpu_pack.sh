@@ -4,7 +4,9 @@
 # our build dependencies (no network there to install them). BINS="radixlm" packs only the named
 # binaries of $BUILD (a benchmark call then skips the device build: carry .gpu_carry.tar.xz instead
 # of .gpu_deps.tar.xz and run TESTS=none bash tools/gpu_run_prebuilt.sh, or unpack it yourself).
-# The development build (make, build/) works as BUILD=build. Build first:
+# The development build (make, build/) works as BUILD=build. The 8B shape's config
+# (configs/llama-3.1-8b) reads the generated Llama-3 tokenizer, which git ignores: a serving call
+# also carries tests/data/tokenizer/generated/llama3 (9 MB). Build first:
 #   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DRADIXLM_CUDA=ON -DRADIXLM_CUDA_ARCHS=90a
 #   cmake --build build-cuda --target radixlm ops_cuda_test ops_cuda_linear_sampling_test attention_cuda_test model_cuda_test
 set -euo pipefail

@@ -24,22 +24,38 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // Copies 16 bytes global -> shared asynchronously; src_bytes == 0 writes 16 zero bytes instead
-// (src must still be a valid address).
+// (src must still be a valid address). kPrefetch128: with the .L2::128B hint, which has the L2
+// fetch the source's whole 128-byte line (a warp that reads half a line per instruction gets whole
+// lines from DRAM: the FP8 decode kernel, docs/perf/decode_kernels.md, eleventh section).
+template <bool kPrefetch128 = false>
 __device__ __forceinline__ void cp_async16(void* dst_smem, const void* src, int src_bytes) {
 #ifndef RLM_MMA_UNSUPPORTED
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
+  if constexpr (kPrefetch128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  }
 #else
   __trap();
 #endif
 }
 // 8 bytes (the FP8 caches' 8-column chunks); zero-filled past src_bytes. .ca: .cg takes 16 only.
+template <bool kPrefetch128 = false>
 __device__ __forceinline__ void cp_async8(void* dst_smem, const void* src, int src_bytes) {
 #ifndef RLM_MMA_UNSUPPORTED
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
-               "r"(src_bytes)
-               : "memory");
+  if constexpr (kPrefetch128) {
+    asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst_smem)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+  }
 #else
   __trap();
 #endif
