@@ -42,7 +42,15 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  for (int64_t s : shape) RLM_CHECK_GE(s, 0) << " negative dimension in " << shape_to_string(shape);
+  // No tensor holds 2^56 elements: a larger count is a corrupt shape, whose byte count would wrap.
+  constexpr int64_t kMaxElements = int64_t{1} << 56;
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    RLM_CHECK_GE(s, 0) << " negative dimension in " << shape_to_string(shape);
+    RLM_CHECK(s == 0 || n <= kMaxElements / s)
+        << "Tensor::empty: " << shape_to_string(shape) << " has too many elements";
+    n *= s;
+  }
   Tensor t;
   t.dtype_ = dtype;
   t.device_ = device;

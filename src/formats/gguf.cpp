@@ -396,7 +396,14 @@ class GgufParser {
       return data_loss(str(where(), "row length ", row, " is not a multiple of the ", traits->name,
                            " block size ", traits->block_size));
     }
-    info.nbytes = static_cast<uint64_t>(numel / traits->block_size) * static_cast<uint64_t>(traits->type_size);
+    // The byte count must fit too: a large enough element count (fuzzed, 2026-11-27) wrapped it
+    // around to a few bytes that passed the bounds check below, and reading the tensor ran past
+    // the buffers sized by the element count.
+    const int64_t blocks = numel / traits->block_size;
+    if (blocks > std::numeric_limits<int64_t>::max() / static_cast<int64_t>(traits->type_size)) {
+      return data_loss(str(where(), numel, " elements of ", traits->name, " overflow the byte count"));
+    }
+    info.nbytes = static_cast<uint64_t>(blocks) * static_cast<uint64_t>(traits->type_size);
     RLM_RETURN_IF_ERROR(read_u64(&info.offset, "the tensor data offset"));
     if (info.offset % f_.alignment_ != 0) {
       return data_loss(str(where(), "data offset ", info.offset, " is not a multiple of the alignment ",

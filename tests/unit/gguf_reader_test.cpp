@@ -259,6 +259,9 @@ TEST(GgufReader, TensorInfoErrors) {
   // Too many dims; element count overflow; row not a whole number of blocks.
   expect_error(open_bytes(one({1, 1, 1, 1, 1}, 0, 0, 64)), StatusCode::kDataLoss, "5 dimensions");
   expect_error(open_bytes(one({1ull << 40, 1ull << 40}, 0, 0, 64)), StatusCode::kDataLoss, "overflows");
+  // An element count that fits whose byte count does not: 2^62 f32 wrapped around to 0 bytes, which
+  // passed the bounds check (found by parser_fuzz_test with RADIXLM_FUZZ_SEED=560232364 at 1M inputs).
+  expect_error(open_bytes(one({1ull << 62}, 0, 0, 64)), StatusCode::kDataLoss, "overflow the byte count");
   expect_error(open_bytes(one({48, 2}, 8, 0, 512)), StatusCode::kDataLoss, "not a multiple of the Q8_0 block size 32");
   // Duplicate tensor names.
   expect_error(open_bytes(Builder().header(2, 0).tensor("w", {32}, 0, 0).tensor("w", {32}, 0, 128).pad_to(32)

@@ -110,6 +110,7 @@ TEST(ParserFuzz, GgufReaderAndConfig) {
   Scratch scratch("parser_fuzz.gguf");
   const int iters = fuzz::iterations(10000);
   int opened = 0, configs = 0;
+  uint64_t data_sum = 0;  // printed, so the reads of every tensor's bytes stay in the program
   fuzz::SlowestInput slowest;
   for (int i = 0; i < iters; ++i) {
     const size_t s = i % seeds.size();
@@ -136,9 +137,12 @@ TEST(ParserFuzz, GgufReaderAndConfig) {
       }
       for (const GgufTensorInfo& t : g.tensors()) {
         const auto data = g.tensor_data(t);
-        uint64_t sum = 0;
-        for (uint8_t b : data) sum += b;  // every byte is inside the mapping (ASan/segfault otherwise)
-        EXPECT_GE(sum, 0u);
+        for (uint8_t b : data) data_sum += b;  // every byte is inside the mapping (ASan/segfault otherwise)
+        // The reader's byte count agrees with the element count (dequantize_tensor sizes its output by it).
+        const auto traits = ggml_type_traits(static_cast<uint32_t>(t.type));
+        ASSERT_TRUE(traits.has_value());
+        EXPECT_EQ(static_cast<unsigned __int128>(t.numel() / traits->block_size) * traits->type_size,
+                  static_cast<unsigned __int128>(data.size()));
       }
       auto config = gguf_model_config(g);
       if (config.is_ok()) {
@@ -148,8 +152,9 @@ TEST(ParserFuzz, GgufReaderAndConfig) {
       }
     });
   }
-  std::printf("%d of %d mutated GGUF files opened, %d gave a model config; slowest %.3f s\n", opened, iters, configs,
-              slowest.seconds());
+  std::printf(
+      "%d of %d mutated GGUF files opened, %d gave a model config (tensor bytes sum %llu); slowest %.3f s\n",
+      opened, iters, configs, static_cast<unsigned long long>(data_sum), slowest.seconds());
   EXPECT_GT(opened, 0);
   EXPECT_LT(slowest.seconds(), 5.0);
 }

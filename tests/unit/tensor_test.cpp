@@ -59,6 +59,15 @@ TEST(Tensor, ChecksNameTheOffendingShape) {
   EXPECT_THROW((void)t.data<int32_t>(), Error);
   EXPECT_THROW((void)t.size(2), Error);
   EXPECT_EQ(t.size(-1), 3);
+  // A shape whose element count (and so byte count) would wrap around is refused, not allocated
+  // at its wrapped size; the message names the shape.
+  try {
+    (void)Tensor::empty({int64_t{1} << 31, int64_t{1} << 31, 8}, DType::kF32);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("too many elements"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)Tensor::empty({int64_t{1} << 62, 4}, DType::kF32), Error);
 }
 
 TEST(Tensor, ConvertsFloatFormatsRoundTrip) {
