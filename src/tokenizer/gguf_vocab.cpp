@@ -219,10 +219,13 @@ StatusOr<json> gguf_vocab_to_tokenizer_json(const GgufFile& file, json* config) 
                        {"special", types[i] != kUserDefined}});
     }
   }
+  // A special token's id, as the vocabulary keeps it: a token listed twice is known by its first
+  // id (above), so an id pointing at a later copy becomes the first one -- otherwise the BERT
+  // post-processor emitted an id past vocab_size() (found by fuzzing, 2026-11-27).
   auto token_id = [&](const char* key) -> std::optional<int64_t> {
     auto id = file.get_int(key);
     if (!id || *id < 0 || *id >= static_cast<int64_t>(n)) return std::nullopt;
-    return id;
+    return ids.at((*tokens)[static_cast<size_t>(*id)]);
   };
 
   json tj = {{"version", "1.0"}, {"added_tokens", added}, {"post_processor", nullptr}};
