@@ -137,7 +137,8 @@ TEST(GgufVocab, RefusesUnknownModelsAndPreTokenizers) {
   EXPECT_NE(t.status().message().find("'t5' is not supported"), std::string::npos) << t.status().to_string();
 }
 
-TEST(GgufVocab, BertNeedsSpecialIds) {
+// A five-token WordPiece vocabulary: [UNK], [CLS], [SEP] (control tokens), "\u2581a", "b".
+Vocab bert_vocab() {
   Vocab v;
   v.model = "bert";
   v.tokens = {"[UNK]", "[CLS]", "[SEP]",
@@ -145,6 +146,11 @@ TEST(GgufVocab, BertNeedsSpecialIds) {
               "a",
               "b"};
   v.types = {3, 3, 3, 1, 1};
+  return v;
+}
+
+TEST(GgufVocab, BertNeedsSpecialIds) {
+  Vocab v = bert_vocab();
   v.ids = {{"unknown", 0}, {"cls", 1}};
   auto t = load_vocab(v);
   ASSERT_FALSE(t.is_ok());
@@ -162,13 +168,7 @@ TEST(GgufVocab, BertNeedsSpecialIds) {
 // the vocabulary keeps: the BERT post-processor emitted the later id, past vocab_size(), before
 // (RADIXLM_FUZZ_SEED=424242 of the test below at 100,000 inputs).
 TEST(GgufVocab, SpecialIdOfADuplicatedTokenIsItsFirstId) {
-  Vocab v;
-  v.model = "bert";
-  v.tokens = {"[UNK]", "[CLS]", "[SEP]",
-              "\xE2\x96\x81"
-              "a",
-              "b"};
-  v.types = {3, 3, 3, 1, 1};
+  Vocab v = bert_vocab();
   v.ids = {{"unknown", 0}, {"cls", 1}, {"seperator", 2}};
   auto plain = load_vocab(v);
   ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
