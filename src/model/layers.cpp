@@ -113,6 +113,18 @@ void apply_linear(const Linear& l, const Tensor& x, const Tensor& out) {
   }
 }
 
+void apply_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm_weight, float eps,
+                       const Linear& l, const Tensor& out) {
+  if (l.fp8.defined())
+    return ops::rms_norm_linear(x, residual, norm_weight, eps, l.weight, l.bias, out, l.fp8);
+  if (residual != nullptr) {
+    ops::fused_add_rms_norm(x, *residual, norm_weight, eps);
+  } else {
+    ops::rms_norm(x, norm_weight, eps, x);
+  }
+  apply_linear(l, x, out);
+}
+
 void apply_silu_and_mul_linear(const Linear& l, const Tensor& gate_up, const Tensor& act, const Tensor& out) {
   if (l.fp8.defined()) return ops::silu_and_mul_linear(gate_up, act, l.weight, l.bias, out, l.fp8);
   ops::silu_and_mul(gate_up, act);

@@ -32,6 +32,14 @@ struct Linear {
 //   x: f32 [m, in_features]; out: f32 [m, out_features].
 void apply_linear(const Linear& l, const Tensor& x, const Tensor& out);
 
+// The pre-norm residual stream's norm, then apply_linear(l, x, out): with `residual`,
+// fused_add_rms_norm(x, *residual, norm_weight, eps), else rms_norm(x, norm_weight, eps, x). With
+// an FP8 weight through ops::rms_norm_linear (on CUDA the activation quantization folds into the
+// norm). x (and the residual) end as the norm leaves them either way.
+//   x, residual: f32 [m, in_features]; out: f32 [m, out_features].
+void apply_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm_weight, float eps,
+                       const Linear& l, const Tensor& out);
+
 // out = l(silu_and_mul(gate_up)): with an FP8 weight through ops::silu_and_mul_linear (on CUDA the
 // SiLU-and-mul folds into the activation quantization for prefill-sized batches and `act` stays
 // unwritten), else silu_and_mul into act and apply_linear.

@@ -124,9 +124,10 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
-    residual_input_norm(l, hidden_states, residual, layer.input_layernorm, eps);
-    // Self-attention.
-    apply_linear(layer.qkv_proj, hidden_states, qkv);
+    // Self-attention: the input norm (layer 0 starts the residual stream) and the QKV projection.
+    if (l == 0) residual.copy_(hidden_states);
+    apply_norm_linear(hidden_states, l == 0 ? nullptr : &residual, layer.input_layernorm, eps, layer.qkv_proj,
+                      qkv);
     Tensor heads = qkv.view({n, hq + 2 * hk, d});
     Tensor q = heads.slice(1, 0, hq);             // [num_tokens, num_qo_heads, head_dim]
     Tensor k = heads.slice(1, hq, hq + hk);       // [num_tokens, num_kv_heads, head_dim]
@@ -140,12 +141,13 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     apply_linear(layer.o_proj, attn.view({n, hq * d}), hidden_states);
     tp_all_reduce(tp_, hidden_states);
     // MLP.
-    ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
     if (layer.is_moe) {
+      ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
       sparse_moe_forward(layer.moe, variant_.moe, hidden_states, moe_out);
       hidden_states.copy_(moe_out);
     } else {
-      apply_linear(layer.gate_up_proj, hidden_states, gate_up);
+      apply_norm_linear(hidden_states, &residual, layer.post_attention_layernorm, eps, layer.gate_up_proj,
+                        gate_up);
       apply_silu_and_mul_linear(layer.down_proj, gate_up, act, hidden_states);
       tp_all_reduce(tp_, hidden_states);
     }

@@ -439,6 +439,41 @@ void silu_and_mul_linear(const Tensor& gate_up, const Tensor& act, const Tensor&
   linear(act, weight, bias, out, scales);
 }
 
+void rms_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm_weight, float eps,
+                     const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+                     const Fp8Scales& scales) {
+#ifdef RADIXLM_WITH_CUDA
+  if (x.device().is_cuda() && fp8_linear_activations() == Fp8Activations::kFp8) {
+    OpCheck c("rms_norm_linear");
+    check_rows(c, "x", x);
+    c.dims("x", x, 2, "[n, k]");
+    if (residual != nullptr) {
+      check_rows(c, "residual", *residual);
+      if (residual->shape() != x.shape()) {
+        c.fail_with(str("residual ", residual->describe(), " must have the shape of x ", x.describe()));
+      }
+      c.same_device(x, "residual", *residual);
+    }
+    check_norm_weight(c, norm_weight, x.size(-1));
+    c.same_device(x, "norm_weight", norm_weight);
+    const Tensor* b = check_fp8_linear(c, x, weight, bias, out, scales);
+    const cuda::Rows xr = cuda_rows(x);
+    if (cuda::fp8_linear_rms_norm(
+            x.device().index, residual != nullptr, xr, residual ? cuda_rows(*residual) : xr, x.size(1),
+            norm_weight.data_ptr(), norm_weight.dtype(), eps, cuda_fp8_weight(weight, scales),
+            b ? b->data_ptr() : nullptr, b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out))) {
+      return;
+    }
+  }
+#endif
+  if (residual != nullptr) {
+    fused_add_rms_norm(x, *residual, norm_weight, eps);
+  } else {
+    rms_norm(x, norm_weight, eps, x);
+  }
+  linear(x, weight, bias, out, scales);
+}
+
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {
   OpCheck c("linear");
   if (weight.defined() && weight.dtype() == DType::kF8E4M3) {

@@ -94,6 +94,16 @@ void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& 
 void silu_and_mul_linear(const Tensor& gate_up, const Tensor& act, const Tensor& weight,
                          const std::optional<Tensor>& bias, const Tensor& out, const Fp8Scales& scales);
 
+// The norm of a pre-norm residual stream, then linear(x, weight, bias, out, scales) with an
+// f8e4m3 weight: with `residual`, fused_add_rms_norm(x, *residual, norm_weight, eps), else
+// rms_norm(x, norm_weight, eps, x). x (and the residual) are written as by the norm alone. On CUDA,
+// for per-channel weights, the activation quantization is folded into the norm
+// (cuda::fp8_linear_rms_norm: one kernel fewer, bit-identical; RADIXLM_FP8_FUSED_NORM=0 turns it
+// off); elsewhere the norm, then linear().   x: f32 [n, k]; residual: f32 [n, k]; norm_weight: [k].
+void rms_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm_weight, float eps,
+                     const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+                     const Fp8Scales& scales);
+
 enum class Fp8Activations { kFp8, kF32 };
 // Process-wide; starts as kF32 when RADIXLM_FP8_ACTIVATIONS=f32 is set, else kFp8. kF32 is CPU-only.
 void set_fp8_linear_activations(Fp8Activations mode);

@@ -1,14 +1,15 @@
 // The CUDA FP8 kernels against their CPU twins on fresh random inputs: activation quantization
 // (bit-exact), the FP8 linear layer on each of its paths (tensor-core GEMV and cuBLASLt: relative
 // L2 5e-4; CUDA-core GEMV and FMA: 1e-5, the same e4m3 products, f32 sums in another order), the
-// FP8 KV store (bit-exact), SiLU-and-mul folded into the activation quantization (bit-identical to
-// the unfused GPU path) and paged attention over FP8 caches with per-layer scales (decode: relative
-// L2 1e-5; prefill, the tensor-core kernel with q and P in f16: 5e-3; k_scale folded into the score
+// FP8 KV store (bit-exact), SiLU-and-mul and RMSNorm folded into the activation quantization
+// (bit-identical to the unfused GPU path) and paged attention over FP8 caches with per-layer scales (decode:
+// relative L2 1e-5; prefill, the tensor-core kernel with q and P in f16: 5e-3; k_scale folded into the score
 // scale, v_scale applied to the output).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "cuda/cuda_test_util.h"
@@ -42,6 +43,18 @@ Tensor random_scales(TestRng& rng, Shape shape) {
   Tensor t = Tensor::empty(std::move(shape), DType::kF32);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(rng.uniform(1e-3, 2e-2));
   return t;
+}
+
+// A random f8e4m3 weight [n, k] on the GPU and its scales: per channel (block 0) or block x block,
+// with a static activation scale of 0.03 when static_input.
+std::pair<Tensor, ops::Fp8Scales> random_gpu_fp8_linear(TestRng& rng, int64_t n, int64_t k, int64_t block,
+                                                        bool static_input) {
+  ops::Fp8Scales s;
+  s.block_n = s.block_k = block;
+  s.weight_scale = testing::to_gpu(
+      random_scales(rng, block > 0 ? Shape{(n + block - 1) / block, (k + block - 1) / block} : Shape{n}));
+  if (static_input) s.input_scale = testing::to_gpu(Tensor::from_vector(std::vector<float>{0.03f}));
+  return {testing::to_gpu(random_fp8(rng, {n, k})), s};
 }
 
 TEST(Fp8Cuda, QuantizeRowsIsBitExact) {
@@ -152,12 +165,7 @@ TEST(Fp8Cuda, SiluAndMulFoldedIntoQuantizationIsBitIdentical) {
         Case{8, 64, 256, 0, false, false, false}, Case{64, 128, 512, 128, false, false, false},
         Case{33, 48, 90, 0, false, false, false}}) {
     SCOPED_TRACE(str("m ", c.m, " n ", c.n, " k ", c.k, " block ", c.block, " static ", c.static_input));
-    ops::Fp8Scales s;
-    s.block_n = s.block_k = c.block;
-    s.weight_scale = testing::to_gpu(random_scales(
-        rng, c.block > 0 ? Shape{(c.n + c.block - 1) / c.block, (c.k + c.block - 1) / c.block} : Shape{c.n}));
-    if (c.static_input) s.input_scale = testing::to_gpu(Tensor::from_vector(std::vector<float>{0.03f}));
-    const Tensor w = testing::to_gpu(random_fp8(rng, {c.n, c.k}));
+    const auto [w, s] = random_gpu_fp8_linear(rng, c.n, c.k, c.block, c.static_input);
     const Tensor gate_up = testing::to_gpu(testing::random_normal(rng, {c.m, 2 * c.k}, 3.0f));
     std::optional<Tensor> bias;
     if (c.bias) bias = testing::to_gpu(testing::random_normal(rng, {c.n}));
@@ -173,6 +181,83 @@ TEST(Fp8Cuda, SiluAndMulFoldedIntoQuantizationIsBitIdentical) {
     const Tensor a2 = testing::to_cpu(act2);
     EXPECT_EQ(std::isnan(a2.data<float>()[0]), c.fused)
         << "act written: " << !std::isnan(a2.data<float>()[0]);
+  }
+}
+
+// RMSNorm with the activation quantization folded in (cuda::fp8_linear_rms_norm, through
+// ops::rms_norm_linear): the output bits -- the linear's, the normalised rows', the residual's -- of
+// the norm followed by the FP8 linear on the GPU, plain and fused-add norms, decode-sized (GEMV)
+// and prefill-sized (cuBLASLt) row counts, rows up to 8,192 wide, dynamic and static activation
+// scales, f32 and bf16 norm weights, with and without bias; where it does not apply (block scales,
+// rows the register kernel does not take) cuda::fp8_linear_rms_norm returns false and the op falls
+// back to the two steps.
+TEST(Fp8Cuda, RmsNormFoldedIntoQuantizationIsBitIdentical) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  struct Case {
+    int64_t m, n, k, block;
+    bool add, static_input, bias, bf16_norm, applies;
+  };
+  for (const Case& c : {Case{1, 64, 256, 0, true, false, false, true, true},
+                        Case{1, 96, 4096, 0, false, false, true, true, true},
+                        Case{3, 64, 8192, 0, true, false, false, false, true},
+                        Case{8, 128, 1024, 0, true, true, false, true, true},
+                        Case{9, 64, 512, 0, false, false, false, true, true},
+                        Case{300, 96, 4096, 0, true, false, true, true, true},
+                        Case{2, 64, 256, 128, true, false, false, true, false},    // block scales
+                        Case{4, 48, 90, 0, true, false, false, true, false},       // k % 4 != 0
+                        Case{2, 64, 8196, 0, true, false, false, true, false}}) {  // wider than 8,192
+    SCOPED_TRACE(str("m ", c.m, " n ", c.n, " k ", c.k, " block ", c.block, " add ", c.add, " static ",
+                     c.static_input));
+    const auto [w, s] = random_gpu_fp8_linear(rng, c.n, c.k, c.block, c.static_input);
+    const Tensor norm_w = testing::to_gpu(
+        testing::random_normal(rng, {c.k}, 1.0f).to(c.bf16_norm ? DType::kBF16 : DType::kF32));
+    const Tensor x0 = testing::random_normal(rng, {c.m, c.k}, 3.0f);
+    const Tensor r0 = testing::random_normal(rng, {c.m, c.k}, 3.0f);
+    std::optional<Tensor> bias;
+    if (c.bias) bias = testing::to_gpu(testing::random_normal(rng, {c.n}));
+    // The two steps.
+    Tensor x1 = testing::to_gpu(x0), r1 = testing::to_gpu(r0);
+    Tensor want = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
+    if (c.add) {
+      ops::fused_add_rms_norm(x1, r1, norm_w, 1e-5f);
+    } else {
+      ops::rms_norm(x1, norm_w, 1e-5f, x1);
+    }
+    ops::linear(x1, w, bias, want, s);
+    // The folded kernel itself, where it applies.
+    Tensor x2 = testing::to_gpu(x0), r2 = testing::to_gpu(r0);
+    Tensor got = testing::to_gpu(testing::poisoned({c.m, c.n}, DType::kF32));
+    cuda::Fp8Weight cw;
+    cw.data = w.data_ptr();
+    cw.n = c.n;
+    cw.k = cw.ldw = c.k;
+    cw.scale = s.weight_scale.data<float>();
+    cw.block_n = cw.block_k = c.block;
+    cw.input_scale = c.static_input ? s.input_scale.data<float>() : nullptr;
+    auto rows = [&](const Tensor& t) {
+      cuda::Rows r;
+      r.data = const_cast<float*>(t.data<float>());
+      r.n0 = c.m;
+      r.stride0 = c.k;
+      return r;
+    };
+    const bool ran = cuda::fp8_linear_rms_norm(
+        testing::gpu().index, c.add, rows(x2), c.add ? rows(r2) : rows(x2), c.k, norm_w.data_ptr(),
+        norm_w.dtype(), 1e-5f, cw, bias ? bias->data_ptr() : nullptr, DType::kF32, got.data<float>(), c.n);
+    ASSERT_EQ(ran, c.applies);
+    if (!ran) {  // the op falls back to the two steps
+      Tensor x3 = testing::to_gpu(x0);
+      r2 = testing::to_gpu(r0);
+      ops::rms_norm_linear(x3, c.add ? &r2 : nullptr, norm_w, 1e-5f, w, bias, got, s);
+      x2 = x3;
+    }
+    for (const auto& [name, g, e] :
+         {std::tuple<const char*, Tensor, Tensor>{"out", got, want}, {"x", x2, x1}, {"residual", r2, r1}}) {
+      const Tensor gc = testing::to_cpu(g), ec = testing::to_cpu(e);
+      EXPECT_EQ(std::memcmp(gc.data_ptr(), ec.data_ptr(), ec.nbytes()), 0) << name;
+    }
   }
 }
 

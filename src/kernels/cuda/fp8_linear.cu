@@ -673,4 +673,22 @@ bool fp8_linear_silu_and_mul(int device, const float* gate_up, int64_t m, int64_
   return true;
 }
 
+bool fp8_linear_rms_norm(int device, bool fused, const Rows& x, const Rows& other, int64_t d,
+                         const void* norm_weight, DType norm_dtype, float eps, const Fp8Weight& w,
+                         const void* bias, DType bias_dtype, float* out, int64_t ldo) {
+  static const bool on = env_switch_on("RADIXLM_FP8_FUSED_NORM");
+  check_fp8_weight(w);
+  const int64_t m = x.n0 * x.n1;
+  if (!on || w.block_n != 0 || w.k != d || m == 0 || w.n == 0 || d == 0) return false;
+  CudaContext& ctx = CudaContext::get(device);
+  const auto stream = static_cast<cudaStream_t>(ctx.stream());
+  auto lock = ctx.lock();
+  const CodesScratch sc = codes_scratch(ctx, m, d, 1);
+  if (!rms_norm_fp8_applies(x, other, d, sc.q)) return false;
+  rms_norm_fp8(device, fused, x, other, d, norm_weight, norm_dtype, eps,
+               Fp8RowCodes{sc.q, sc.sx, w.input_scale});
+  multiply_codes(device, sc.q, sc.sx, m, 1, d, w, bias, bias_dtype, out, ldo, stream);
+  return true;
+}
+
 }  // namespace rlm::cuda

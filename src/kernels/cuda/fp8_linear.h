@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/rms_norm.h"
 
 namespace rlm::cuda {
 
@@ -49,6 +50,17 @@ inline constexpr int64_t kFp8GemvMaxRows = 8;
 bool fp8_linear_silu_and_mul_applies(int64_t m, int64_t ldx, const Fp8Weight& w, const float* gate_up);
 bool fp8_linear_silu_and_mul(int device, const float* gate_up, int64_t m, int64_t ldx, const Fp8Weight& w,
                              const void* bias, DType bias_dtype, float* out, int64_t ldo);
+
+// fp8_linear of rms_norm's output rows, with the activation quantization folded into the norm
+// (cuda::rms_norm_fp8: one kernel writes the norm's f32 rows, as rms_norm / fused_add_rms_norm
+// do, and their e4m3 codes and per-token scales): bit-identical to the norm followed by
+// fp8_linear. fused: x += residual first (`other` the residual rows, the output is x), else `other`
+// the output rows (may alias x). Applies to per-channel weights (dynamic or static activation
+// scales) with w.k == d where rms_norm_fp8_applies, unless RADIXLM_FP8_FUSED_NORM=0; returns
+// false, having done nothing, where it does not apply.
+bool fp8_linear_rms_norm(int device, bool fused, const Rows& x, const Rows& other, int64_t d,
+                         const void* norm_weight, DType norm_dtype, float eps, const Fp8Weight& w,
+                         const void* bias, DType bias_dtype, float* out, int64_t ldo);
 
 // The activation quantization alone (twin of cpu::quantize_fp8_rows): x f32 [m, k] (ldx) -> q
 // e4m3 [m, k] contiguous and scales f32 [m, ceil(k / group)]; static_scale a device pointer or null.

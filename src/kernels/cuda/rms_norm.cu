@@ -49,8 +49,10 @@ __global__ void rms_norm_kernel(Rows x, Rows other, int64_t d, const W* weight, 
 // thread waits on one load at a time: ~16 us per launch for a 4096-wide row on an H100, whatever the
 // number of rows. The sum of squares is in double as above (float products are exact in double; the
 // split over threads differs, so sums agree to double rounding), the outputs with the same formula.
-template <bool kFused, typename W, int kVec>
-__global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weight, float eps) {
+// kCodes: the output rows also as FP8 codes and scales (rms_norm_fp8), from the same registers.
+template <bool kFused, typename W, int kVec, bool kCodes = false>
+__global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weight, float eps,
+                                    Fp8RowCodes codes) {
   const int64_t d4 = d / 4;
   // The weights are constant: loaded before the wait for the kernel that writes x (PDL).
   float4 wf[kVec];
@@ -99,8 +101,37 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
   for (int u = 0; u < kVec; ++u) {
     const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
     if (k < d4) {
-      dst[k] = make_float4(wf[u].x * (v[u].x * inv), wf[u].y * (v[u].y * inv), wf[u].z * (v[u].z * inv),
-                           wf[u].w * (v[u].w * inv));
+      v[u] = make_float4(wf[u].x * (v[u].x * inv), wf[u].y * (v[u].y * inv), wf[u].z * (v[u].z * inv),
+                         wf[u].w * (v[u].w * inv));
+      dst[k] = v[u];
+    }
+  }
+  if constexpr (kCodes) {
+    // quantize_rows_vec_kernel's arithmetic on the same values (a max needs no fixed order).
+    float s;
+    if (codes.static_scale != nullptr) {
+      s = *codes.static_scale;
+    } else {
+      float amax = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kVec; ++u) {
+        const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+        if (k < d4) {
+          amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
+        }
+      }
+      amax = block_max(amax);
+      s = amax > 0.0f ? amax / kF8E4M3Max : 1.0f;
+    }
+    if (threadIdx.x == 0) codes.scales[row] = s;
+    uint32_t* qr = reinterpret_cast<uint32_t*>(codes.q + row * d);
+    auto code = [](float f) { return static_cast<uint32_t>(from_float<__nv_fp8_e4m3>(f).__x); };
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      if (k < d4) {
+        qr[k] = code(v[u].x / s) | code(v[u].y / s) << 8 | code(v[u].z / s) << 16 | code(v[u].w / s) << 24;
+      }
     }
   }
   timeline_mark(3);
@@ -110,32 +141,45 @@ bool float4_rows(const Rows& r) {
   return reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.stride0 % 4 == 0 && r.stride1 % 4 == 0;
 }
 
-template <bool kFused>
-void launch_rms_norm(const Rows& x, const Rows& other, int64_t d, const void* weight, DType weight_dtype, float eps,
-                     cudaStream_t stream) {
+constexpr int kMaxVec = 8;  // float4s per thread of the register kernel
+
+bool vec_rows(const Rows& x, const Rows& other, int64_t d) {
+  const int64_t per_thread = (d / 4 + kBlock - 1) / kBlock;
+  return d % 4 == 0 && per_thread <= kMaxVec && float4_rows(x) && float4_rows(other);
+}
+
+// kCodes: rms_norm_fp8 (the register kernel only).
+template <bool kFused, bool kCodes = false>
+void launch_rms_norm(const Rows& x, const Rows& other, int64_t d, const void* weight, DType weight_dtype,
+                     float eps, cudaStream_t stream, const Fp8RowCodes& codes = {}) {
   const int64_t rows = x.n0 * x.n1;
   if (rows == 0 || d == 0) return;
   RLM_CHECK(rows <= 0x7fffffff) << "rms_norm: too many rows " << rows;
   const int64_t per_thread = (d / 4 + kBlock - 1) / kBlock;  // float4s per thread
-  const bool vec = d % 4 == 0 && per_thread <= 8 && float4_rows(x) && float4_rows(other);
+  const bool vec = vec_rows(x, other, d);
+  RLM_CHECK(vec || !kCodes) << "rms_norm_fp8: rows the register kernel does not take";
   dispatch_float(weight_dtype, [&](auto w) {
     using W = decltype(w);
     const W* wp = static_cast<const W*>(weight);
     const unsigned grid = static_cast<unsigned>(rows);
-    if (!vec) {
-      launch_pdl(rms_norm_kernel<kFused, W>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp, eps);
-    } else if (per_thread <= 1) {
-      launch_pdl(rms_norm_vec_kernel<kFused, W, 1>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
-                 eps);
+    if constexpr (!kCodes) {
+      if (!vec) {
+        launch_pdl(rms_norm_kernel<kFused, W>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp, eps);
+        return;
+      }
+    }
+    if (per_thread <= 1) {
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 1, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x, other, d,
+                 wp, eps, codes);
     } else if (per_thread <= 2) {
-      launch_pdl(rms_norm_vec_kernel<kFused, W, 2>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
-                 eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 2, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x, other, d,
+                 wp, eps, codes);
     } else if (per_thread <= 4) {
-      launch_pdl(rms_norm_vec_kernel<kFused, W, 4>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
-                 eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, 4, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x, other, d,
+                 wp, eps, codes);
     } else {
-      launch_pdl(rms_norm_vec_kernel<kFused, W, 8>, dim3(grid), dim3(kBlock), 0, stream, x, other, d, wp,
-                 eps);
+      launch_pdl(rms_norm_vec_kernel<kFused, W, kMaxVec, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x,
+                 other, d, wp, eps, codes);
     }
   });
 }
@@ -152,6 +196,22 @@ void fused_add_rms_norm(int device, const Rows& x, const Rows& residual, int64_t
                         DType weight_dtype, float eps) {
   launch_rms_norm<true>(x, residual, d, weight, weight_dtype, eps,
                         static_cast<cudaStream_t>(CudaContext::get(device).stream()));
+}
+
+bool rms_norm_fp8_applies(const Rows& x, const Rows& other, int64_t d, const void* q) {
+  return vec_rows(x, other, d) && reinterpret_cast<uintptr_t>(q) % 16 == 0;
+}
+
+void rms_norm_fp8(int device, bool fused, const Rows& x, const Rows& other, int64_t d, const void* weight,
+                  DType weight_dtype, float eps, const Fp8RowCodes& codes) {
+  RLM_CHECK(rms_norm_fp8_applies(x, other, d, codes.q))
+      << "rms_norm_fp8: rows of " << d << " it does not take";
+  const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
+  if (fused) {
+    launch_rms_norm<true, true>(x, other, d, weight, weight_dtype, eps, stream, codes);
+  } else {
+    launch_rms_norm<false, true>(x, other, d, weight, weight_dtype, eps, stream, codes);
+  }
 }
 
 }  // namespace rlm::cuda
