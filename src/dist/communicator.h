@@ -37,6 +37,15 @@ class Communicator {
   virtual size_t one_shot_max_bytes() const { return 0; }
   // Every rank sets the same mode (kOneShot only when one_shot_max_bytes() > 0).
   virtual void set_all_reduce_mode(AllReduceMode /*mode*/) {}
+  // all_reduce_sum(x) followed by the pre-norm residual stream's fused add + RMSNorm (residual +=
+  // x; x = rms_norm(residual) * weight, as ops::fused_add_rms_norm) in one step, where the
+  // communicator has a fused path for these tensors (NcclCommunicator: its one-shot kernel, same
+  // bits as the two calls). Returns false -- the same on every rank, nothing done -- otherwise.
+  //   x, residual: contiguous f32 [m, d] on this rank's device; weight: [d] f32/bf16/f16 there.
+  virtual bool all_reduce_add_rms_norm(const Tensor& /*x*/, const Tensor& /*residual*/,
+                                       const Tensor& /*weight*/, float /*eps*/) {
+    return false;
+  }
 };
 
 // out = the ranks' `in` side by side along the last dimension (the vocab-parallel LM head's

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/custom_all_reduce.h"
 #endif
 
@@ -98,6 +99,16 @@ class OneShot {
     cuda::car_all_reduce(device_, buffers_.data(), rank_, size_, max_bytes_, t.data_ptr(), t.numel(),
                          t.dtype(), stream);
   }
+  // The same holds here: shapes, dtypes and alignments are the same on every rank.
+  bool norm_fits(const Tensor& x, const Tensor& residual) const {
+    return cuda::car_norm_fits(x.data_ptr(), residual.data_ptr(), x.size(0), x.size(1), size_, max_bytes_);
+  }
+  void all_reduce_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, float eps,
+                               void* stream) {
+    cuda::car_all_reduce_add_rms_norm(device_, buffers_.data(), rank_, size_, max_bytes_, x.data<float>(),
+                                      residual.data<float>(), x.size(0), x.size(1), weight.data_ptr(),
+                                      weight.dtype(), eps, stream);
+  }
 
  private:
   OneShot(int device, int rank, int size, size_t max_bytes)
@@ -136,6 +147,24 @@ class NcclCommunicator : public Communicator {
     }
     RLM_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                                  ncclSum, comm_, stream()));
+  }
+  // RADIXLM_TP_FUSED_NORM=0: the all-reduce, then the norm (the fused path's same-run reference).
+  // Read by each process; the one-shot group is one machine's ranks, which rank 0 starts with its
+  // own environment, so every rank takes the same path.
+  bool all_reduce_add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
+                               float eps) override {
+    static const bool on = env_switch_on("RADIXLM_TP_FUSED_NORM");
+    if (!on || one_shot_ == nullptr || mode_ == AllReduceMode::kLibrary) return false;
+    check("all_reduce_add_rms_norm", x);
+    check("all_reduce_add_rms_norm", residual);
+    RLM_CHECK(x.dtype() == DType::kF32 && x.dim() == 2 && residual.shape() == x.shape() &&
+              residual.dtype() == DType::kF32 && weight.device() == device_ && weight.dim() == 1 &&
+              weight.size(0) == x.size(1) && weight.is_contiguous() && is_floating(weight.dtype()))
+        << "all_reduce_add_rms_norm: x " << x.describe() << ", residual " << residual.describe()
+        << ", weight " << weight.describe();
+    if (!one_shot_->norm_fits(x, residual)) return false;
+    one_shot_->all_reduce_add_rms_norm(x, residual, weight, eps, stream());
+    return true;
   }
   size_t one_shot_max_bytes() const override { return one_shot_ == nullptr ? 0 : one_shot_->max_bytes(); }
   void set_all_reduce_mode(AllReduceMode mode) override {

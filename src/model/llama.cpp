@@ -122,12 +122,32 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
 
   tp_embedding(tp_, batch.input_ids, embed_tokens_, c.vocab_size, hidden_states);
   const float eps = static_cast<float>(c.rms_norm_eps);
+  // After a row-parallel projection (o_proj, down_proj) hidden_states holds this rank's partial
+  // sums; their all-reduce waits for the norm that follows, which may take it into its kernel.
+  // reduce(w) all-reduces them if pending and returns whether it also ran that norm (residual +=
+  // hidden_states; hidden_states = rms_norm(residual) * w) -- the fused kernel.
+  bool partial = false;
+  auto reduce = [&](const Tensor& norm_weight) {
+    if (!partial) return false;
+    partial = false;
+    if (tp_all_reduce_add_rms_norm(tp_, hidden_states, residual, norm_weight, eps)) return true;
+    tp_all_reduce(tp_, hidden_states);
+    return false;
+  };
+  // hidden_states = norm(residual += hidden_states), then lin into out.
+  auto add_norm_linear = [&](const Tensor& norm_weight, const Linear& lin, const Tensor& out) {
+    if (reduce(norm_weight)) return apply_linear(lin, hidden_states, out);
+    apply_norm_linear(hidden_states, &residual, norm_weight, eps, lin, out);
+  };
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
     // Self-attention: the input norm (layer 0 starts the residual stream) and the QKV projection.
-    if (l == 0) residual.copy_(hidden_states);
-    apply_norm_linear(hidden_states, l == 0 ? nullptr : &residual, layer.input_layernorm, eps, layer.qkv_proj,
-                      qkv);
+    if (l == 0) {
+      residual.copy_(hidden_states);
+      apply_norm_linear(hidden_states, nullptr, layer.input_layernorm, eps, layer.qkv_proj, qkv);
+    } else {
+      add_norm_linear(layer.input_layernorm, layer.qkv_proj, qkv);
+    }
     Tensor heads = qkv.view({n, hq + 2 * hk, d});
     Tensor q = heads.slice(1, 0, hq);             // [num_tokens, num_qo_heads, head_dim]
     Tensor k = heads.slice(1, hq, hq + hk);       // [num_tokens, num_kv_heads, head_dim]
@@ -139,20 +159,21 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
     Tensor attn = batch.attn_backend->forward(q, k, v, layer.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
     apply_linear(layer.o_proj, attn.view({n, hq * d}), hidden_states);
-    tp_all_reduce(tp_, hidden_states);
+    partial = tp_.active();
     // MLP.
     if (layer.is_moe) {
-      ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
+      if (!reduce(layer.post_attention_layernorm)) {
+        ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
+      }
       sparse_moe_forward(layer.moe, variant_.moe, hidden_states, moe_out);
       hidden_states.copy_(moe_out);
     } else {
-      apply_norm_linear(hidden_states, &residual, layer.post_attention_layernorm, eps, layer.gate_up_proj,
-                        gate_up);
+      add_norm_linear(layer.post_attention_layernorm, layer.gate_up_proj, gate_up);
       apply_silu_and_mul_linear(layer.down_proj, gate_up, act, hidden_states);
-      tp_all_reduce(tp_, hidden_states);
+      partial = tp_.active();
     }
   }
-  ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
+  if (!reduce(norm_)) ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
 
   const int64_t num_out = batch.logits_indices.numel();
   Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]

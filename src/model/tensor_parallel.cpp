@@ -173,6 +173,11 @@ void tp_all_reduce(const TpShard& tp, const Tensor& x) {
   if (tp.active()) tp.comm->all_reduce_sum(x);
 }
 
+bool tp_all_reduce_add_rms_norm(const TpShard& tp, const Tensor& x, const Tensor& residual,
+                                const Tensor& weight, float eps) {
+  return tp.active() && tp.comm->all_reduce_add_rms_norm(x, residual, weight, eps);
+}
+
 void tp_embedding(const TpShard& tp, const Tensor& ids, const Tensor& table, int64_t vocab, const Tensor& out) {
   if (!tp.active()) return ops::embedding(ids, table, out);
   const VocabShard s = shard_vocab(vocab, tp);

@@ -70,6 +70,13 @@ Status shard_experts(const TpShard& tp, Tensor& w_gate_up, Tensor& w_down);
 // The forward's collectives (no-ops with a group of one).
 // x = sum over ranks of x (after a row-parallel projection).
 void tp_all_reduce(const TpShard& tp, const Tensor& x);
+// tp_all_reduce(x) and then ops::fused_add_rms_norm(x, residual, weight, eps) (residual += x;
+// x = rms_norm(residual) * weight) in one step where the group's communicator fuses them
+// (Communicator::all_reduce_add_rms_norm); returns false, with nothing done, when it does not or
+// the group is one rank -- the caller then reduces and normalises itself.
+//   x, residual: contiguous f32 [num_tokens, hidden]; weight: [hidden].
+bool tp_all_reduce_add_rms_norm(const TpShard& tp, const Tensor& x, const Tensor& residual,
+                                const Tensor& weight, float eps);
 // out = embedding rows of `ids` from a vocab-parallel table (the plain lookup when not sharded).
 //   ids: i32 [num_tokens]; table: [shard.rows() or vocab, hidden]; out: f32 [num_tokens, hidden].
 void tp_embedding(const TpShard& tp, const Tensor& ids, const Tensor& table, int64_t vocab, const Tensor& out);

@@ -2,7 +2,7 @@
 // every rank must end with the f32 sum of the ranks' inputs taken in rank order 0..n-1, rounded
 // to the dtype once — bit for bit, on every rank. The ranks here are the GPUs of this process
 // (peer access enabled instead of CUDA IPC, which needs separate processes; the kernel is the same).
-// Calls repeat with changing sizes, so the per-block call counters and the varying grid are
+// Calls repeat with changing sizes, so the call numbers and the varying grid are
 // exercised the way a decode loop does. Needs two GPUs that reach each other; skips otherwise.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,9 @@
 #include "core/device.h"
 #include "core/tensor.h"
 #include "cuda/cuda_test_util.h"
+#include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/custom_all_reduce.h"
+#include "kernels/cuda/rms_norm.h"
 
 namespace rlm {
 namespace {
@@ -119,6 +121,119 @@ TEST(CustomAllReduce, BackToBackCallsOfChangingSize) {
     ASSERT_EQ(std::memcmp(got.data_ptr(), host[d].data_ptr(), kMaxBytes), 0) << "rank " << d;
   }
   for (int d = 0; d < n; ++d) cuda::car_free(d, buffers[d]);
+}
+
+// The all-reduce fused with the next fused add + RMSNorm against the two calls it replaces
+// (car_all_reduce, then cuda::fused_add_rms_norm): x and the residual bit-identical on every rank.
+// Every call of both paths is queued back to back with no wait, on row counts, widths and weight
+// dtypes that change from call to call, so the two kernels share the call numbers and data areas
+// with grids that differ as in a decode loop (and as at a step's first and last all-reduce).
+TEST(CustomAllReduce, FusedAddRmsNormIsTheAllReduceThenTheNorm) {
+  const int devices = cuda_device_count();
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices, found " << devices;
+  std::vector<int> group_sizes = {2};
+  if (std::min(devices, cuda::kCarMaxRanks) > 2) group_sizes.push_back(std::min(devices, cuda::kCarMaxRanks));
+  constexpr size_t kMaxBytes = size_t{4} << 20;
+  constexpr float kEps = 1e-5f;
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  struct Case {
+    int64_t rows, d;
+    DType weight;
+  };
+  for (const int n : group_sizes) {
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) {
+        if (!cuda::car_peer_access(a, b)) GTEST_SKIP() << "cuda:" << a << " cannot reach cuda:" << b;
+      }
+    }
+    std::vector<void*> buffers(static_cast<size_t>(n));
+    for (int d = 0; d < n; ++d) {
+      for (int p = 0; p < n; ++p) {
+        if (p != d) cuda::car_enable_peer_access(d, p);
+      }
+      buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
+    }
+    // The largest batch of 4096-wide rows that fits n slots of the area, one row, grids of 2-64
+    // blocks with several rows a block, widths of 1-8 float4s a thread and a row shorter than a
+    // block.
+    const int64_t most = static_cast<int64_t>(kMaxBytes) / n / (4096 * 4);
+    const std::vector<Case> cases = {
+        {1, 4096, DType::kBF16}, {3, 4096, DType::kF32},    {most, 4096, DType::kBF16},
+        {1, 8192, DType::kF16},  {100, 2048, DType::kBF16}, {2, 12, DType::kF32},
+        {65, 1024, DType::kF16}, {1, 4096, DType::kBF16},   {7, 5120, DType::kBF16}};
+    struct Run {
+      std::vector<Tensor> x_two, res_two, x_one, res_one;  // per rank: the two calls / the fused one
+    };
+    std::vector<Run> runs;
+    for (const Case& c : cases) {
+      ASSERT_LE(c.rows * c.d * 4 * n, static_cast<int64_t>(kMaxBytes)) << "a case larger than the buffers";
+      const Tensor weight = testing::random_dtype(rng, {c.d}, c.weight, 1.5f);
+      Run run;
+      for (int d = 0; d < n; ++d) {
+        const Device dev = Device::cuda(d);
+        const Tensor x = testing::random_dtype(rng, {c.rows, c.d}, DType::kF32, 2.0f);
+        const Tensor res = testing::random_dtype(rng, {c.rows, c.d}, DType::kF32, 2.0f);
+        run.x_two.push_back(x.to(dev));
+        run.res_two.push_back(res.to(dev));
+        run.x_one.push_back(x.to(dev));
+        run.res_one.push_back(res.to(dev));
+        ASSERT_TRUE(cuda::car_norm_fits(run.x_one[d].data_ptr(), run.res_one[d].data_ptr(), c.rows, c.d, n,
+                                        kMaxBytes));
+      }
+      std::vector<Tensor> w_dev;
+      for (int d = 0; d < n; ++d) w_dev.push_back(weight.to(Device::cuda(d)));
+      // Every rank's all-reduce is queued before any rank's norm: a rank's kernel waits on the GPU
+      // for the others', and the first norm launch on a device may block the host (context set-up).
+      for (int d = 0; d < n; ++d) {
+        cuda::car_all_reduce(d, buffers.data(), d, n, kMaxBytes, run.x_two[d].data_ptr(), c.rows * c.d,
+                             DType::kF32, cuda_stream(d));
+      }
+      for (int d = 0; d < n; ++d) {
+        cuda::set_device(d);  // the norm launches on the current device
+        const cuda::Rows xr{run.x_two[d].data<float>(), c.rows, 1, c.d, 0};
+        const cuda::Rows rr{run.res_two[d].data<float>(), c.rows, 1, c.d, 0};
+        cuda::fused_add_rms_norm(d, xr, rr, c.d, w_dev[d].data_ptr(), c.weight, kEps);
+      }
+      for (int d = 0; d < n; ++d) {
+        cuda::car_all_reduce_add_rms_norm(d, buffers.data(), d, n, kMaxBytes, run.x_one[d].data<float>(),
+                                          run.res_one[d].data<float>(), c.rows, c.d, w_dev[d].data_ptr(),
+                                          c.weight, kEps, cuda_stream(d));
+      }
+      runs.push_back(std::move(run));
+    }
+    for (int d = 0; d < n; ++d) device_synchronize(Device::cuda(d));
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const size_t bytes = static_cast<size_t>(c.rows * c.d) * 4;
+      for (int d = 0; d < n; ++d) {
+        const Tensor x2 = runs[i].x_two[d].to(Device::cpu()), x1 = runs[i].x_one[d].to(Device::cpu());
+        const Tensor r2 = runs[i].res_two[d].to(Device::cpu()), r1 = runs[i].res_one[d].to(Device::cpu());
+        EXPECT_EQ(std::memcmp(x1.data_ptr(), x2.data_ptr(), bytes), 0)
+            << n << " ranks, [" << c.rows << ", " << c.d << "] " << dtype_name(c.weight) << ": rank " << d
+            << "'s normalised rows differ from the two calls'";
+        EXPECT_EQ(std::memcmp(r1.data_ptr(), r2.data_ptr(), bytes), 0)
+            << n << " ranks, [" << c.rows << ", " << c.d << "] " << dtype_name(c.weight) << ": rank " << d
+            << "'s residual differs from the two calls'";
+      }
+    }
+    for (int d = 0; d < n; ++d) cuda::car_free(d, buffers[d]);
+  }
+}
+
+TEST(CustomAllReduce, FusedNormFitsOnlyRowsItTakes) {
+  constexpr size_t kMax = size_t{4} << 20;
+  alignas(16) static float buf[64];
+  EXPECT_TRUE(cuda::car_norm_fits(buf, buf, 1, 4096, 2, kMax));
+  EXPECT_TRUE(cuda::car_norm_fits(buf, buf, 128, 4096, 2, kMax));     // 2 MB a slot: exactly half
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf, 129, 4096, 2, kMax));    // more than a slot
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf, 64, 4096, 5, kMax));     // 5 slots of 1 MB do not fit
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf, 1, 4094, 2, kMax));      // not whole float4s
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf, 1, 8196, 2, kMax));      // wider than RMSNorm's registers
+  EXPECT_FALSE(cuda::car_norm_fits(buf + 1, buf, 1, 4096, 2, kMax));  // misaligned x
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf + 2, 1, 4096, 2, kMax));  // misaligned residual
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf, 0, 4096, 2, kMax));
+  EXPECT_FALSE(cuda::car_norm_fits(buf, buf, 1, 4096, 1, kMax));  // not a group
 }
 
 TEST(CustomAllReduce, FitsOnlyAlignedSupportedMessages) {

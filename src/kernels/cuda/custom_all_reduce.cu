@@ -12,11 +12,13 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kMaxBlocks = 64;
 
-// The signal area at the start of every rank's buffer. start[b][r]: the call count rank r's block b
-// last announced to this rank; count[b]: the calls this rank's block b has made.
+// The signal area at the start of every rank's buffer. start[b][r]: the call number rank r's block b
+// last announced to this rank; calls: the calls (of either kernel) this rank has finished; done:
+// the blocks of the call in progress that have finished it.
 struct Signals {
   uint32_t start[kMaxBlocks][kCarMaxRanks];
-  uint32_t count[kMaxBlocks];
+  uint32_t calls;
+  uint32_t done;
 };
 constexpr size_t kDataOffset = (sizeof(Signals) + 255) / 256 * 256;
 size_t data_area_bytes(size_t max_bytes) { return (max_bytes + 255) / 256 * 256; }
@@ -52,6 +54,29 @@ __device__ __forceinline__ void meet(const Buffers& b, int rank, uint32_t flag) 
   __syncthreads();
 }
 
+// This call's number on this rank (1 + the calls it finished before), the same on every rank for
+// the same call: every rank makes the same calls, and each kernel's last block advances the count
+// (end_call). Read after the PDL wait, when the previous call's kernel has ended. One number per
+// call, not per block, so that the data area's parity alternates call by call for every byte
+// whatever grid each call had (see one_shot_kernel).
+__device__ __forceinline__ uint32_t begin_call(const Buffers& b, int rank) {
+  __shared__ uint32_t flag_s;
+  if (threadIdx.x == 0) flag_s = __ldcg(&signals(b, rank)->calls) + 1;
+  __syncthreads();
+  return flag_s;
+}
+
+// The block is done with call `flag`: the last block of the grid to get here advances the count.
+// Every block read the count before any block got here (begin_call precedes this in each block).
+__device__ __forceinline__ void end_call(const Buffers& b, int rank, uint32_t flag) {
+  if (threadIdx.x != 0) return;
+  Signals* s = signals(b, rank);
+  if (atomicAdd(&s->done, 1u) == gridDim.x - 1) {
+    s->done = 0;
+    __stcg(&s->calls, flag);
+  }
+}
+
 template <typename T>
 struct Lanes {
   static constexpr int kN = 16 / sizeof(T);
@@ -75,18 +100,18 @@ __device__ __forceinline__ uint4 pack_lanes(const float* acc) {
 
 // One-shot all-reduce of nvec 16-byte vectors. Element i belongs to the same block on every rank
 // (the mapping depends only on nvec and the grid), so each block meets only its namesakes, once.
-// Calls alternate between two data areas, so no second meeting is needed before returning: a rank
-// writes an area again two calls later, and it can only start that call after every peer started
-// the call in between — by stream order, after each peer's kernel that read the area had ended.
+// Calls alternate between two data areas by their number, so no second meeting is needed before
+// returning: a rank writes an area again two calls later, and it can only start that call after
+// its blocks met the peers' in the call in between -- so after each peer's kernel of the call
+// before, which read the area, had ended (stream order; a kernel passes its PDL wait only once the
+// one before it has ended). The same holds for reduce_add_norm_kernel, which writes into the
+// peers' areas: the two kernels share the call numbers and the areas.
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads)
     one_shot_kernel(Buffers b, int rank, uint4* data, int64_t nvec, int64_t area_bytes) {
-  __shared__ uint32_t flag_s;
   pdl_wait();
   pdl_launch_dependents();
-  if (threadIdx.x == 0) flag_s = signals(b, rank)->count[blockIdx.x] + 1;
-  __syncthreads();
-  const uint32_t flag = flag_s;
+  const uint32_t flag = begin_call(b, rank);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   uint4* mine = data_of(b, rank, flag, area_bytes);
@@ -102,7 +127,99 @@ __global__ void __launch_bounds__(kThreads)
     }
     data[i] = pack_lanes<T>(acc);
   }
-  if (threadIdx.x == 0) signals(b, rank)->count[blockIdx.x] = flag;
+  end_call(b, rank, flag);
+  timeline_mark(3);
+}
+
+// Rank `src`'s slot of rank `owner`'s data area for call `flag` (car_all_reduce_add_rms_norm: each
+// rank writes its rows into its slot of every rank's area).
+__device__ __forceinline__ float4* slot_of(const Buffers& b, int owner, uint32_t flag, int64_t area_bytes,
+                                           int64_t slot_bytes, int src) {
+  return reinterpret_cast<float4*>(b.p[owner] + kDataOffset + (flag & 1u) * area_bytes + src * slot_bytes);
+}
+
+// The all-reduce of rows f32 [rows, d] followed by fused_add_rms_norm, one block per row (block b
+// takes rows b, b + grid, ...): the block writes its rows of x into slot `rank` of every rank's
+// area (the peers' over NVLink / PCIe: a write, no read round trip), meets its namesakes, then
+// for each row sums the slots in rank order 0..N-1 from its own area -- the one-shot kernel's
+// f32 sums -- adds the residual and normalises as rms_norm_vec_kernel<kFused = true> does, with
+// its block size, thread-to-element map and double sum of squares, so x and the residual end
+// bit-identical to car_all_reduce followed by cuda::fused_add_rms_norm.
+template <typename W, int N, int kVec>
+__global__ void __launch_bounds__(kBlock)
+    reduce_add_norm_kernel(Buffers b, int rank, float* x, float* residual, int64_t rows, int64_t d,
+                           const W* weight, float eps, int64_t area_bytes, int64_t slot_bytes) {
+  const int64_t d4 = d / 4;
+  float4 wf[kVec];  // constant: read before the wait for the projection that writes x (PDL)
+#pragma unroll
+  for (int u = 0; u < kVec; ++u) {
+    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    if (k < d4) {
+      const W* w = weight + 4 * k;
+      wf[u] = make_float4(to_float(w[0]), to_float(w[1]), to_float(w[2]), to_float(w[3]));
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  const uint32_t flag = begin_call(b, rank);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float4* src = reinterpret_cast<const float4*>(x + row * d);
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      if (k < d4) {
+        const float4 v = src[k];
+#pragma unroll
+        for (int r = 0; r < N; ++r) slot_of(b, r, flag, area_bytes, slot_bytes, rank)[row * d4 + k] = v;
+      }
+    }
+  }
+  timeline_mark(0);
+  meet<N>(b, rank, flag);
+  timeline_mark(1);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    float4* xr = reinterpret_cast<float4*>(x + row * d);
+    float4* rr = reinterpret_cast<float4*>(residual + row * d);
+    float4 v[kVec];
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      if (k < d4) {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int r = 0; r < N; ++r) {
+          const float4 p = __ldcg(slot_of(b, rank, flag, area_bytes, slot_bytes, r) + row * d4 + k);
+          acc = make_float4(acc.x + p.x, acc.y + p.y, acc.z + p.z, acc.w + p.w);
+        }
+        const float4 res = rr[k];
+        v[u] = make_float4(res.x + acc.x, res.y + acc.y, res.z + acc.z, res.w + acc.w);
+      }
+    }
+    double sum = 0.0;
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      if (k < d4) {
+        rr[k] = v[u];
+        sum += static_cast<double>(v[u].x) * v[u].x;
+        sum += static_cast<double>(v[u].y) * v[u].y;
+        sum += static_cast<double>(v[u].z) * v[u].z;
+        sum += static_cast<double>(v[u].w) * v[u].w;
+      }
+    }
+    sum = block_sum(sum);
+    const float variance = static_cast<float>(sum / static_cast<double>(d));
+    const float inv = 1.0f / sqrtf(variance + eps);
+#pragma unroll
+    for (int u = 0; u < kVec; ++u) {
+      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      if (k < d4) {
+        xr[k] = make_float4(wf[u].x * (v[u].x * inv), wf[u].y * (v[u].y * inv), wf[u].z * (v[u].z * inv),
+                            wf[u].w * (v[u].w * inv));
+      }
+    }
+  }
+  end_call(b, rank, flag);
   timeline_mark(3);
 }
 
@@ -127,6 +244,44 @@ void launch_ranks(const Buffers& b, int rank, int size, void* data, int64_t nvec
     case 8: return launch<T, 8>(b, rank, data, nvec, area, stream);
     default: fail(str("custom all-reduce: ", size, " ranks (2..", kCarMaxRanks, " supported)"));
   }
+}
+
+constexpr int kNormMaxVec = 8;  // float4s of a row per thread: d <= 4 * 8 * kBlock
+
+template <typename W, int N>
+void launch_norm(const Buffers& b, int rank, float* x, float* residual, int64_t rows, int64_t d,
+                 const W* weight, float eps, int64_t area, int64_t slot, cudaStream_t stream) {
+  const int blocks = static_cast<int>(rows < kMaxBlocks ? rows : kMaxBlocks);
+  const int64_t per_thread = (d / 4 + kBlock - 1) / kBlock;
+  auto go = [&](auto kernel) {
+    launch_pdl(kernel, dim3(blocks), dim3(kBlock), 0, stream, b, rank, x, residual, rows, d, weight, eps,
+               area, slot);
+  };
+  if (per_thread <= 1) return go(reduce_add_norm_kernel<W, N, 1>);
+  if (per_thread <= 2) return go(reduce_add_norm_kernel<W, N, 2>);
+  if (per_thread <= 4) return go(reduce_add_norm_kernel<W, N, 4>);
+  go(reduce_add_norm_kernel<W, N, kNormMaxVec>);
+}
+
+template <typename W>
+void launch_norm_ranks(const Buffers& b, int rank, int size, float* x, float* residual, int64_t rows,
+                       int64_t d, const W* weight, float eps, int64_t area, int64_t slot,
+                       cudaStream_t stream) {
+  switch (size) {
+    case 2: return launch_norm<W, 2>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    case 3: return launch_norm<W, 3>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    case 4: return launch_norm<W, 4>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    case 5: return launch_norm<W, 5>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    case 6: return launch_norm<W, 6>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    case 7: return launch_norm<W, 7>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    case 8: return launch_norm<W, 8>(b, rank, x, residual, rows, d, weight, eps, area, slot, stream);
+    default: fail(str("custom all-reduce: ", size, " ranks (2..", kCarMaxRanks, " supported)"));
+  }
+}
+
+// A rank's slot of a data area in car_all_reduce_add_rms_norm.
+int64_t norm_slot_bytes(size_t max_bytes, int size) {
+  return static_cast<int64_t>(data_area_bytes(max_bytes)) / size / 16 * 16;
 }
 
 }  // namespace
@@ -213,6 +368,38 @@ void car_all_reduce(int device, void* const* buffers, int rank, int size, size_t
     case DType::kF16: return launch_ranks<__half>(b, rank, size, data, nvec, area, s);
     default: fail(str("custom all-reduce: no kernel for ", dtype_name(dtype)));
   }
+}
+
+}  // namespace rlm::cuda
+
+namespace rlm::cuda {
+
+bool car_norm_fits(const void* x, const void* residual, int64_t rows, int64_t d, int size, size_t max_bytes) {
+  if (rows <= 0 || d <= 0 || d % 4 != 0 || size < 2 || size > kCarMaxRanks) return false;
+  if ((d / 4 + kBlock - 1) / kBlock > kNormMaxVec) return false;
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(residual) % 16 != 0)
+    return false;
+  return rows * d * static_cast<int64_t>(sizeof(float)) <= norm_slot_bytes(max_bytes, size);
+}
+
+void car_all_reduce_add_rms_norm(int device, void* const* buffers, int rank, int size, size_t max_bytes,
+                                 float* x, float* residual, int64_t rows, int64_t d, const void* weight,
+                                 DType weight_dtype, float eps, void* stream) {
+  RLM_CHECK(size >= 2 && size <= kCarMaxRanks && rank >= 0 && rank < size)
+      << "custom all-reduce: rank " << rank << " of " << size;
+  RLM_CHECK(car_norm_fits(x, residual, rows, d, size, max_bytes))
+      << "custom all-reduce + RMSNorm: [" << rows << ", " << d << "] rows that do not fit";
+  RLM_CUDA_CHECK(cudaSetDevice(device));
+  Buffers b{};
+  for (int r = 0; r < size; ++r) b.p[r] = static_cast<char*>(buffers[r]);
+  const auto area = static_cast<int64_t>(data_area_bytes(max_bytes));
+  const int64_t slot = norm_slot_bytes(max_bytes, size);
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch_float(weight_dtype, [&](auto w) {
+    using W = decltype(w);
+    launch_norm_ranks<W>(b, rank, size, x, residual, rows, d, static_cast<const W*>(weight), eps, area, slot,
+                         s);
+  });
 }
 
 }  // namespace rlm::cuda

@@ -10,10 +10,17 @@
 //      release semantics and waits for theirs with acquire semantics),
 //   3. sums the ranks' copies of its share in rank order 0..size-1 in f32 and writes the result
 //      over the input (so every rank gets bit-identical sums).
-// Calls alternate between two data areas, so that no rank overwrites an area a peer still reads
-// without a second meeting (the kernel's comment says why).
-// The counters live in device memory and count calls, so a captured graph replays correctly. All
-// ranks must make the same calls in the same order (as with NCCL), with the same sizes.
+// Calls alternate between two data areas by their number, so that no rank overwrites an area a
+// peer still reads without a second meeting (the kernel's comment says why).
+// The call numbers live in device memory, so a captured graph replays correctly. All ranks must
+// make the same calls in the same order (as with NCCL), with the same sizes.
+//
+// car_all_reduce_add_rms_norm is the all-reduce of f32 rows followed by the fused add + RMSNorm
+// of the pre-norm residual stream (cuda::fused_add_rms_norm), in one kernel that shares the
+// buffers and call numbers: each rank writes its rows into its own slot of every rank's data area
+// (a write over the link instead of a read round trip), the blocks meet, and each rank sums the
+// slots from its own memory in rank order, then adds and normalises -- one launch and one
+// round trip fewer than the two calls, with the same bits.
 #pragma once
 
 #include <cstddef>
@@ -49,5 +56,19 @@ bool car_fits(const void* data, int64_t numel, DType dtype, size_t max_bytes);
 // pass car_fits(..., max_bytes); `stream` a cudaStream_t.
 void car_all_reduce(int device, void* const* buffers, int rank, int size, size_t max_bytes, void* data,
                     int64_t numel, DType dtype, void* stream);
+
+// Whether car_all_reduce_add_rms_norm takes these rows: contiguous f32 [rows, d], x and residual
+// 16-byte aligned, d a multiple of 4 and at most 8,192 (RMSNorm's register kernel,
+// kernels/cuda/rms_norm.cu, which gives the bits), and `size` slots of rows * d floats in one data
+// area (size * rows * d * 4 <= max_bytes, about).
+bool car_norm_fits(const void* x, const void* residual, int64_t rows, int64_t d, int size, size_t max_bytes);
+
+// x = the ranks' rank-order f32 sum of x, then residual += x and x = rms_norm(residual) * weight --
+// bit-identical to car_all_reduce(x) followed by cuda::fused_add_rms_norm(x, residual) -- in one
+// kernel on `stream`. x, residual: contiguous f32 [rows, d] on `device` passing car_norm_fits;
+// weight: [d] of weight_dtype (f32/bf16/f16); buffers, rank, size, max_bytes as car_all_reduce.
+void car_all_reduce_add_rms_norm(int device, void* const* buffers, int rank, int size, size_t max_bytes,
+                                 float* x, float* residual, int64_t rows, int64_t d, const void* weight,
+                                 DType weight_dtype, float eps, void* stream);
 
 }  // namespace rlm::cuda
