@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/device.h"
 #include "core/tensor.h"
 #include "cuda/cuda_test_util.h"
@@ -22,27 +24,47 @@ namespace {
 
 using testing::TestRng;
 
+// The group sizes to test on `devices` GPUs: 2, and all of them (up to kCarMaxRanks) when more.
+std::vector<int> groups_of(int devices) {
+  std::vector<int> sizes = {2};
+  if (std::min(devices, cuda::kCarMaxRanks) > 2) sizes.push_back(std::min(devices, cuda::kCarMaxRanks));
+  return sizes;
+}
+
+// "cuda:a cannot reach cuda:b" for the first of GPUs 0..n-1 that cannot reach another, else "".
+std::string unreachable_pair(int n) {
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n; ++b) {
+      if (!cuda::car_peer_access(a, b)) return str("cuda:", a, " cannot reach cuda:", b);
+    }
+  }
+  return "";
+}
+
+// GPUs 0..n-1 given access to each other's memory, each with a buffer for messages up to max_bytes
+// (the caller frees them with car_free).
+std::vector<void*> group_buffers(int n, size_t max_bytes) {
+  std::vector<void*> buffers(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    for (int p = 0; p < n; ++p) {
+      if (p != d) cuda::car_enable_peer_access(d, p);
+    }
+    buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(max_bytes));
+  }
+  return buffers;
+}
+
 TEST(CustomAllReduce, EveryRankGetsTheRankOrderSum) {
   const int devices = cuda_device_count();
   if (devices < 2) GTEST_SKIP() << "needs two CUDA devices, found " << devices;
-  std::vector<int> group_sizes = {2};
-  if (std::min(devices, cuda::kCarMaxRanks) > 2) group_sizes.push_back(std::min(devices, cuda::kCarMaxRanks));
+  const std::vector<int> group_sizes = groups_of(devices);
   constexpr size_t kMaxBytes = size_t{4} << 20;
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   for (const int n : group_sizes) {
-    for (int a = 0; a < n; ++a) {
-      for (int b = 0; b < n; ++b) {
-        if (!cuda::car_peer_access(a, b)) GTEST_SKIP() << "cuda:" << a << " cannot reach cuda:" << b;
-      }
-    }
-    std::vector<void*> buffers(static_cast<size_t>(n));
-    for (int d = 0; d < n; ++d) {
-      for (int p = 0; p < n; ++p) {
-        if (p != d) cuda::car_enable_peer_access(d, p);
-      }
-      buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
-    }
+    const std::string unreachable = unreachable_pair(n);
+    if (!unreachable.empty()) GTEST_SKIP() << unreachable;
+    std::vector<void*> buffers = group_buffers(n, kMaxBytes);
     // 16 bytes up to the limit: one block, a few, and the full grid with several vectors per thread.
     const std::vector<int64_t> sizes_bytes = {16,  8192, 16384, 96 * 1024, 1 << 20, 16, int64_t{4} << 20,
                                               8192};
@@ -91,11 +113,7 @@ TEST(CustomAllReduce, BackToBackCallsOfChangingSize) {
   constexpr int64_t kNumel = kMaxBytes / 2;
   TestRng rng;
   SCOPED_TRACE(rng.trace());
-  std::vector<void*> buffers(n);
-  for (int d = 0; d < n; ++d) {
-    cuda::car_enable_peer_access(d, 1 - d);
-    buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
-  }
+  std::vector<void*> buffers = group_buffers(n, kMaxBytes);
   std::vector<Tensor> host, dev;
   for (int d = 0; d < n; ++d) {
     host.push_back(testing::random_dtype(rng, {kNumel}, DType::kBF16, 0.01f));
@@ -131,8 +149,7 @@ TEST(CustomAllReduce, BackToBackCallsOfChangingSize) {
 TEST(CustomAllReduce, FusedAddRmsNormIsTheAllReduceThenTheNorm) {
   const int devices = cuda_device_count();
   if (devices < 2) GTEST_SKIP() << "needs two CUDA devices, found " << devices;
-  std::vector<int> group_sizes = {2};
-  if (std::min(devices, cuda::kCarMaxRanks) > 2) group_sizes.push_back(std::min(devices, cuda::kCarMaxRanks));
+  const std::vector<int> group_sizes = groups_of(devices);
   constexpr size_t kMaxBytes = size_t{4} << 20;
   constexpr float kEps = 1e-5f;
   TestRng rng;
@@ -142,18 +159,9 @@ TEST(CustomAllReduce, FusedAddRmsNormIsTheAllReduceThenTheNorm) {
     DType weight;
   };
   for (const int n : group_sizes) {
-    for (int a = 0; a < n; ++a) {
-      for (int b = 0; b < n; ++b) {
-        if (!cuda::car_peer_access(a, b)) GTEST_SKIP() << "cuda:" << a << " cannot reach cuda:" << b;
-      }
-    }
-    std::vector<void*> buffers(static_cast<size_t>(n));
-    for (int d = 0; d < n; ++d) {
-      for (int p = 0; p < n; ++p) {
-        if (p != d) cuda::car_enable_peer_access(d, p);
-      }
-      buffers[d] = cuda::car_alloc(d, cuda::car_buffer_bytes(kMaxBytes));
-    }
+    const std::string unreachable = unreachable_pair(n);
+    if (!unreachable.empty()) GTEST_SKIP() << unreachable;
+    std::vector<void*> buffers = group_buffers(n, kMaxBytes);
     // The largest batch of 4096-wide rows that fits n slots of the area, one row, grids of 2-64
     // blocks with several rows a block, widths of 1-8 float4s a thread and a row shorter than a
     // block.

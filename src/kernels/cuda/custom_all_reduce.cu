@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/custom_all_reduce.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rms_norm_row.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -142,23 +143,16 @@ __device__ __forceinline__ float4* slot_of(const Buffers& b, int owner, uint32_t
 // takes rows b, b + grid, ...): the block writes its rows of x into slot `rank` of every rank's
 // area (the peers' over NVLink / PCIe: a write, no read round trip), meets its namesakes, then
 // for each row sums the slots in rank order 0..N-1 from its own area -- the one-shot kernel's
-// f32 sums -- adds the residual and normalises as rms_norm_vec_kernel<kFused = true> does, with
-// its block size, thread-to-element map and double sum of squares, so x and the residual end
-// bit-identical to car_all_reduce followed by cuda::fused_add_rms_norm.
+// f32 sums -- adds the residual and normalises with rms_norm_vec_kernel<kFused = true>'s block
+// size and steps (rms_norm_row.cuh), so x and the residual end bit-identical to car_all_reduce
+// followed by cuda::fused_add_rms_norm.
 template <typename W, int N, int kVec>
 __global__ void __launch_bounds__(kBlock)
     reduce_add_norm_kernel(Buffers b, int rank, float* x, float* residual, int64_t rows, int64_t d,
                            const W* weight, float eps, int64_t area_bytes, int64_t slot_bytes) {
   const int64_t d4 = d / 4;
   float4 wf[kVec];  // constant: read before the wait for the projection that writes x (PDL)
-#pragma unroll
-  for (int u = 0; u < kVec; ++u) {
-    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (k < d4) {
-      const W* w = weight + 4 * k;
-      wf[u] = make_float4(to_float(w[0]), to_float(w[1]), to_float(w[2]), to_float(w[3]));
-    }
-  }
+  load_row_weights(weight, d4, wf);
   pdl_wait();
   pdl_launch_dependents();
   const uint32_t flag = begin_call(b, rank);
@@ -166,7 +160,7 @@ __global__ void __launch_bounds__(kBlock)
     const float4* src = reinterpret_cast<const float4*>(x + row * d);
 #pragma unroll
     for (int u = 0; u < kVec; ++u) {
-      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      const int64_t k = row_slot(u);
       if (k < d4) {
         const float4 v = src[k];
 #pragma unroll
@@ -183,7 +177,7 @@ __global__ void __launch_bounds__(kBlock)
     float4 v[kVec];
 #pragma unroll
     for (int u = 0; u < kVec; ++u) {
-      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      const int64_t k = row_slot(u);
       if (k < d4) {
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -195,29 +189,8 @@ __global__ void __launch_bounds__(kBlock)
         v[u] = make_float4(res.x + acc.x, res.y + acc.y, res.z + acc.z, res.w + acc.w);
       }
     }
-    double sum = 0.0;
-#pragma unroll
-    for (int u = 0; u < kVec; ++u) {
-      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-      if (k < d4) {
-        rr[k] = v[u];
-        sum += static_cast<double>(v[u].x) * v[u].x;
-        sum += static_cast<double>(v[u].y) * v[u].y;
-        sum += static_cast<double>(v[u].z) * v[u].z;
-        sum += static_cast<double>(v[u].w) * v[u].w;
-      }
-    }
-    sum = block_sum(sum);
-    const float variance = static_cast<float>(sum / static_cast<double>(d));
-    const float inv = 1.0f / sqrtf(variance + eps);
-#pragma unroll
-    for (int u = 0; u < kVec; ++u) {
-      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-      if (k < d4) {
-        xr[k] = make_float4(wf[u].x * (v[u].x * inv), wf[u].y * (v[u].y * inv), wf[u].z * (v[u].z * inv),
-                            wf[u].w * (v[u].w * inv));
-      }
-    }
+    const float inv = row_inv_rms<true>(v, d4, d, eps, rr);
+    scale_row(v, wf, inv, d4, xr);
   }
   end_call(b, rank, flag);
   timeline_mark(3);

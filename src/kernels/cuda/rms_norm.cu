@@ -1,9 +1,9 @@
-#include "kernels/cuda/rms_norm.h"
-
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rms_norm_row.cuh"
 
 namespace rlm::cuda {
 namespace {
@@ -56,14 +56,7 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
   const int64_t d4 = d / 4;
   // The weights are constant: loaded before the wait for the kernel that writes x (PDL).
   float4 wf[kVec];
-#pragma unroll
-  for (int u = 0; u < kVec; ++u) {
-    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (k < d4) {
-      const W* w = weight + 4 * k;
-      wf[u] = make_float4(to_float(w[0]), to_float(w[1]), to_float(w[2]), to_float(w[3]));
-    }
-  }
+  load_row_weights(weight, d4, wf);
   pdl_wait();
   pdl_launch_dependents();
   const int64_t row = blockIdx.x;
@@ -72,7 +65,7 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
   float4 v[kVec];
 #pragma unroll
   for (int u = 0; u < kVec; ++u) {
-    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+    const int64_t k = row_slot(u);
     if (k < d4) {
       v[u] = xr[k];
       if constexpr (kFused) {
@@ -81,31 +74,8 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
       }
     }
   }
-  double sum = 0.0;
-#pragma unroll
-  for (int u = 0; u < kVec; ++u) {
-    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (k < d4) {
-      if constexpr (kFused) orow[k] = v[u];
-      sum += static_cast<double>(v[u].x) * v[u].x;
-      sum += static_cast<double>(v[u].y) * v[u].y;
-      sum += static_cast<double>(v[u].z) * v[u].z;
-      sum += static_cast<double>(v[u].w) * v[u].w;
-    }
-  }
-  sum = block_sum(sum);
-  const float variance = static_cast<float>(sum / static_cast<double>(d));
-  const float inv = 1.0f / sqrtf(variance + eps);
-  float4* dst = kFused ? xr : orow;
-#pragma unroll
-  for (int u = 0; u < kVec; ++u) {
-    const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
-    if (k < d4) {
-      v[u] = make_float4(wf[u].x * (v[u].x * inv), wf[u].y * (v[u].y * inv), wf[u].z * (v[u].z * inv),
-                         wf[u].w * (v[u].w * inv));
-      dst[k] = v[u];
-    }
-  }
+  const float inv = row_inv_rms<kFused>(v, d4, d, eps, orow);
+  scale_row(v, wf, inv, d4, kFused ? xr : orow);
   if constexpr (kCodes) {
     // quantize_rows_vec_kernel's arithmetic on the same values (a max needs no fixed order).
     float s;
@@ -115,7 +85,7 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
       float amax = 0.0f;
 #pragma unroll
       for (int u = 0; u < kVec; ++u) {
-        const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+        const int64_t k = row_slot(u);
         if (k < d4) {
           amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)), fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
         }
@@ -128,7 +98,7 @@ __global__ void rms_norm_vec_kernel(Rows x, Rows other, int64_t d, const W* weig
     auto code = [](float f) { return static_cast<uint32_t>(from_float<__nv_fp8_e4m3>(f).__x); };
 #pragma unroll
     for (int u = 0; u < kVec; ++u) {
-      const int64_t k = threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
+      const int64_t k = row_slot(u);
       if (k < d4) {
         qr[k] = code(v[u].x / s) | code(v[u].y / s) << 8 | code(v[u].z / s) << 16 | code(v[u].w / s) << 24;
       }
