@@ -343,10 +343,6 @@ void car_all_reduce(int device, void* const* buffers, int rank, int size, size_t
   }
 }
 
-}  // namespace rlm::cuda
-
-namespace rlm::cuda {
-
 bool car_norm_fits(const void* x, const void* residual, int64_t rows, int64_t d, int size, size_t max_bytes) {
   if (rows <= 0 || d <= 0 || d % 4 != 0 || size < 2 || size > kCarMaxRanks) return false;
   if ((d / 4 + kBlock - 1) / kBlock > kNormMaxVec) return false;
