@@ -219,13 +219,11 @@ void launch_ranks(const Buffers& b, int rank, int size, void* data, int64_t nvec
   }
 }
 
-constexpr int kNormMaxVec = 8;  // float4s of a row per thread: d <= 4 * 8 * kBlock
-
 template <typename W, int N>
 void launch_norm(const Buffers& b, int rank, float* x, float* residual, int64_t rows, int64_t d,
                  const W* weight, float eps, int64_t area, int64_t slot, cudaStream_t stream) {
   const int blocks = static_cast<int>(rows < kMaxBlocks ? rows : kMaxBlocks);
-  const int64_t per_thread = (d / 4 + kBlock - 1) / kBlock;
+  const int64_t per_thread = row_slots(d);
   auto go = [&](auto kernel) {
     launch_pdl(kernel, dim3(blocks), dim3(kBlock), 0, stream, b, rank, x, residual, rows, d, weight, eps,
                area, slot);
@@ -233,7 +231,7 @@ void launch_norm(const Buffers& b, int rank, float* x, float* residual, int64_t 
   if (per_thread <= 1) return go(reduce_add_norm_kernel<W, N, 1>);
   if (per_thread <= 2) return go(reduce_add_norm_kernel<W, N, 2>);
   if (per_thread <= 4) return go(reduce_add_norm_kernel<W, N, 4>);
-  go(reduce_add_norm_kernel<W, N, kNormMaxVec>);
+  go(reduce_add_norm_kernel<W, N, kRowMaxVec>);
 }
 
 template <typename W>
@@ -344,8 +342,7 @@ void car_all_reduce(int device, void* const* buffers, int rank, int size, size_t
 }
 
 bool car_norm_fits(const void* x, const void* residual, int64_t rows, int64_t d, int size, size_t max_bytes) {
-  if (rows <= 0 || d <= 0 || d % 4 != 0 || size < 2 || size > kCarMaxRanks) return false;
-  if ((d / 4 + kBlock - 1) / kBlock > kNormMaxVec) return false;
+  if (rows <= 0 || d <= 0 || !row_width_fits(d) || size < 2 || size > kCarMaxRanks) return false;
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(residual) % 16 != 0)
     return false;
   return rows * d * static_cast<int64_t>(sizeof(float)) <= norm_slot_bytes(max_bytes, size);

@@ -111,11 +111,8 @@ bool float4_rows(const Rows& r) {
   return reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.stride0 % 4 == 0 && r.stride1 % 4 == 0;
 }
 
-constexpr int kMaxVec = 8;  // float4s per thread of the register kernel
-
 bool vec_rows(const Rows& x, const Rows& other, int64_t d) {
-  const int64_t per_thread = (d / 4 + kBlock - 1) / kBlock;
-  return d % 4 == 0 && per_thread <= kMaxVec && float4_rows(x) && float4_rows(other);
+  return row_width_fits(d) && float4_rows(x) && float4_rows(other);
 }
 
 // kCodes: rms_norm_fp8 (the register kernel only).
@@ -125,7 +122,7 @@ void launch_rms_norm(const Rows& x, const Rows& other, int64_t d, const void* we
   const int64_t rows = x.n0 * x.n1;
   if (rows == 0 || d == 0) return;
   RLM_CHECK(rows <= 0x7fffffff) << "rms_norm: too many rows " << rows;
-  const int64_t per_thread = (d / 4 + kBlock - 1) / kBlock;  // float4s per thread
+  const int64_t per_thread = row_slots(d);  // float4s per thread
   const bool vec = vec_rows(x, other, d);
   RLM_CHECK(vec || !kCodes) << "rms_norm_fp8: rows the register kernel does not take";
   dispatch_float(weight_dtype, [&](auto w) {
@@ -148,7 +145,7 @@ void launch_rms_norm(const Rows& x, const Rows& other, int64_t d, const void* we
       launch_pdl(rms_norm_vec_kernel<kFused, W, 4, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x, other, d,
                  wp, eps, codes);
     } else {
-      launch_pdl(rms_norm_vec_kernel<kFused, W, kMaxVec, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x,
+      launch_pdl(rms_norm_vec_kernel<kFused, W, kRowMaxVec, kCodes>, dim3(grid), dim3(kBlock), 0, stream, x,
                  other, d, wp, eps, codes);
     }
   });

@@ -11,6 +11,15 @@
 
 namespace rlm::cuda {
 
+// The most float4s a thread holds: rows of up to 4 * kRowMaxVec * kBlock (8,192) floats.
+inline constexpr int kRowMaxVec = 8;
+
+// The float4 slots a thread needs for rows of d floats (kBlock threads a row).
+inline int64_t row_slots(int64_t d) { return (d / 4 + kBlock - 1) / kBlock; }
+
+// Whether rows of d floats fit these steps: whole float4s, at most kRowMaxVec slots a thread.
+inline bool row_width_fits(int64_t d) { return d % 4 == 0 && row_slots(d) <= kRowMaxVec; }
+
 // The index (in float4s) of this thread's slot u of the row.
 __device__ __forceinline__ int64_t row_slot(int u) {
   return threadIdx.x + static_cast<int64_t>(u) * blockDim.x;
