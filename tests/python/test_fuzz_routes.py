@@ -312,8 +312,17 @@ def check_answer(kind, status, data):
         except (ValueError, KeyError, TypeError):
             problems.append(f"error body is not OpenAI-shaped JSON: {data[:200]!r}")
     if status == 200 and data.startswith(b"data: "):
+        # An error event is an object with an "error" member; a chunk whose text is the token
+        # "error" (`"content":"error"`, sampled at temperature 1) is not one.
         for line in data.split(b"\n"):
-            if line.startswith(b"data: {") and b'"error"' in line:
+            if not line.startswith(b"data: {"):
+                continue
+            try:
+                event = json.loads(line[len(b"data: "):])
+            except ValueError:
+                problems.append(f"stream event is not JSON: {line[:200]!r}")
+                continue
+            if "error" in event:
                 problems.append(f"error event in the stream: {line[:200]!r}")
     return problems
 
