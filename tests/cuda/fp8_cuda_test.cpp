@@ -131,20 +131,20 @@ TEST_P(Fp8CudaLinear, MatchesCpuTwin) {
 // GEMV: the tensor-core kernel on sm_89+ when k % 64 == 0, else the CUDA-core one.
 INSTANTIATE_TEST_SUITE_P(
     Paths, Fp8CudaLinear,
-    ::testing::Values(LinearCase{1, 256, 512, 0, false, false},    // GEMV, per channel
-                      LinearCase{8, 96, 1024, 0, false, true},     // GEMV, 8 rows, bias
-                      LinearCase{3, 64, 256, 0, true, false},      // GEMV, static input scale
-                      LinearCase{4, 200, 384, 128, false, false},  // GEMV, 128 x 128 blocks (partial)
-                      LinearCase{1, 1000, 4096, 0, false, true},   // GEMV, n % 16 != 0, long rows
-                      LinearCase{5, 333, 2048, 128, false, true},  // GEMV, blocks, odd n and m
-                      LinearCase{2, 100, 208, 0, false, false},    // CUDA-core GEMV (k % 64 != 0)
-                      LinearCase{6, 72, 400, 16, false, true},     // CUDA-core GEMV, 16 x 16 blocks
-                      LinearCase{64, 256, 512, 0, false, true},    // cuBLASLt (sm_89+), our epilogue
-                      LinearCase{33, 128, 256, 0, true, false},    // cuBLASLt, static input scale
-                      LinearCase{160, 1024, 2048, 0, false,
-                                 false},                            // cuBLASLt (>= 128 rows), its own scaling
-                      LinearCase{40, 200, 300, 128, false, false},  // FMA, blocks
-                      LinearCase{20, 50, 70, 0, false, false}));    // FMA, unaligned
+    ::testing::Values(LinearCase{1, 256, 512, 0, false, false},      // GEMV, per channel
+                      LinearCase{8, 96, 1024, 0, false, true},       // GEMV, 8 rows, bias
+                      LinearCase{3, 64, 256, 0, true, false},        // GEMV, static input scale
+                      LinearCase{4, 200, 384, 128, false, false},    // GEMV, 128 x 128 blocks (partial)
+                      LinearCase{1, 1000, 4096, 0, false, true},     // GEMV, n % 16 != 0, long rows
+                      LinearCase{5, 333, 2048, 128, false, true},    // GEMV, blocks, odd n and m
+                      LinearCase{2, 100, 208, 0, false, false},      // CUDA-core GEMV (k % 64 != 0)
+                      LinearCase{6, 72, 400, 16, false, true},       // CUDA-core GEMV, 16 x 16 blocks
+                      LinearCase{64, 256, 512, 0, false, true},      // cuBLASLt (sm_89+), our epilogue
+                      LinearCase{33, 128, 256, 0, true, false},      // cuBLASLt, static input scale
+                      LinearCase{160, 1024, 2048, 0, false, false},  // >= 128 rows, 16 tiles: our epilogue
+                      LinearCase{384, 6144, 2048, 0, false, false},  // 144 tiles: cuBLASLt's own scaling
+                      LinearCase{40, 200, 300, 128, false, false},   // FMA, blocks
+                      LinearCase{20, 50, 70, 0, false, false}));     // FMA, unaligned
 
 // SiLU-and-mul folded into the activation quantization (ops::silu_and_mul_linear on the GPU):
 // the output bits of silu_and_mul followed by the FP8 linear on the GPU, for prefill-sized row

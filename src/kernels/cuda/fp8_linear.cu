@@ -348,19 +348,27 @@ bool gemv_ok(int64_t m, const Fp8Weight& w) {
          (w.block_n == 0 || w.block_k % 16 == 0);
 }
 
-int sm_version(int device) {
-  static std::array<int, 64> cache{};
+// A device's compute capability (major * 10 + minor) and multiprocessor count, read once.
+struct DeviceFacts {
+  int sm = 0;
+  int sms = 0;
+};
+DeviceFacts device_facts(int device) {
+  static std::array<DeviceFacts, 64> cache{};
   static std::mutex mu;
   std::lock_guard<std::mutex> g(mu);
-  if (device < 0 || device >= static_cast<int>(cache.size())) return 0;
-  if (cache[device] == 0) {
-    int major = 0, minor = 0;
+  if (device < 0 || device >= static_cast<int>(cache.size())) return {};
+  if (cache[device].sm == 0) {
+    int major = 0, minor = 0, sms = 0;
     RLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     RLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    cache[device] = major * 10 + minor;
+    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    cache[device] = {major * 10 + minor, sms};
   }
   return cache[device];
 }
+
+int sm_version(int device) { return device_facts(device).sm; }
 
 // The tensor-core GEMV takes m <= kFp8GemvMaxRows on sm_89+ with 64-column chunks (block scales:
 // whole chunks per scale group) and 16-byte aligned weight rows.
@@ -516,11 +524,31 @@ bool lt_scales_enabled() {
 // 32 (one H100, docs/perf/decode_kernels.md) the scaled GEMMs took 4.1 ms of 6.2, the unscaled
 // path stepped in 5.5 ms; at batch 256 the scaled path won (13.2 ms against 14.2).
 constexpr int64_t kLtScaledMinRows = 128;
+constexpr int64_t kLtScaledTile = 128;
+
+// The outer-vector algorithm is the only one cuBLASLt offers (one 128 x 128 output tile a CTA, no
+// split-k): a product with fewer tiles than half the multiprocessors leaves most of them idle (the
+// 8B shape's o_proj and down_proj: 32 tiles at 128 rows, 64 at 256, on 132), so it takes the
+// unscaled algorithms (which split the work more finely) and the epilogue pass instead. Measured
+// on one H100 (FP8 weights + FP8 KV, docs/perf/decode_kernels.md, thirteenth section): batch 128
+// 7.80-7.84 -> 7.54-7.56 ms, 192 10.40 -> 10.09, 256 10.94 -> 10.88 (inside the rounds' spread);
+// a bound at all the multiprocessors (QKV at 256 rows, 96 tiles, unscaled too) lost at 256 (11.09).
+// RADIXLM_FP8_LT_SCALED_BY_TILES=0: every product from kLtScaledMinRows rows takes the scaled path
+// (the reference).
+bool lt_scaled_fills_device(int device, int64_t m, int64_t n) {
+  static const bool on = env_switch_on("RADIXLM_FP8_LT_SCALED_BY_TILES");
+  if (!on) return true;
+  const int64_t tiles = ((m + kLtScaledTile - 1) / kLtScaledTile) * ((n + kLtScaledTile - 1) / kLtScaledTile);
+  return 2 * tiles >= device_facts(device).sms;
+}
 
 // Whether cuBLASLt scales the product itself for this shape (no epilogue pass): per-token x
 // per-channel scales, no bias. The scale pointers only need to be plausible for the query.
 bool cublaslt_scales(int device, int64_t m, const Fp8Weight& w, int64_t ldo, bool bias) {
-  if (bias || w.scale == nullptr || m < kLtScaledMinRows || !lt_scales_enabled()) return false;
+  if (bias || w.scale == nullptr || m < kLtScaledMinRows || !lt_scales_enabled() ||
+      !lt_scaled_fills_device(device, m, w.n)) {
+    return false;
+  }
   const LtMatmul mm(m, w, ldo, w.scale, w.scale);
   return lt_algo(device, lt_key(device, m, w, ldo, true), mm).found;
 }
@@ -592,7 +620,7 @@ void multiply_codes(int device, const uint8_t* q, const float* sx, int64_t m, in
   if (cublaslt_ok(device, m, w, ldo)) {
     // Scales in cuBLASLt's epilogue where it takes them; else the unscaled product and a pass of ours.
     if (bias == nullptr && m >= kLtScaledMinRows && lt_scales_enabled() &&
-        cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) {
+        lt_scaled_fills_device(device, m, w.n) && cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) {
       return;
     }
     if (cublaslt_fp8_gemm(device, q, m, w, nullptr, out, ldo, stream)) {
