@@ -542,13 +542,17 @@ bool lt_scaled_fills_device(int device, int64_t m, int64_t n) {
   return 2 * tiles >= device_facts(device).sms;
 }
 
-// Whether cuBLASLt scales the product itself for this shape (no epilogue pass): per-token x
-// per-channel scales, no bias. The scale pointers only need to be plausible for the query.
+// Whether the product is one for cuBLASLt's own scaling (per-token x per-channel scales, no bias,
+// enough rows and tiles), before asking cuBLASLt for an algorithm.
+bool lt_scaled_wanted(int device, int64_t m, const Fp8Weight& w, bool bias) {
+  return !bias && w.scale != nullptr && m >= kLtScaledMinRows && lt_scales_enabled() &&
+         lt_scaled_fills_device(device, m, w.n);
+}
+
+// Whether cuBLASLt scales the product itself for this shape (no epilogue pass). The scale pointers
+// only need to be plausible for the query.
 bool cublaslt_scales(int device, int64_t m, const Fp8Weight& w, int64_t ldo, bool bias) {
-  if (bias || w.scale == nullptr || m < kLtScaledMinRows || !lt_scales_enabled() ||
-      !lt_scaled_fills_device(device, m, w.n)) {
-    return false;
-  }
+  if (!lt_scaled_wanted(device, m, w, bias)) return false;
   const LtMatmul mm(m, w, ldo, w.scale, w.scale);
   return lt_algo(device, lt_key(device, m, w, ldo, true), mm).found;
 }
@@ -619,8 +623,8 @@ void multiply_codes(int device, const uint8_t* q, const float* sx, int64_t m, in
   }
   if (cublaslt_ok(device, m, w, ldo)) {
     // Scales in cuBLASLt's epilogue where it takes them; else the unscaled product and a pass of ours.
-    if (bias == nullptr && m >= kLtScaledMinRows && lt_scales_enabled() &&
-        lt_scaled_fills_device(device, m, w.n) && cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) {
+    if (lt_scaled_wanted(device, m, w, bias != nullptr) &&
+        cublaslt_fp8_gemm(device, q, m, w, sx, out, ldo, stream)) {
       return;
     }
     if (cublaslt_fp8_gemm(device, q, m, w, nullptr, out, ldo, stream)) {
