@@ -15,6 +15,19 @@ ops::AttentionParams pool_attention_params(const AttentionLayer& layer, const KV
   return p;
 }
 
+Tensor AttentionBackend::forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const QkPrologue& prologue, const AttentionLayer& layer,
+                                        const ForwardBatch& batch) {
+  RLM_CHECK((prologue.q_norm == nullptr) == (prologue.k_norm == nullptr))
+      << "q_norm and k_norm come together";
+  if (prologue.q_norm != nullptr) {
+    ops::rms_norm(q, *prologue.q_norm, prologue.norm_eps, q);
+    ops::rms_norm(k, *prologue.k_norm, prologue.norm_eps, k);
+  }
+  ops::rotary_embedding(q, k, *prologue.positions, *prologue.cos_sin, prologue.is_neox);
+  return forward(q, k, v, layer, batch);
+}
+
 Tensor AttentionBackend::forward_linear(const LinearAttentionLayer&, const Tensor&, const Tensor&, const Tensor&,
                                         const ForwardBatch&) {
   fail(str("linear-attention (Gated DeltaNet) layers need the hybrid_linear attention backend, got '", name(), "'"));

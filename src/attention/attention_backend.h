@@ -32,6 +32,18 @@ struct AttentionLayer {
 // The layer's attention parameters with its KV pool's per-layer FP8 scales (see KVPool::scales).
 ops::AttentionParams pool_attention_params(const AttentionLayer& layer, const KVPool& pool);
 
+// What a model does to q and k between the QKV projection and attention: optional per-head
+// RMSNorms (Qwen3 / Gemma 3 q_norm and k_norm, ops::rms_norm), then the rotary embedding
+// (ops::rotary_embedding with these positions, cos/sin cache and pair layout).
+struct QkPrologue {
+  const Tensor* positions = nullptr;
+  const Tensor* cos_sin = nullptr;
+  bool is_neox = true;
+  const Tensor* q_norm = nullptr;  // both or neither: [head_dim]
+  const Tensor* k_norm = nullptr;
+  float norm_eps = 0.0f;
+};
+
 class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
@@ -44,6 +56,11 @@ class AttentionBackend {
   //   returns [num_tokens, num_qo_heads, head_dim] (f32 on the CPU).
   virtual Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                          const ForwardBatch& batch) = 0;
+  // The prologue in place on q and k (the per-head norms if any, then the rotary embedding: the
+  // ops in turn), then forward(q, k, v, layer, batch). A backend may run the prologue and its KV
+  // store as one kernel (the CUDA paged backend does: ops::rotary_store_kv_cache).
+  virtual Tensor forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, const QkPrologue& prologue,
+                                const AttentionLayer& layer, const ForwardBatch& batch);
   // A Gated DeltaNet (linear-attention) layer of a hybrid model: see GatedDeltaNetBackend::forward
   // for the shapes. Only the hybrid_linear backend has such layers; every other backend fails with
   // an error naming itself.

@@ -23,6 +23,13 @@ Tensor HybridAttentionBackend::forward(const Tensor& q, const Tensor& k, const T
   return active_->forward(q, k, v, layer, batch);
 }
 
+Tensor HybridAttentionBackend::forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const QkPrologue& prologue, const AttentionLayer& layer,
+                                              const ForwardBatch& batch) {
+  RLM_CHECK(active_ != nullptr) << "hybrid attention backend: forward() before init_forward_metadata()";
+  return active_->forward_rotary(q, k, v, prologue, layer, batch);
+}
+
 StatusOr<std::unique_ptr<AttentionBackend>> make_attention_backend(const std::string& name,
                                                                    const std::string& prefill_name,
                                                                    const std::string& decode_name) {

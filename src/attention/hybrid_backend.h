@@ -17,6 +17,8 @@ class HybridAttentionBackend : public AttentionBackend {
   void init_forward_metadata(const ForwardBatch& batch) override;
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                  const ForwardBatch& batch) override;
+  Tensor forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, const QkPrologue& prologue,
+                        const AttentionLayer& layer, const ForwardBatch& batch) override;
   // CUDA graphs capture decode steps only, so they are the decode backend's business.
   bool supports_cuda_graph() const override { return decode_->supports_cuda_graph(); }
   void init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) override {

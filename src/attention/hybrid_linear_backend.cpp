@@ -20,6 +20,12 @@ Tensor HybridLinearAttnBackend::forward(const Tensor& q, const Tensor& k, const 
   return full_->forward(q, k, v, layer, batch);
 }
 
+Tensor HybridLinearAttnBackend::forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v,
+                                               const QkPrologue& prologue, const AttentionLayer& layer,
+                                               const ForwardBatch& batch) {
+  return full_->forward_rotary(q, k, v, prologue, layer, batch);
+}
+
 Tensor HybridLinearAttnBackend::forward_linear(const LinearAttentionLayer& layer, const Tensor& mixed_qkv,
                                                const Tensor& a, const Tensor& b, const ForwardBatch& batch) {
   return linear_->forward(layer, mixed_qkv, a, b, batch);

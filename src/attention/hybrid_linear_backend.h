@@ -21,6 +21,8 @@ class HybridLinearAttnBackend : public AttentionBackend {
   // A full-attention layer (layer.layer_id numbers the full-attention layers only).
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                  const ForwardBatch& batch) override;
+  Tensor forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, const QkPrologue& prologue,
+                        const AttentionLayer& layer, const ForwardBatch& batch) override;
   // A Gated DeltaNet layer; see GatedDeltaNetBackend::forward.
   Tensor forward_linear(const LinearAttentionLayer& layer, const Tensor& mixed_qkv, const Tensor& a, const Tensor& b,
                         const ForwardBatch& batch) override;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cache/kv_pool.h"
+#include "core/env.h"
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/index_check.h"
 #include "kernels/cuda/paged_attention.h"
@@ -182,6 +183,29 @@ Tensor PagedAttentionBackend::forward(const Tensor& q, const Tensor& k, const Te
   const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
   const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
   ops::store_kv_cache(k, v, k_cache, v_cache, batch.out_cache_loc, params.k_scale, params.v_scale);
+  return attend(q, layer, batch);
+}
+
+Tensor PagedAttentionBackend::forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const QkPrologue& prologue, const AttentionLayer& layer,
+                                             const ForwardBatch& batch) {
+  static const bool fused = env_switch_on("RADIXLM_FUSED_ROPE_STORE");
+  if (device_type_ != DeviceType::kCUDA || !fused) {
+    return AttentionBackend::forward_rotary(q, k, v, prologue, layer, batch);
+  }
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
+  ops::rotary_store_kv_cache(q, k, v, *prologue.positions, *prologue.cos_sin, prologue.is_neox,
+                             batch.kv_pool->k_buffer(layer.layer_id), batch.kv_pool->v_buffer(layer.layer_id),
+                             batch.out_cache_loc, params.k_scale, params.v_scale, prologue.q_norm,
+                             prologue.k_norm, prologue.norm_eps);
+  return attend(q, layer, batch);
+}
+
+Tensor PagedAttentionBackend::attend(const Tensor& q, const AttentionLayer& layer,
+                                     const ForwardBatch& batch) {
+  const Tensor& k_cache = batch.kv_pool->k_buffer(layer.layer_id);
+  const Tensor& v_cache = batch.kv_pool->v_buffer(layer.layer_id);
+  const ops::AttentionParams params = pool_attention_params(layer, *batch.kv_pool);
   // A grouped plan places a group's queries after the shared prefix, which a sliding window would
   // see wrongly: such layers take the single pass.
   if (cascade_.enabled && !(cascade_.grouped && layer.params.sliding_window > 0)) {

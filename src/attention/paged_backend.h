@@ -24,6 +24,10 @@ class PagedAttentionBackend : public AttentionBackend {
   void init_forward_metadata(const ForwardBatch& batch) override;
   Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionLayer& layer,
                  const ForwardBatch& batch) override;
+  // On CUDA the rotation and the KV store are one kernel (ops::rotary_store_kv_cache) unless
+  // RADIXLM_FUSED_ROPE_STORE=0 is in the environment (the two kernels: the reference for its speed).
+  Tensor forward_rotary(const Tensor& q, const Tensor& k, const Tensor& v, const QkPrologue& prologue,
+                        const AttentionLayer& layer, const ForwardBatch& batch) override;
 
   bool supports_cuda_graph() const override { return device_type_ == DeviceType::kCUDA; }
   void init_cuda_graph_state(int64_t max_bs, int64_t max_context_len) override;
@@ -41,6 +45,8 @@ class PagedAttentionBackend : public AttentionBackend {
   // CUDA, an extend step without cascade: when it starts with one-token (decode) entries and has
   // longer ones after them (a mixed step), plans the two parts separately (num_decode_ > 0).
   void plan_mixed(const ForwardBatch& batch, int64_t max_context_len);
+  // Attention of q over the pool (the new keys and values stored already).
+  Tensor attend(const Tensor& q, const AttentionLayer& layer, const ForwardBatch& batch);
   Tensor forward_cascade(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionLayer& layer,
                          const ForwardBatch& batch);
 

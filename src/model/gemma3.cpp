@@ -195,10 +195,11 @@ void Gemma3ForCausalLM::attention(const DecoderLayer& layer, const Tensor& x, co
   const Tensor q = heads.slice(1, 0, hq);                 // [num_tokens, num_qo_heads, head_dim]
   const Tensor k = heads.slice(1, hq, hq + hk);           // [num_tokens, num_kv_heads, head_dim]
   const Tensor v = heads.slice(1, hq + hk, hq + 2 * hk);  // [num_tokens, num_kv_heads, head_dim]
-  ops::rms_norm(q, layer.q_norm, eps, q);
-  ops::rms_norm(k, layer.k_norm, eps, k);
-  ops::rotary_embedding(q, k, batch.positions, layer.sliding ? rope_local_ : rope_global_, /*is_neox=*/true);
-  Tensor attn = batch.attn_backend->forward(q, k, v, layer.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
+  // The q/k norms, RoPE, the KV store and attention: [num_tokens, num_qo_heads, head_dim]
+  const QkPrologue prologue{&batch.positions, layer.sliding ? &rope_local_ : &rope_global_,
+                            /*is_neox=*/true, &layer.q_norm,
+                            &layer.k_norm,    eps};
+  Tensor attn = batch.attn_backend->forward_rotary(q, k, v, prologue, layer.attn, batch);
   apply_linear(layer.o_proj, attn.view({n, hq * d}), out);
 }
 

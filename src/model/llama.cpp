@@ -152,12 +152,11 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     Tensor q = heads.slice(1, 0, hq);             // [num_tokens, num_qo_heads, head_dim]
     Tensor k = heads.slice(1, hq, hq + hk);       // [num_tokens, num_kv_heads, head_dim]
     Tensor v = heads.slice(1, hq + hk, hq + 2 * hk);
-    if (variant_.qk_norm) {
-      ops::rms_norm(q, layer.q_norm, eps, q);
-      ops::rms_norm(k, layer.k_norm, eps, k);
-    }
-    ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
-    Tensor attn = batch.attn_backend->forward(q, k, v, layer.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
+    QkPrologue prologue{&batch.positions, &rope_cos_sin_, /*is_neox=*/true};
+    if (variant_.qk_norm)
+      prologue = {&batch.positions, &rope_cos_sin_, true, &layer.q_norm, &layer.k_norm, eps};
+    // The q/k norms, RoPE, the KV store and attention: [num_tokens, num_qo_heads, head_dim]
+    Tensor attn = batch.attn_backend->forward_rotary(q, k, v, prologue, layer.attn, batch);
     apply_linear(layer.o_proj, attn.view({n, hq * d}), hidden_states);
     partial = tp_.active();
     // MLP.

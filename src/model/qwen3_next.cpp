@@ -295,10 +295,9 @@ void Qwen3NextForCausalLM::full_attention(const FullAttention& a, const Tensor& 
   const Tensor k = heads.slice(1, hq, hq + hk);              // [num_tokens, num_kv_heads, head_dim]
   const Tensor v = heads.slice(1, hq + hk, hq + 2 * hk);     // [num_tokens, num_kv_heads, head_dim]
   const Tensor gate = heads.slice(1, hq + 2 * hk, 2 * hq + 2 * hk);  // [num_tokens, num_qo_heads, head_dim]
-  ops::rms_norm(q, a.q_norm, eps, q);
-  ops::rms_norm(k, a.k_norm, eps, k);
-  ops::rotary_embedding(q, k, batch.positions, rope_cos_sin_, /*is_neox=*/true);
-  Tensor attn = batch.attn_backend->forward(q, k, v, a.attn, batch);  // [num_tokens, num_qo_heads, head_dim]
+  // The q/k norms, RoPE, the KV store and attention: [num_tokens, num_qo_heads, head_dim]
+  const QkPrologue prologue{&batch.positions, &rope_cos_sin_, /*is_neox=*/true, &a.q_norm, &a.k_norm, eps};
+  Tensor attn = batch.attn_backend->forward_rotary(q, k, v, prologue, a.attn, batch);
   ops::sigmoid_mul(attn, gate, attn);
   ops::linear(attn.view({n, hq * d}), a.o_proj.weight, a.o_proj.bias, out);
 }

@@ -215,9 +215,11 @@ Tensor make_rope_cos_sin_cache(const RopeConfig& cfg, int64_t max_positions) {
   return cache;
 }
 
-void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
-                      bool is_neox) {
-  OpCheck c("rotary_embedding");
+namespace {
+
+// rotary_embedding's checks; returns rotary_dim.
+int64_t check_rotary(const OpCheck& c, const Tensor& q, const Tensor& k, const Tensor& positions,
+                     const Tensor& cos_sin) {
   c.dtype("q", q, {DType::kF32});
   c.dims("q", q, 3, "[num_tokens, num_qo_heads, head_dim]");
   c.unit_last_stride("q", q);
@@ -240,6 +242,15 @@ void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions,
   c.same_device(q, "k", k);
   c.same_device(q, "positions", positions);
   c.same_device(q, "cos_sin", cos_sin);
+  return rotary_dim;
+}
+
+}  // namespace
+
+void rotary_embedding(const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+                      bool is_neox) {
+  OpCheck c("rotary_embedding");
+  const int64_t rotary_dim = check_rotary(c, q, k, positions, cos_sin);
   if (q.device().is_cpu()) {
     const std::vector<int64_t> pos = index_values(positions);
     const cpu::HeadSet qs{q.data<float>(), q.size(1), q.stride(0), q.stride(1)};
@@ -600,11 +611,9 @@ void check_kv_scales(const OpCheck& c, const Tensor& k_cache, float k_scale, flo
   }
 }
 
-}  // namespace
-
-void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
-                    const Tensor& out_cache_loc, float k_scale, float v_scale) {
-  OpCheck c("store_kv_cache");
+// store_kv_cache's checks.
+void check_store(const OpCheck& c, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                 const Tensor& v_cache, const Tensor& out_cache_loc, float k_scale, float v_scale) {
   const std::initializer_list<DType> floats = {DType::kF32, DType::kBF16, DType::kF16};
   const std::initializer_list<DType> caches = {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3};
   check_heads(c, "k", k, floats, "[num_tokens, num_kv_heads, head_dim]");
@@ -632,6 +641,14 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
                          {"out_cache_loc", &out_cache_loc}}) {
     c.same_device(k, name, *t);
   }
+}
+
+}  // namespace
+
+void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                    const Tensor& out_cache_loc, float k_scale, float v_scale) {
+  OpCheck c("store_kv_cache");
+  check_store(c, k, v, k_cache, v_cache, out_cache_loc, k_scale, v_scale);
   if (k.device().is_cpu()) {
     const std::vector<int64_t> loc = index_values(out_cache_loc);
     cpu::store_kv_cache(kv_rows(k), kv_rows(v), kv_rows(k_cache), kv_rows(v_cache), loc.data(), k.size(0),
@@ -648,6 +665,67 @@ void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, con
   } else {
     c.not_built(k.device());
   }
+}
+
+void rotary_store_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                           const Tensor& cos_sin, bool is_neox, const Tensor& k_cache, const Tensor& v_cache,
+                           const Tensor& out_cache_loc, float k_scale, float v_scale, const Tensor* q_norm,
+                           const Tensor* k_norm, float norm_eps) {
+  OpCheck c("rotary_store_kv_cache");
+  const int64_t rotary_dim = check_rotary(c, q, k, positions, cos_sin);
+  check_store(c, k, v, k_cache, v_cache, out_cache_loc, k_scale, v_scale);
+  if ((q_norm == nullptr) != (k_norm == nullptr)) c.fail_with("q_norm and k_norm come together");
+  if (q_norm != nullptr) {
+    for (auto [name, w] : {std::pair{"q_norm", q_norm}, {"k_norm", k_norm}}) {
+      c.dtype(name, *w, {DType::kF32, DType::kBF16, DType::kF16});
+      c.dims(name, *w, 1, "[head_dim]");
+      c.size(name, *w, 0, q.size(2), "head_dim (q.size(2))");
+      c.same_device(q, name, *w);
+      if (!w->is_contiguous()) c.fail_with(str(name, " ", w->describe(), " must be contiguous"));
+    }
+    if (q_norm->dtype() != k_norm->dtype()) c.fail_with("q_norm and k_norm of different dtypes");
+  }
+  bool fused = false;
+#ifdef RADIXLM_WITH_CUDA
+  fused = q.device().is_cuda() && cuda::rotary_store_kv_fits(q.size(2), rotary_dim, v.size(2));
+#endif
+  if (!fused) {                 // the ops in turn
+    if (q.device().is_cpu()) {  // every position and slot checked before anything is written
+      const std::vector<int64_t> pos = index_values(positions), loc = index_values(out_cache_loc);
+      for (size_t t = 0; t < pos.size(); ++t) {
+        if (pos[t] < 0 || pos[t] >= cos_sin.size(0)) {
+          c.fail_with(str("position ", pos[t], " of token ", t, " is outside the cos/sin cache [0, ",
+                          cos_sin.size(0), ")"));
+        }
+        if (loc[t] < 0 || loc[t] >= k_cache.size(0)) {
+          c.fail_with(
+              str("out_cache_loc[", t, "] = ", loc[t], " is outside the pool [0, ", k_cache.size(0), ")"));
+        }
+      }
+    }
+    if (q_norm != nullptr) {
+      rms_norm(q, *q_norm, norm_eps, q);
+      rms_norm(k, *k_norm, norm_eps, k);
+    }
+    rotary_embedding(q, k, positions, cos_sin, is_neox);
+    store_kv_cache(k, v, k_cache, v_cache, out_cache_loc, k_scale, v_scale);
+    return;
+  }
+#ifdef RADIXLM_WITH_CUDA
+  auto heads = [](const Tensor& t) {
+    return cuda::Heads{t.data<float>(), t.size(1), t.stride(0), t.stride(1)};
+  };
+  auto rows = [](const Tensor& t) { return cuda::KvRows{t.data_ptr(), t.dtype(), t.stride(0), t.stride(1)}; };
+  cuda::HeadNorms norms;
+  if (q_norm != nullptr) {
+    norms = {q_norm->data_ptr(), k_norm->data_ptr(), q_norm->dtype(), norm_eps};
+  }
+  cuda::rotary_store_kv_cache(q.device().index, heads(q), heads(k), rows(v), rows(k_cache), rows(v_cache),
+                              q.size(0), positions.data_ptr(), positions.dtype(), positions.stride(0),
+                              cos_sin.data<float>(), cos_sin.size(0), rotary_dim, is_neox,
+                              out_cache_loc.data_ptr(), out_cache_loc.dtype(), out_cache_loc.stride(0),
+                              k.size(2), v.size(2), k_cache.size(0), k_scale, v_scale, norms);
+#endif
 }
 
 namespace {

@@ -132,6 +132,20 @@ void soft_cap(const Tensor& x, float cap);
 void store_kv_cache(const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                     const Tensor& out_cache_loc, float k_scale = 1.0f, float v_scale = 1.0f);
 
+// [rms_norm(q, *q_norm, norm_eps, q) and rms_norm(k, *k_norm, norm_eps, k),] then
+// rotary_embedding(q, k, positions, cos_sin, is_neox), then store_kv_cache(k, v, k_cache, v_cache,
+// out_cache_loc, k_scale, v_scale), with the checks of each: on CUDA one kernel (the attention
+// prologue of a step: one launch instead of two to four; without norms the same bits as the ops,
+// with them rms_norm's arithmetic), elsewhere -- and for heads past the kernel's sizes
+// (cuda::rotary_store_kv_fits) -- the ops in turn (on the CPU after checking every position and
+// slot, so that a bad one modifies nothing, as on CUDA). v is f32 (it has k's dtype). The norms:
+// both or neither, contiguous [head_dim], f32/bf16/f16.
+void rotary_store_kv_cache(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& positions,
+                           const Tensor& cos_sin, bool is_neox, const Tensor& k_cache, const Tensor& v_cache,
+                           const Tensor& out_cache_loc, float k_scale = 1.0f, float v_scale = 1.0f,
+                           const Tensor* q_norm = nullptr, const Tensor* k_norm = nullptr,
+                           float norm_eps = 0.0f);
+
 // Per-layer attention parameters that are not tensors.
 struct AttentionParams {
   float scale = 1.0f;        // usually 1/sqrt(head_dim)

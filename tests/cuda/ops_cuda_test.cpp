@@ -6,10 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
-#include "ops/ops.h"
 #include "cuda/cuda_test_util.h"
+#include "ops/ops.h"
 
 namespace rlm {
 namespace {
@@ -187,6 +188,139 @@ TEST(OpsCuda, RotaryRejectsOutOfRangePositionsAndModifiesNothing) {
   EXPECT_NE(err.find("position 16 of token 1"), std::string::npos) << err;
   EXPECT_EQ(compare_poisoned(to_cpu(gq), q, 0.0), "");
   EXPECT_EQ(compare_poisoned(to_cpu(gk), k, 0.0), "");
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor x = to_cpu(a).contiguous(), y = to_cpu(b).contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.nbytes())) == 0;
+}
+
+// The fused attention prologue (ops::rotary_store_kv_cache): without q/k norms bit for bit the two
+// GPU ops in turn (q, k and every byte of both pools); with norms (f32 or bf16 weights) within
+// kF32Tol of the three GPU ops; in both within kF32Tol of the CPU twin (the CPU ops) for q, k and
+// f32 pools. neox and GPT-J, partial rotation, a value size of its own, FP8 pools with scales.
+TEST(OpsCuda, RotaryStoreKvMatchesTheTwoOpsAndTheCpuTwin) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t max_pos = 300, slots = 160, hq = 4, hk = 2;
+  struct Dims {
+    int64_t head_dim, rotary_dim, v_head_dim;
+  };
+  for (bool neox : {true, false}) {
+    // The kernel's three instantiations: heads of up to 128 fully rotated, wider ones, partial rotation.
+    for (Dims dims : {Dims{64, 64, 64}, Dims{32, 32, 48}, Dims{256, 256, 256}, Dims{128, 128, 192},
+                      Dims{64, 32, 64}, Dims{34, 16, 34}}) {
+      ops::RopeConfig cfg;
+      cfg.rotary_dim = dims.rotary_dim;
+      cfg.theta = 10000.0;
+      cfg.is_neox = neox;
+      const Tensor cache = ops::make_rope_cos_sin_cache(cfg, max_pos);
+      const Tensor gcache = to_gpu(cache);
+      for (DType cache_dt : {DType::kF32, DType::kBF16, DType::kF8E4M3}) {
+        const bool fp8 = cache_dt == DType::kF8E4M3;
+        const float ks = fp8 ? 0.5f : 1.0f, vs = fp8 ? 2.0f : 1.0f;
+        for (int64_t n : {1, 3, 17, 129}) {
+          const DType idx_dt = n == 3 || n == 129 ? DType::kI64 : DType::kI32;
+          // Norms on every other case, their weights in f32 or bf16.
+          const bool norm = (n + (neox ? 1 : 0)) % 2 == 0;
+          const DType w_dt = n == 17 ? DType::kF32 : DType::kBF16;
+          SCOPED_TRACE(str(neox ? "neox" : "gptj", " head_dim ", dims.head_dim, " rotary_dim ",
+                           dims.rotary_dim, " v_head_dim ", dims.v_head_dim, " pool ", dtype_name(cache_dt),
+                           " n ", n, " index ", dtype_name(idx_dt),
+                           norm ? str(" norms ", dtype_name(w_dt)) : std::string()));
+          const Tensor qn = random_dtype(rng, {dims.head_dim}, w_dt),
+                       kn = random_dtype(rng, {dims.head_dim}, w_dt);
+          const Tensor gqn = to_gpu(qn), gkn = to_gpu(kn);
+          const float eps = 1e-6f;
+          // q, k: views into a fused [n, hq + hk, head_dim] buffer; v: a view of wider rows.
+          const Tensor qk = random_normal(rng, {n, hq + hk, dims.head_dim});
+          const Tensor vb = random_normal(rng, {n, hk, dims.v_head_dim + 4});
+          std::vector<int64_t> all(static_cast<size_t>(slots));
+          std::iota(all.begin(), all.end(), 0);
+          std::shuffle(all.begin(), all.end(), rng.gen());
+          Tensor pos = Tensor::empty({n}, idx_dt), loc = Tensor::empty({n}, idx_dt);
+          for (int64_t t = 0; t < n; ++t) {
+            const int64_t p = t == 0 ? max_pos - 1 : rng.randint(0, max_pos - 1);
+            if (idx_dt == DType::kI32) {
+              pos.at<int32_t>({t}) = static_cast<int32_t>(p);
+              loc.at<int32_t>({t}) = static_cast<int32_t>(all[t]);
+            } else {
+              pos.at<int64_t>({t}) = p;
+              loc.at<int64_t>({t}) = all[t];
+            }
+          }
+          auto pool = [&](int64_t width) {
+            return fp8 ? Tensor::zeros({slots, hk, width}, cache_dt) : poisoned({slots, hk, width}, cache_dt);
+          };
+          const Tensor kc = pool(dims.head_dim), vc = pool(dims.v_head_dim);
+          auto q_of = [&](const Tensor& t) { return t.slice(1, 0, hq); };
+          auto k_of = [&](const Tensor& t) { return t.slice(1, hq, hq + hk); };
+          auto v_of = [&](const Tensor& t) { return t.slice(2, 0, dims.v_head_dim); };
+          // The CPU twin.
+          const Tensor cqk = qk.clone(), ckc = kc.clone(), cvc = vc.clone();
+          ops::rotary_store_kv_cache(q_of(cqk), k_of(cqk), v_of(vb), pos, cache, neox, ckc, cvc, loc, ks, vs,
+                                     norm ? &qn : nullptr, norm ? &kn : nullptr, eps);
+          // The fused kernel and the ops in turn, from the same buffers.
+          const Tensor gpos = to_gpu(pos), gloc = to_gpu(loc), gv = to_gpu(vb);
+          const Tensor fqk = to_gpu(qk), fkc = to_gpu(kc), fvc = to_gpu(vc);
+          ops::rotary_store_kv_cache(q_of(fqk), k_of(fqk), v_of(gv), gpos, gcache, neox, fkc, fvc, gloc, ks,
+                                     vs, norm ? &gqn : nullptr, norm ? &gkn : nullptr, eps);
+          const Tensor tqk = to_gpu(qk), tkc = to_gpu(kc), tvc = to_gpu(vc);
+          if (norm) {
+            ops::rms_norm(q_of(tqk), gqn, eps, q_of(tqk));
+            ops::rms_norm(k_of(tqk), gkn, eps, k_of(tqk));
+          }
+          ops::rotary_embedding(q_of(tqk), k_of(tqk), gpos, gcache, neox);
+          ops::store_kv_cache(k_of(tqk), v_of(gv), tkc, tvc, gloc, ks, vs);
+          if (norm) {
+            EXPECT_EQ(compare_poisoned(to_cpu(fqk), to_cpu(tqk), kF32Tol), "") << "q, k";
+            if (cache_dt == DType::kF32) {
+              EXPECT_EQ(compare_poisoned(to_cpu(fkc), to_cpu(tkc), kF32Tol), "") << "k pool";
+            }
+          } else {
+            EXPECT_TRUE(same_bytes(fqk, tqk)) << "q, k";
+            EXPECT_TRUE(same_bytes(fkc, tkc)) << "k pool";
+          }
+          EXPECT_TRUE(same_bytes(fvc, tvc)) << "v pool";
+          EXPECT_TRUE(same_bytes(gv, vb)) << "v must not change";
+          EXPECT_EQ(compare_poisoned(to_cpu(fqk), cqk, kF32Tol), "");
+          if (cache_dt == DType::kF32) {
+            EXPECT_EQ(compare_poisoned(to_cpu(fkc), ckc, kF32Tol), "") << "k pool";
+            EXPECT_EQ(compare_poisoned(to_cpu(fvc), cvc, kF32Tol), "") << "v pool";
+          }
+        }
+      }
+    }
+  }
+}
+
+// Bad positions and bad slots: the errors of the two ops, and nothing is modified.
+TEST(OpsCuda, RotaryStoreKvRejectsBadPositionsAndSlotsAndModifiesNothing) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  ops::RopeConfig cfg;
+  cfg.rotary_dim = 8;
+  const Tensor cache = to_gpu(ops::make_rope_cos_sin_cache(cfg, 16));
+  const Tensor q = random_normal(rng, {3, 2, 8}), k = random_normal(rng, {3, 1, 8}),
+               v = random_normal(rng, {3, 1, 8});
+  const Tensor kc = poisoned({8, 1, 8}, DType::kBF16), vc = poisoned({8, 1, 8}, DType::kBF16);
+  struct Case {
+    std::vector<int64_t> pos, loc;
+    const char* error;
+  };
+  for (const Case& c : {Case{{0, 16, 2}, {1, 2, 3}, "position 16 of token 1"},
+                        Case{{0, 1, 2}, {1, 2, 8}, "out_cache_loc[2] = 8"}}) {
+    const Tensor gq = to_gpu(q), gk = to_gpu(k), gv = to_gpu(v), gkc = to_gpu(kc), gvc = to_gpu(vc);
+    const std::string err = testing::error_of([&] {
+      ops::rotary_store_kv_cache(gq, gk, gv, to_gpu(Tensor::from_vector(c.pos)), cache, true, gkc, gvc,
+                                 to_gpu(Tensor::from_vector(c.loc)));
+    });
+    EXPECT_NE(err.find(c.error), std::string::npos) << err;
+    EXPECT_TRUE(same_bytes(gq, q) && same_bytes(gk, k) && same_bytes(gkc, kc) && same_bytes(gvc, vc))
+        << c.error;
+  }
 }
 
 // A gated activation (x: [n, 2 * inter] -> out: [n, inter]) on both devices, on strided views.

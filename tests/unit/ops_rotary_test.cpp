@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "kernels/cpu/rotary.h"
@@ -138,6 +140,61 @@ TEST(OpsRope, BadInputsAreErrors) {
   Tensor k_bad = Tensor::zeros({2, 1, 6}, DType::kF32);
   msg = testing::error_of([&] { ops::rotary_embedding(q, k_bad, Tensor::from_vector<int32_t>({0, 1}), cache, true); });
   EXPECT_NE(msg.find("k f32[2, 1, 6] cpu: dimension 2 must be head_dim"), std::string::npos) << msg;
+}
+
+// The fused prologue (ops::rotary_store_kv_cache) checks what each of its ops checks, and its norms.
+TEST(OpsRope, FusedPrologueBadInputsAreErrors) {
+  ops::RopeConfig cfg;
+  cfg.rotary_dim = 8;
+  const Tensor cache = ops::make_rope_cos_sin_cache(cfg, 10);
+  const Tensor q = Tensor::zeros({2, 2, 8}, DType::kF32), k = Tensor::zeros({2, 1, 8}, DType::kF32);
+  q.fill_(1.0);  // position 1 would rotate them
+  k.fill_(1.0);
+  const Tensor v = Tensor::zeros({2, 1, 8}, DType::kF32);
+  const Tensor kc = Tensor::zeros({4, 1, 8}, DType::kBF16), vc = Tensor::zeros({4, 1, 8}, DType::kBF16);
+  const Tensor pos = Tensor::from_vector<int32_t>({0, 1}), loc = Tensor::from_vector<int32_t>({1, 2});
+  const Tensor w8 = Tensor::zeros({8}, DType::kF32), w6 = Tensor::zeros({6}, DType::kF32);
+  const Tensor w8h = Tensor::zeros({8}, DType::kF16);
+  struct Case {
+    std::function<void()> call;
+    const char* error;
+  };
+  const Case cases[] = {
+      {[&] {
+         ops::rotary_store_kv_cache(q, k, v, Tensor::from_vector<int32_t>({0, 10}), cache, true, kc, vc, loc);
+       },
+       "position 10 of token 1 is outside the cos/sin cache [0, 10)"},
+      {[&] {
+         ops::rotary_store_kv_cache(q, k, v, pos, cache, true, kc, vc, Tensor::from_vector<int32_t>({1, 4}));
+       },
+       "out_cache_loc[1] = 4 is outside the pool [0, 4)"},
+      {[&] {
+         ops::rotary_store_kv_cache(q, k, v, pos, cache, true, kc, vc, loc, 1.0f, 1.0f, &w8, nullptr, 1e-6f);
+       },
+       "q_norm and k_norm come together"},
+      {[&] {
+         ops::rotary_store_kv_cache(q, k, v, pos, cache, true, kc, vc, loc, 1.0f, 1.0f, &w8, &w6, 1e-6f);
+       },
+       "k_norm f32[6] cpu: dimension 0 must be head_dim"},
+      {[&] {
+         ops::rotary_store_kv_cache(q, k, v, pos, cache, true, kc, vc, loc, 1.0f, 1.0f, &w8, &w8h, 1e-6f);
+       },
+       "q_norm and k_norm of different dtypes"},
+      {[&] { ops::rotary_store_kv_cache(q, k, v, pos, cache, true, kc, vc, loc, 2.0f, 1.0f); },
+       "apply to f8e4m3 caches only"},
+  };
+  const Tensor q0 = q.clone(), k0 = k.clone();
+  for (const Case& c : cases) {
+    const std::string msg = testing::error_of(c.call);
+    EXPECT_NE(msg.find(c.error), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rotary_store_kv_cache"), std::string::npos) << msg;
+  }
+  // Nothing was modified by any of them (a bad slot is found before the rotation).
+  EXPECT_EQ(std::memcmp(q.data_ptr(), q0.data_ptr(), static_cast<size_t>(q.nbytes())), 0);
+  EXPECT_EQ(std::memcmp(k.data_ptr(), k0.data_ptr(), static_cast<size_t>(k.nbytes())), 0);
+  // And the valid call rotates (the check above could not pass by accident).
+  ops::rotary_store_kv_cache(q, k, v, pos, cache, true, kc, vc, loc);
+  EXPECT_NE(std::memcmp(q.data_ptr(), q0.data_ptr(), static_cast<size_t>(q.nbytes())), 0);
 }
 
 }  // namespace
