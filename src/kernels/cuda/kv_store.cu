@@ -191,6 +191,15 @@ void launch_store_kv(const KvRows& k, const KvRows& v, const KvRows& k_cache, co
 
 }  // namespace
 
+void check_cache_slots(int device, const void* out_cache_loc, DType loc_dtype, int64_t num_tokens,
+                       int64_t loc_stride, int64_t num_slots) {
+  const BadIndex bad = find_out_of_range(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
+  if (bad.position >= 0) {
+    fail(str("store_kv_cache: out_cache_loc[", bad.position, "] = ", bad.value, " is outside the pool [0, ",
+             num_slots, ")"));
+  }
+}
+
 void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
                     const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
                     int64_t num_kv_heads, int64_t head_dim, int64_t num_slots, float k_scale, float v_scale,
@@ -200,11 +209,7 @@ void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& 
   if (DeferredIndexChecks::active()) {
     rec = device_error_record(device);
   } else {
-    const BadIndex bad = find_out_of_range(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
-    if (bad.position >= 0) {
-      fail(str("store_kv_cache: out_cache_loc[", bad.position, "] = ", bad.value, " is outside the pool [0, ",
-               num_slots, ")"));
-    }
+    check_cache_slots(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
   }
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   launch_store_kv(k, v, k_cache, v_cache, out_cache_loc, loc_dtype == DType::kI64, loc_stride, num_tokens,

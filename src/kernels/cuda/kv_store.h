@@ -26,6 +26,11 @@ inline constexpr int64_t kPaddedSlot = -1;
 // a slot outside [0, num_slots) throws rlm::Error naming it, and nothing is written. Inside a
 // DeferredIndexChecks scope (index_check.h) bad slots are skipped and recorded instead.
 // v and v_cache rows have v_head_dim columns (0: head_dim).
+// The immediate check of the slots (outside a DeferredIndexChecks scope, index_check.h): throws
+// rlm::Error naming the first one outside [0, num_slots), before anything is launched.
+void check_cache_slots(int device, const void* out_cache_loc, DType loc_dtype, int64_t num_tokens,
+                       int64_t loc_stride, int64_t num_slots);
+
 void store_kv_cache(int device, const KvRows& k, const KvRows& v, const KvRows& k_cache, const KvRows& v_cache,
                     const void* out_cache_loc, DType loc_dtype, int64_t loc_stride, int64_t num_tokens,
                     int64_t num_kv_heads, int64_t head_dim, int64_t num_slots, float k_scale = 1.0f,

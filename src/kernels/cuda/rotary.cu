@@ -312,12 +312,7 @@ void rotary_store_kv_cache(int device, const Heads& q, const Heads& k, const KvR
     rec = device_error_record(device);
   } else {
     check_positions(device, positions, positions_dtype, num_tokens, positions_stride, max_positions);
-    const BadIndex bad =
-        find_out_of_range(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
-    if (bad.position >= 0) {
-      fail(str("store_kv_cache: out_cache_loc[", bad.position, "] = ", bad.value, " is outside the pool [0, ",
-               num_slots, ")"));
-    }
+    check_cache_slots(device, out_cache_loc, loc_dtype, num_tokens, loc_stride, num_slots);
   }
   const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
   const int64_t heads = q.num_heads + 2 * k.num_heads;
