@@ -131,6 +131,26 @@ void apply_silu_and_mul_linear(const Linear& l, const Tensor& gate_up, const Ten
   apply_linear(l, act, out);
 }
 
+bool try_fused_linear(const Linear& l, const Tensor& x, const Tensor& out, const ops::LinearFusion& f) {
+  if (l.fp8.defined() || !l.parts.empty()) return false;
+  return ops::fused_linear(x, l.weight, l.bias, out, f);
+}
+
+void apply_rms_norm_linear(const Tensor& input, const Tensor& norm_weight, float eps, const Tensor& scratch,
+                           const Linear& l, const Tensor& out) {
+  if (try_fused_linear(l, input, out, {&norm_weight, eps})) return;
+  ops::rms_norm(input, norm_weight, eps, scratch);
+  apply_linear(l, scratch, out);
+}
+
+void apply_rms_norm_linear_silu(const Tensor& input, const Tensor& norm_weight, float eps,
+                                const Tensor& scratch, const Linear& l, const Tensor& gate_up,
+                                const Tensor& act) {
+  if (try_fused_linear(l, input, act, {&norm_weight, eps, /*silu_and_mul=*/true})) return;
+  apply_rms_norm_linear(input, norm_weight, eps, scratch, l, gate_up);
+  ops::silu_and_mul(gate_up, act);
+}
+
 void move_linear(Linear& l, Device device) {
   auto move = [&](Tensor& t) {
     if (t.defined()) t = t.contiguous().to(device);

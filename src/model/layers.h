@@ -46,6 +46,23 @@ void apply_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& no
 //   gate_up: f32 [m, 2 * in_features]; act: f32 [m, in_features]; out: f32 [m, out_features].
 void apply_silu_and_mul_linear(const Linear& l, const Tensor& gate_up, const Tensor& act, const Tensor& out);
 
+// ops::fused_linear(x, l.weight, l.bias, out, f) for a Linear of one tensor (no parts, no FP8
+// scales); false, having done nothing, for the others or where fused_linear has no kernel.
+bool try_fused_linear(const Linear& l, const Tensor& x, const Tensor& out, const ops::LinearFusion& f);
+
+// out = l(rms_norm(input) * norm_weight) with input (the residual stream) unchanged: one kernel
+// where try_fused_linear has one, else ops::rms_norm(input -> scratch), then apply_linear(l,
+// scratch, out).   input, scratch: f32 [m, in_features]; out: f32 [m, out_features].
+void apply_rms_norm_linear(const Tensor& input, const Tensor& norm_weight, float eps, const Tensor& scratch,
+                           const Linear& l, const Tensor& out);
+
+// act = silu_and_mul(l(rms_norm(input) * norm_weight)), input unchanged: one kernel where
+// try_fused_linear has one, else apply_rms_norm_linear into gate_up, then ops::silu_and_mul.
+//   input, scratch: f32 [m, in]; gate_up: f32 [m, 2 * inter]; act: f32 [m, inter].
+void apply_rms_norm_linear_silu(const Tensor& input, const Tensor& norm_weight, float eps,
+                                const Tensor& scratch, const Linear& l, const Tensor& gate_up,
+                                const Tensor& act);
+
 // Moves a Linear's tensors (weight or parts, bias, scales) to `device` (contiguous).
 void move_linear(Linear& l, Device device);
 

@@ -122,10 +122,15 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
 
   tp_embedding(tp_, batch.input_ids, embed_tokens_, c.vocab_size, hidden_states);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  // After a row-parallel projection (o_proj, down_proj) hidden_states holds this rank's partial
-  // sums; their all-reduce waits for the norm that follows, which may take it into its kernel.
-  // reduce(w) all-reduces them if pending and returns whether it also ran that norm (residual +=
-  // hidden_states; hidden_states = rms_norm(residual) * w) -- the fused kernel.
+  // The residual stream: `residual` holds the sum so far; after a projection back to the stream
+  // (o_proj, down_proj, the MoE block) either the projection has added itself to it in its own
+  // kernel (try_fused_linear's accumulate: decode batches on one GPU), or hidden_states holds
+  // the projection (`pending`), which the next norm adds in (fused_add_rms_norm).
+  bool pending = false;
+  // After a row-parallel projection hidden_states holds this rank's partial sums; their all-reduce
+  // waits for the norm that follows, which may take it into its kernel. reduce(w) all-reduces them
+  // if pending and returns whether it also ran that norm (residual += hidden_states; hidden_states
+  // = rms_norm(residual) * w) -- the fused kernel.
   bool partial = false;
   auto reduce = [&](const Tensor& norm_weight) {
     if (!partial) return false;
@@ -134,10 +139,19 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
     tp_all_reduce(tp_, hidden_states);
     return false;
   };
-  // hidden_states = norm(residual += hidden_states), then lin into out.
-  auto add_norm_linear = [&](const Tensor& norm_weight, const Linear& lin, const Tensor& out) {
+  // out = lin(norm(residual (+= hidden_states if pending))).
+  auto norm_linear = [&](const Tensor& norm_weight, const Linear& lin, const Tensor& out) {
+    if (!pending) return apply_rms_norm_linear(residual, norm_weight, eps, hidden_states, lin, out);
+    pending = false;
     if (reduce(norm_weight)) return apply_linear(lin, hidden_states, out);
     apply_norm_linear(hidden_states, &residual, norm_weight, eps, lin, out);
+  };
+  // residual += lin(x), in lin's kernel where it can, else through hidden_states.
+  auto project = [&](const Linear& lin, const Tensor& x) {
+    if (!tp_.active() && try_fused_linear(lin, x, residual, {.accumulate = true})) return;
+    apply_linear(lin, x, hidden_states);
+    partial = tp_.active();
+    pending = true;
   };
   for (size_t l = 0; l < layers_.size(); ++l) {
     const DecoderLayer& layer = layers_[l];
@@ -146,7 +160,7 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
       residual.copy_(hidden_states);
       apply_norm_linear(hidden_states, nullptr, layer.input_layernorm, eps, layer.qkv_proj, qkv);
     } else {
-      add_norm_linear(layer.input_layernorm, layer.qkv_proj, qkv);
+      norm_linear(layer.input_layernorm, layer.qkv_proj, qkv);
     }
     Tensor heads = qkv.view({n, hq + 2 * hk, d});
     Tensor q = heads.slice(1, 0, hq);             // [num_tokens, num_qo_heads, head_dim]
@@ -157,22 +171,35 @@ Tensor LlamaForCausalLM::forward(const ForwardBatch& batch) {
       prologue = {&batch.positions, &rope_cos_sin_, true, &layer.q_norm, &layer.k_norm, eps};
     // The q/k norms, RoPE, the KV store and attention: [num_tokens, num_qo_heads, head_dim]
     Tensor attn = batch.attn_backend->forward_rotary(q, k, v, prologue, layer.attn, batch);
-    apply_linear(layer.o_proj, attn.view({n, hq * d}), hidden_states);
-    partial = tp_.active();
+    project(layer.o_proj, attn.view({n, hq * d}));
     // MLP.
     if (layer.is_moe) {
-      if (!reduce(layer.post_attention_layernorm)) {
-        ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
+      if (pending) {
+        if (!reduce(layer.post_attention_layernorm)) {
+          ops::fused_add_rms_norm(hidden_states, residual, layer.post_attention_layernorm, eps);
+        }
+      } else {
+        ops::rms_norm(residual, layer.post_attention_layernorm, eps, hidden_states);
       }
       sparse_moe_forward(layer.moe, variant_.moe, hidden_states, moe_out);
       hidden_states.copy_(moe_out);
-    } else {
-      add_norm_linear(layer.post_attention_layernorm, layer.gate_up_proj, gate_up);
+      pending = true;
+    } else if (pending) {
+      norm_linear(layer.post_attention_layernorm, layer.gate_up_proj, gate_up);
       apply_silu_and_mul_linear(layer.down_proj, gate_up, act, hidden_states);
       partial = tp_.active();
+      pending = true;
+    } else {
+      apply_rms_norm_linear_silu(residual, layer.post_attention_layernorm, eps, hidden_states,
+                                 layer.gate_up_proj, gate_up, act);
+      project(layer.down_proj, act);
     }
   }
-  if (!reduce(norm_)) ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
+  if (pending) {
+    if (!reduce(norm_)) ops::fused_add_rms_norm(hidden_states, residual, norm_, eps);
+  } else {
+    ops::rms_norm(residual, norm_, eps, hidden_states);
+  }
 
   const int64_t num_out = batch.logits_indices.numel();
   Tensor selected = Tensor::empty({num_out, hidden}, DType::kF32, dev);  // [num_outputs, hidden]

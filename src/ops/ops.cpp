@@ -37,6 +37,7 @@
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/quant_matmul.h"
 #endif
+#include "core/env.h"
 #include "formats/gguf_dequant.h"
 
 namespace rlm::ops {
@@ -300,8 +301,9 @@ void linear_dequantized_rows(const Tensor& x, const Tensor& weight, const Tensor
 }
 
 // The checks linear() makes of everything but the weight's dtype; returns the bias or null.
-const Tensor* check_linear(const OpCheck& c, const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
-                           const Tensor& out) {
+// out_cols: out's columns when they are not weight's rows (fused_linear's SiLU-and-mul: n / 2).
+const Tensor* check_linear(const OpCheck& c, const Tensor& x, const Tensor& weight,
+                           const std::optional<Tensor>& bias, const Tensor& out, int64_t out_cols = -1) {
   c.dtype("x", x, {DType::kF32});
   c.dims("x", x, 2, "[m, k]");
   c.unit_last_stride("x", x);
@@ -312,7 +314,11 @@ const Tensor* check_linear(const OpCheck& c, const Tensor& x, const Tensor& weig
   c.dims("out", out, 2, "[m, n]");
   c.unit_last_stride("out", out);
   c.size("out", out, 0, x.size(0), "m (x.size(0))");
-  c.size("out", out, 1, weight.size(0), "n (weight.size(0))");
+  if (out_cols < 0) {
+    c.size("out", out, 1, weight.size(0), "n (weight.size(0))");
+  } else {
+    c.size("out", out, 1, out_cols, "n / 2 (weight.size(0) / 2)");
+  }
   c.same_device(x, "weight", weight);
   c.same_device(x, "out", out);
   const Tensor* b = bias.has_value() && bias->defined() ? &*bias : nullptr;
@@ -483,6 +489,77 @@ void rms_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm
     rms_norm(x, norm_weight, eps, x);
   }
   linear(x, weight, bias, out, scales);
+}
+
+namespace {
+
+std::atomic<bool>& fused_linear_flag() {
+  static std::atomic<bool> flag{env_switch_on("RADIXLM_FUSED_GEMV")};
+  return flag;
+}
+
+std::atomic<bool>& fused_linear_quantized_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* e = std::getenv("RADIXLM_FUSED_GEMV_QUANT");
+    return e != nullptr && std::string(e) == "1";
+  }()};
+  return flag;
+}
+
+}  // namespace
+
+void set_fused_linear_enabled(bool enabled) { fused_linear_flag().store(enabled, std::memory_order_relaxed); }
+
+bool fused_linear_enabled() { return fused_linear_flag().load(std::memory_order_relaxed); }
+
+void set_fused_linear_quantized_enabled(bool enabled) {
+  fused_linear_quantized_flag().store(enabled, std::memory_order_relaxed);
+}
+
+bool fused_linear_quantized_enabled() {
+  return fused_linear_quantized_flag().load(std::memory_order_relaxed);
+}
+
+bool fused_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+                  const LinearFusion& f) {
+  OpCheck c("fused_linear");
+  const bool quantized = weight.defined() && is_quantized(weight.dtype());
+  if (!quantized) c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
+  const int64_t n = weight.size(0);
+  if (f.silu_and_mul && n % 2 != 0) {
+    c.fail_with(str("weight ", weight.describe(), ": SiLU-and-mul needs an even number of rows [gate | up]"));
+  }
+  const Tensor* b = check_linear(c, x, weight, bias, out, f.silu_and_mul ? n / 2 : -1);
+  if (f.norm_weight != nullptr) {
+    check_norm_weight(c, *f.norm_weight, x.size(1));
+    c.same_device(x, "norm_weight", *f.norm_weight);
+  }
+  if (!fused_linear_enabled() || (quantized && !fused_linear_quantized_enabled()) || !x.device().is_cuda() ||
+      x.size(0) == 0) {
+    return false;
+  }
+#ifdef RADIXLM_WITH_CUDA
+  cuda::GemvFusion g;
+  if (f.norm_weight != nullptr) {
+    g.norm_weight = f.norm_weight->data_ptr();
+    g.norm_dtype = f.norm_weight->dtype();
+    g.eps = f.eps;
+  }
+  g.silu_and_mul = f.silu_and_mul;
+  g.accumulate = f.accumulate;
+  const int dev = x.device().index;
+  if (quantized) {
+    return cuda::quant_linear_fused(
+        dev, x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(), weight.dtype(), n,
+        dtype_nbytes(weight.dtype(), row_stride(weight)), b ? b->data_ptr() : nullptr,
+        b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out), g);
+  }
+  return cuda::linear_fused(dev, x.data<float>(), x.size(0), x.size(1), row_stride(x), weight.data_ptr(),
+                            weight.dtype(), n, row_stride(weight), b ? b->data_ptr() : nullptr,
+                            b ? b->dtype() : DType::kF32, out.data<float>(), row_stride(out), g);
+#else
+  return false;
+#endif
 }
 
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out) {

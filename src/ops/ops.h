@@ -104,6 +104,36 @@ void rms_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm
                      const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
                      const Fp8Scales& scales);
 
+// What a decode GEMV does around its dot products in the same launch (ops::fused_linear).
+struct LinearFusion {
+  const Tensor* norm_weight = nullptr;  // x -> rms_norm(x, *norm_weight, eps) first (x not written)
+  float eps = 0.0f;
+  bool silu_and_mul = false;  // out = silu_and_mul(the linear's [m, n]): out [m, n / 2]
+  bool accumulate = false;    // out += the result (a residual stream) instead of out = it
+};
+
+// out (=, or += with f.accumulate) [silu_and_mul of] linear(rms_norm(x) or x, weight, bias) in one
+// kernel where there is one: on CUDA, with 1-2 rows of x, a bf16/f16 weight on the GEMV path
+// (cuda::linear_fused) or, when switched on below, a block-quantized weight
+// (cuda::quant_linear_fused). The dot products are those of linear() on the same rows, so without
+// the norm the result has the bits of the ops in turn, and with it the norm's inverse RMS is
+// rms_norm's (squares summed in double). Returns false having done nothing elsewhere (the CPU,
+// f32 / f8e4m3 weights, more rows, unaligned weights, the switches off): callers run the ops in
+// turn then. Bad arguments are errors either way.   x: f32 [m, k]; weight: [n, k]; bias: [n];
+// out: f32 [m, n] ([m, n / 2] with f.silu_and_mul; n even), not overlapping x; f.norm_weight:
+// f32/bf16/f16 [k].
+bool fused_linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
+                  const LinearFusion& f);
+// Process-wide switches for fused_linear: all of it (default on; RADIXLM_FUSED_GEMV=0 in the
+// environment starts it off: the reference for its speed), and its block-quantized weights
+// (default off, RADIXLM_FUSED_GEMV_QUANT=1 starts it on: measured slower than the ops in turn for
+// the Llama-3.1-8B shape with Q4_K weights, 2.630 against 2.528 ms a batch-1 step on an H200;
+// docs/perf/decode_kernels.md). Not synchronized with calls in flight.
+void set_fused_linear_enabled(bool enabled);
+bool fused_linear_enabled();
+void set_fused_linear_quantized_enabled(bool enabled);
+bool fused_linear_quantized_enabled();
+
 enum class Fp8Activations { kFp8, kF32 };
 // Process-wide; starts as kF32 when RADIXLM_FP8_ACTIVATIONS=f32 is set, else kFp8. kF32 is CPU-only.
 void set_fp8_linear_activations(Fp8Activations mode);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "kernels/cpu/linear.h"
 #include "ops/ops.h"
@@ -128,6 +129,43 @@ TEST(OpsLinear, ShapeErrorsNameTheTensors) {
   EXPECT_NE(msg.find("bias f32[4] cpu: dimension 0 must be n"), std::string::npos) << msg;
   msg = testing::error_of([&] { ops::linear(x.to(DType::kBF16), Tensor::zeros({3, 4}, DType::kF32), std::nullopt, out); });
   EXPECT_NE(msg.find("x bf16[2, 4] cpu must have dtype f32"), std::string::npos) << msg;
+}
+
+// ops::fused_linear checks its arguments as linear() does (plus the SiLU-and-mul and norm shapes)
+// on every device; on the CPU it has no kernel: it returns false and writes nothing (callers run
+// the ops in turn; the CUDA kernels are tested in tests/cuda/fused_linear_cuda_test.cpp).
+TEST(OpsFusedLinear, CpuRunsNothingAndBadArgumentsAreErrors) {
+  TestRng rng;
+  const Tensor x = random_normal(rng, {2, 8}), w = random_normal(rng, {6, 8}).to(DType::kBF16);
+  const Tensor w_odd = random_normal(rng, {5, 8}).to(DType::kBF16);
+  const Tensor norm8 = random_normal(rng, {8}), norm4 = random_normal(rng, {4});
+  const Tensor out = Tensor::zeros({2, 6}, DType::kF32), half = Tensor::zeros({2, 3}, DType::kF32);
+  EXPECT_FALSE(ops::fused_linear(x, w, std::nullopt, out, {&norm8, 1e-6f, false, true}));
+  EXPECT_FALSE(ops::fused_linear(x, w, std::nullopt, half, {&norm8, 1e-6f, true, false}));
+  for (const Tensor* t : {&out, &half}) {
+    for (int64_t i = 0; i < t->numel(); ++i) ASSERT_EQ(t->data<float>()[i], 0.0f);
+  }
+  struct Case {
+    std::function<void()> call;
+    const char* error;
+  };
+  const Case cases[] = {
+      {[&] { ops::fused_linear(x, w, std::nullopt, out, {.silu_and_mul = true}); },
+       "dimension 1 must be n / 2 (weight.size(0) / 2)"},
+      {[&] { ops::fused_linear(x, w_odd, std::nullopt, half, {.silu_and_mul = true}); },
+       "SiLU-and-mul needs an even number of rows"},
+      {[&] {
+         ops::fused_linear(x, w, std::nullopt, out, {&norm4, 1e-6f});
+       },
+       "dimension 0 must be the row length d"},
+      {[&] { ops::fused_linear(x, w, std::nullopt, half, {}); }, "dimension 1 must be n (weight.size(0))"},
+      {[&] { ops::fused_linear(x.to(DType::kBF16), w, std::nullopt, out, {}); }, "must have dtype f32"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = testing::error_of(c.call);
+    EXPECT_NE(msg.find(c.error), std::string::npos) << msg;
+    EXPECT_NE(msg.find("fused_linear"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/gemv_fusion.cuh"
 #include "kernels/cuda/mma_sm80.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -47,26 +48,28 @@ __device__ __forceinline__ void widen8(const uint4& v, float (&f)[8]) {
   }
 }
 
-__device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_t j) {
-  switch (dtype) {
-    case DType::kBF16: return to_float(static_cast<const __nv_bfloat16*>(bias)[j]);
-    case DType::kF16: return to_float(static_cast<const __half*>(bias)[j]);
-    default: return static_cast<const float*>(bias)[j];
-  }
-}
-
 // R rows per warp per group, U 16-byte loads per row per lane in flight; iters row groups per warp.
-template <typename T, int M, int R, int U>
+// The fusions (gemv_fusion.h): kNorm normalizes the rows of x as they are staged; kSilu pairs
+// weight rows g and g + n / 2 in a group (R = 2) and writes silu(gate) * up to column g;
+// f.accumulate adds into out.
+template <typename T, int M, int R, int U, bool kNorm = false, bool kSilu = false>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     gemv_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const T* __restrict__ w, int64_t n,
-                int64_t ldw, const void* __restrict__ bias, DType bias_dtype, float* __restrict__ out, int64_t ldo,
-                int64_t iters) {
+                int64_t ldw, const void* __restrict__ bias, DType bias_dtype, float* __restrict__ out,
+                int64_t ldo, int64_t iters, GemvFusion f) {
+  static_assert(!kSilu || R == 2);
   extern __shared__ uint4 xs[];  // [M][kv]: x rounded to T, 8 values per vector
   const int64_t kv = k / 8;
   const int lane = threadIdx.x % 32;
   const int64_t warp = blockIdx.x * static_cast<int64_t>(kWarps) + threadIdx.x / 32;
   const int64_t total_warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  const int64_t groups = (n + R - 1) / R;
+  const int64_t half = n / 2;  // kSilu: the gate rows
+  const int64_t groups = kSilu ? half : (n + R - 1) / R;
+  // Weight row r of group g (a row past n re-reads the last one).
+  auto row_of = [&](int64_t g, int r) -> int64_t {
+    if constexpr (kSilu) return g + r * half;
+    return g * R + r < n ? g * R + r : n - 1;
+  };
 
   // Weights are constant, so they are read before the wait for the kernel that writes x (PDL):
   // for m <= 2, the first group's first 32 * U vectors per row into registers (when the rows have
@@ -77,8 +80,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if (warp < groups) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int64_t row = warp * R + r < n ? warp * R + r : n - 1;
-      const uint4* wr = reinterpret_cast<const uint4*>(w + row * ldw);
+      const uint4* wr = reinterpret_cast<const uint4*>(w + row_of(warp, r) * ldw);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if constexpr (M <= 2) {
@@ -89,19 +91,63 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       }
     }
   }
+  // kNorm with x of at most kNormVecs 8-value vectors a thread: the sums of squares come from the
+  // registers that stage x (one read of x); else the block computes them first.
+  constexpr int kNormVecs = 4;
+  const bool one_pass = M * kv <= kThreads * kNormVecs;
+  if (kNorm && one_pass) {  // the norm weights the thread will need, into L1 before the wait
+    for (int64_t idx = threadIdx.x; idx < M * kv; idx += kThreads) prefetch_norm_weight(f, (idx % kv) * 8);
+  }
   pdl_wait();
   pdl_launch_dependents();
-  for (int64_t idx = threadIdx.x; idx < M * kv; idx += kThreads) {
-    const int64_t i = idx / kv, c = (idx % kv) * 8;
-    const float* src = x + i * ldx + c;
+  // x's 8 values at vector idx, rounded to T into shared memory.
+  auto stage = [&](int64_t idx, const float(&v)[8]) {
     T t[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) t[e] = from_float<T>(src[e]);
+    for (int e = 0; e < 8; ++e) t[e] = from_float<T>(v[e]);
     uint4 packed;
     memcpy(&packed, t, sizeof(packed));
     xs[idx] = packed;
+  };
+  auto load8 = [&](int64_t idx, float(&v)[8]) {
+    const float* src = x + (idx / kv) * ldx + (idx % kv) * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = src[e];
+  };
+  float inv[M];  // kNorm only
+  if (kNorm && one_pass) {
+    float v[kNormVecs][8];
+    double sq[M] = {};
+#pragma unroll
+    for (int u = 0; u < kNormVecs; ++u) {
+      const int64_t idx = threadIdx.x + u * kThreads;
+      if (idx < M * kv) {
+        load8(idx, v[u]);
+        add_squares<M>(sq, idx / kv, v[u]);
+      }
+    }
+    inv_rms_from_squares<M>(sq, k, f.eps, inv);
+    timeline_mark(0);
+#pragma unroll
+    for (int u = 0; u < kNormVecs; ++u) {
+      const int64_t idx = threadIdx.x + u * kThreads;
+      if (idx < M * kv) {
+        normalize8<M>(v[u], inv, idx / kv, f, (idx % kv) * 8);
+        stage(idx, v[u]);
+      }
+    }
+  } else {
+    if (kNorm) rows_inv_rms<M>(x, k, ldx, f.eps, inv);
+    timeline_mark(0);
+    for (int64_t idx = threadIdx.x; idx < M * kv; idx += kThreads) {
+      float v[8];
+      load8(idx, v);
+      if constexpr (kNorm) normalize8<M>(v, inv, idx / kv, f, (idx % kv) * 8);
+      stage(idx, v);
+    }
   }
   __syncthreads();
+  timeline_mark(1);
 
   for (int64_t it = 0; it < iters; ++it) {
     const int64_t g = warp + it * total_warps;
@@ -109,15 +155,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const int64_t row0 = g * R;
     const uint4* wr[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = row0 + r < n ? row0 + r : n - 1;  // a row past n re-reads the last one
-      wr[r] = reinterpret_cast<const uint4*>(w + row * ldw);
-    }
-    float acc[R][M];
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint4*>(w + row_of(g, r) * ldw);
+    float acc[R][M], prev[R][M];  // prev: the out values an accumulating store adds to, read early
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
-      for (int i = 0; i < M; ++i) acc[r][i] = 0.0f;
+      for (int i = 0; i < M; ++i) {
+        acc[r][i] = 0.0f;
+        const bool mine = kSilu ? r == 0 && lane == i : lane == (r * M + i) % 32 && row0 + r < n;
+        prev[r][i] = load_prev(out, i * ldo + (kSilu ? g : row0 + r), f.accumulate && mine);
+      }
     }
     auto step = [&](const uint4 (&wv)[R], int64_t v) {
       float wf[R][8];
@@ -158,6 +205,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
       for (int r = 0; r < R; ++r) wv[r] = load_stream16(wr[r] + v);
       step(wv, v);
     }
+    float sums[R][M];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -165,9 +213,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         float s = acc[r][i];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        const int64_t j = row0 + r;
-        if (lane == (r * M + i) % 32 && j < n) {
-          out[i * ldo + j] = bias != nullptr ? s + load_bias(bias, bias_dtype, j) : s;
+        const int64_t j = kSilu ? row_of(g, r) : row0 + r;
+        sums[r][i] = bias != nullptr ? s + load_as_float(bias, bias_dtype, j) : s;
+      }
+    }
+    if constexpr (kSilu) {
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        if (lane == i)
+          store_out(out, i * ldo + g, silu_mul(sums[0][i], sums[1][i]), f.accumulate, prev[0][i]);
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int i = 0; i < M; ++i) {
+          const int64_t j = row0 + r;
+          if (lane == (r * M + i) % 32 && j < n)
+            store_out(out, i * ldo + j, sums[r][i], f.accumulate, prev[r][i]);
         }
       }
     }
@@ -258,7 +321,7 @@ __global__ void __launch_bounds__(W * 32)
 #pragma unroll
     for (int r = 1; r < W; ++r) v += partial[r][e][lane];
     const int64_t j = row0 + 2 * t + e;
-    if (j < n) out[g * ldo + j] = bias != nullptr ? v + load_bias(bias, bias_dtype, j) : v;
+    if (j < n) out[g * ldo + j] = bias != nullptr ? v + load_as_float(bias, bias_dtype, j) : v;
   }
 }
 
@@ -287,26 +350,45 @@ DeviceLimits device_limits(int device) {
   return d;
 }
 
-template <typename T, int M>
+template <typename T, int M, bool kNorm = false, bool kSilu = false>
 void launch_m(const float* x, int64_t k, int64_t ldx, const T* w, int64_t n, int64_t ldw, const void* bias,
-              DType bias_dtype, float* out, int64_t ldo, int sms, cudaStream_t stream) {
+              DType bias_dtype, float* out, int64_t ldo, int sms, const GemvFusion& f, cudaStream_t stream) {
   // One row per warp group for m <= 2 (8 loads in flight per lane); two rows for m >= 3, so that
-  // each x vector read from shared memory serves two weight vectors.
-  constexpr int R = M <= 2 ? 1 : 2;
+  // each x vector read from shared memory serves two weight vectors; the gate and up rows of a
+  // column for kSilu.
+  constexpr int R = M <= 2 && !kSilu ? 1 : 2;
   constexpr int U = 8 / R;
-  const int64_t groups = (n + R - 1) / R;
+  const int64_t groups = kSilu ? n / 2 : (n + R - 1) / R;
   const int64_t max_warps = static_cast<int64_t>(sms) * kBlocksPerSm * kWarps;
   const int64_t iters = (groups + max_warps - 1) / max_warps;
   const int64_t warps = (groups + iters - 1) / iters;  // each warp gets iters groups (the last fewer)
   const int64_t blocks = (warps + kWarps - 1) / kWarps;
   const size_t smem = static_cast<size_t>(M * k) * sizeof(T);
+  auto* kernel = gemv_kernel<T, M, R, U, kNorm, kSilu>;
   if (smem > 48 * 1024) {
     // Per launch, as the limit is per device and function; not a stream operation (capturable).
-    RLM_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, M, R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
+    RLM_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  launch_pdl(gemv_kernel<T, M, R, U>, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, x, k,
-             ldx, w, n, ldw, bias, bias_dtype, out, ldo, iters);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), smem, stream, x, k, ldx, w, n, ldw,
+             bias, bias_dtype, out, ldo, iters, f);
+}
+
+// The fused kernels (1-2 rows of x).
+template <typename T, int M>
+void launch_fused(const float* x, int64_t k, int64_t ldx, const T* w, int64_t n, int64_t ldw,
+                  const void* bias, DType bias_dtype, float* out, int64_t ldo, int sms, const GemvFusion& f,
+                  cudaStream_t stream) {
+  const bool norm = f.norm_weight != nullptr;
+  if (norm && f.silu_and_mul) {
+    launch_m<T, M, true, true>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, f, stream);
+  } else if (norm) {
+    launch_m<T, M, true, false>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, f, stream);
+  } else if (f.silu_and_mul) {
+    launch_m<T, M, false, true>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, f, stream);
+  } else {
+    launch_m<T, M>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, f, stream);
+  }
 }
 
 constexpr int kMmaWarps = 4, kMmaUnroll = 4;
@@ -336,7 +418,7 @@ void launch_t(const float* x, int64_t m, int64_t k, int64_t ldx, const T* w, int
   const int sms = d.sms;
   switch (m) {
 #define RLM_GEMV_CASE(M) \
-  case M: return launch_m<T, M>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, stream);
+  case M: return launch_m<T, M>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, GemvFusion{}, stream);
     RLM_GEMV_CASE(1)
     RLM_GEMV_CASE(2)
     RLM_GEMV_CASE(3)
@@ -374,6 +456,31 @@ void gemv_launch(int device, const float* x, int64_t m, int64_t k, int64_t ldx, 
              stream);
   } else {
     launch_t(x, m, k, ldx, static_cast<const __half*>(weight), n, ldw, bias, bias_dtype, out, ldo, d, stream);
+  }
+}
+
+bool gemv_fused_supported(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype,
+                          int64_t ldw, int64_t n, const GemvFusion& f) {
+  return m <= kGemvFusedMaxRows && gemv_supported(device, m, k, weight, weight_dtype, ldw) && n >= 1 &&
+         (!f.silu_and_mul || n % 2 == 0);
+}
+
+void gemv_fused_launch(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                       DType weight_dtype, int64_t n, int64_t ldw, const void* bias, DType bias_dtype,
+                       float* out, int64_t ldo, const GemvFusion& f, cudaStream_t stream) {
+  RLM_CHECK(gemv_fused_supported(device, m, k, weight, weight_dtype, ldw, n, f))
+      << "gemv: unsupported fused arguments (m " << m << ", k " << k << ", n " << n << ", weight "
+      << dtype_name(weight_dtype) << ")";
+  const int sms = device_limits(device).sms;
+  auto run = [&](auto* w) {
+    using T = std::remove_cv_t<std::remove_pointer_t<decltype(w)>>;
+    if (m == 1) return launch_fused<T, 1>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, f, stream);
+    launch_fused<T, 2>(x, k, ldx, w, n, ldw, bias, bias_dtype, out, ldo, sms, f, stream);
+  };
+  if (weight_dtype == DType::kBF16) {
+    run(static_cast<const __nv_bfloat16*>(weight));
+  } else {
+    run(static_cast<const __half*>(weight));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/gemv_fusion.h"
 
 namespace rlm::cuda {
 
@@ -29,5 +30,21 @@ bool gemv_supported(int device, int64_t m, int64_t k, const void* weight, DType 
 void gemv_launch(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
                  DType weight_dtype, int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out,
                  int64_t ldo, cudaStream_t stream);
+
+// The fused kernels (gemv_fusion.h) take 1-2 rows of x.
+inline constexpr int64_t kGemvFusedMaxRows = 2;
+
+// Whether gemv_fused_launch accepts these arguments: gemv_supported, m <= kGemvFusedMaxRows, and
+// an even n for the SiLU-and-mul epilogue.
+bool gemv_fused_supported(int device, int64_t m, int64_t k, const void* weight, DType weight_dtype,
+                          int64_t ldw, int64_t n, const GemvFusion& f);
+
+// gemv_launch with the fusions of f: out [m, n] (or [m, n / 2] with f.silu_and_mul) written or,
+// with f.accumulate, added to. The dot products are those of gemv_launch (the same order), so
+// without f.norm_weight the result has the bits of the unfused ops in turn. Requires
+// gemv_fused_supported(...); f.norm_weight f32/bf16/f16 [k].
+void gemv_fused_launch(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                       DType weight_dtype, int64_t n, int64_t ldw, const void* bias, DType bias_dtype,
+                       float* out, int64_t ldo, const GemvFusion& f, cudaStream_t stream);
 
 }  // namespace rlm::cuda

@@ -103,6 +103,16 @@ bool linear_uses_gemv(int device, int64_t m, int64_t k, const void* weight, DTyp
 
 int64_t linear_gemv_max_x_bytes(int device) { return gemv_max_smem_bytes(device); }
 
+bool linear_fused(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                  DType weight_dtype, int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out,
+                  int64_t ldo, const GemvFusion& f) {
+  if (!linear_gemv_enabled() || !gemv_fused_supported(device, m, k, weight, weight_dtype, ldw, n, f))
+    return false;
+  gemv_fused_launch(device, x, m, k, ldx, weight, weight_dtype, n, ldw, bias, bias_dtype, out, ldo, f,
+                    static_cast<cudaStream_t>(CudaContext::get(device).stream()));
+  return true;
+}
+
 void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
             int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo) {
   if (m == 0 || n == 0) return;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/gemv_fusion.h"
 
 namespace rlm::cuda {
 
@@ -20,6 +21,14 @@ namespace rlm::cuda {
 // replaces the conversion pass + cuBLAS: same rounding of x, f32 products and sums in another order.
 void linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight, DType weight_dtype,
             int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out, int64_t ldo);
+
+// linear(...)'s GEMV with the fusions of f (gemv_fusion.h), one launch: out [m, n] (or [m, n / 2]
+// with f.silu_and_mul) written or, with f.accumulate, added to. Runs and returns true where the
+// GEMV path applies (linear_uses_gemv) with 1-2 rows of x (and an even n for SiLU-and-mul); else
+// returns false having launched nothing. out must not overlap x.
+bool linear_fused(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                  DType weight_dtype, int64_t n, int64_t ldw, const void* bias, DType bias_dtype, float* out,
+                  int64_t ldo, const GemvFusion& f);
 
 // Process-wide switch for the GEMV path (default on; RADIXLM_LINEAR_GEMV=0 in the environment
 // starts it off). For benchmarks and tests; not synchronized with linear calls in flight.

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_fusion.cuh"
 #include "kernels/cuda/index_check.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -117,14 +118,6 @@ __device__ __forceinline__ void dequant_chunk(const uint8_t* row, int64_t c, flo
     const int s = ((b[4 + g / 2] >> (4 * (g % 2))) & 15) | ((sh >> (2 * g)) & 3) << 4;
     const float dl = mul(f16_at(b), static_cast<float>(s - 32));
     for (int j = 0; j < 32; ++j) v[j] = mul(dl, static_cast<float>(kIq4nl[nib(b + 8 + 16 * g, j)]));
-  }
-}
-
-__device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_t j) {
-  switch (dtype) {
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[j]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(bias)[j]);
-    default: return static_cast<const float*>(bias)[j];
   }
 }
 
@@ -367,6 +360,22 @@ __device__ __forceinline__ void prefetch_row(const uint8_t* row, size_t row_byte
   }
 }
 
+// With the SiLU-and-mul epilogue a block takes kPairs (gate, up) row pairs at a time: warp q <
+// kPairs the gate row of pair q, warp q + kPairs its up row (one row a warp, as without the
+// epilogue, so the rows spread over the warps as finely), meeting in shared memory.
+constexpr int kPairs = kQWarps / 2;
+
+// The first weight row of this warp (or -1): what gemv_row_loop below gives it first.
+__device__ __forceinline__ int64_t first_row(int64_t n, bool silu) {
+  const int warp = threadIdx.x / 32;
+  if (!silu) {
+    const int64_t j = static_cast<int64_t>(blockIdx.x) * kQWarps + warp;
+    return j < n ? j : -1;
+  }
+  const int64_t half = n / 2, p = static_cast<int64_t>(blockIdx.x) * kPairs + warp % kPairs;
+  return p < half ? (warp < kPairs ? p : p + half) : -1;
+}
+
 // Block prologue of the GEMVs: the M rows of x quantized into shared memory as 8-bit 32-value
 // blocks (q at x_offset, d and d * sum(q) per block), 4 lanes per block and 8 values each, with
 // the CPU's rounding: d = amax / 127, q = round-to-nearest-even(x * (127 / amax)).
@@ -375,17 +384,37 @@ __device__ __forceinline__ void prefetch_row(const uint8_t* row, size_t row_byte
 // to kRounds rounds of x are issued before any is used (16-byte loads when x allows), so the rounds
 // do not wait for each other's round trips.
 // Rounds run whole warps (the shuffles need every lane); lanes past the end quantize zeros.
-template <int M, bool kPieceMajor>
+// With f.norm_weight (kFused) each row is RMS-normalized first (gemv_fusion.cuh): when one group of
+// rounds holds all of x its sums of squares come from the rounds' registers, else the block reads
+// x once more for them before the rounds.
+template <int M, bool kPieceMajor, bool kFused>
 __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, int64_t k, int64_t ldx,
                                                  int8_t* xq, float* xd, float* xs, const uint8_t* w,
-                                                 size_t row_bytes, int64_t n) {
+                                                 size_t row_bytes, int64_t n, const GemvFusion& f) {
   constexpr int kRounds = 4;
-  if (const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j0 < n) {
+  if (const int64_t j0 = first_row(n, kFused && f.silu_and_mul); j0 >= 0) {
     prefetch_row(w + static_cast<size_t>(j0) * row_bytes, row_bytes);
+  }
+  const int64_t nb = k / 32, tasks = M * nb * 4;
+  const bool norm = kFused && f.norm_weight != nullptr;  // the same for the whole block
+  // One group of rounds holds all of x: the norm's sums of squares come from the registers the
+  // rounds loaded (no second read of x); else the block computes them first.
+  const bool one_pass = tasks <= kRounds * kQThreads;
+  if (norm && one_pass) {  // the norm weights the thread will need, into L1 before the wait
+    for (int i = 0; i < kRounds; ++i) {
+      if (const int64_t t = i * kQThreads + threadIdx.x; t < tasks) {
+        const int64_t c = (t / 4 % nb) * 32 + (t % 4) * 8;
+        prefetch_norm_weight(f, c);
+      }
+    }
   }
   pdl_wait();
   pdl_launch_dependents();
-  const int64_t nb = k / 32, tasks = M * nb * 4;
+  float inv[kFused ? M : 1];
+  if constexpr (kFused) {
+    if (norm && !one_pass) rows_inv_rms<M>(x, k, ldx, f.eps, inv);
+  }
+  timeline_mark(0);
   const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   for (int64_t t0 = 0; t0 < tasks; t0 += kRounds * kQThreads) {
     float v[kRounds][8];
@@ -404,6 +433,24 @@ __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, in
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) v[i][e] = p[e];
+      }
+    }
+    if constexpr (kFused) {
+      if (norm) {
+        if (one_pass) {
+          double sq[M] = {};
+#pragma unroll
+          for (int i = 0; i < kRounds; ++i) {
+            const int64_t t = t0 + i * kQThreads + threadIdx.x;
+            if (t < tasks) add_squares<M>(sq, t / 4 / nb, v[i]);
+          }
+          inv_rms_from_squares<M>(sq, k, f.eps, inv);
+        }
+#pragma unroll
+        for (int i = 0; i < kRounds; ++i) {
+          const int64_t t = t0 + i * kQThreads + threadIdx.x;
+          if (t < tasks) normalize8<M>(v[i], inv, t / 4 / nb, f, (t / 4 % nb) * 32 + (t % 4) * 8);
+        }
       }
     }
 #pragma unroll
@@ -438,45 +485,109 @@ __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, in
   }
 }
 
-// Row j of a warp's grid-stride loop: the warp's next row is prefetched into L2 while it works on
-// this one, so its loads wait for L2, not DRAM.
-__device__ __forceinline__ const uint8_t* warp_row(const uint8_t* w, size_t row_bytes, int64_t n, int64_t j) {
-  if (const int64_t next = j + static_cast<int64_t>(gridDim.x) * kQWarps; next < n) {
-    prefetch_row(w + static_cast<size_t>(next) * row_bytes, row_bytes);
-  }
+// Row j of a warp's loop, with the warp's next row (next < 0: none) prefetched into L2 while it
+// works on this one, so its loads wait for L2, not DRAM.
+__device__ __forceinline__ const uint8_t* warp_row(const uint8_t* w, size_t row_bytes, int64_t j,
+                                                   int64_t next) {
+  if (next >= 0) prefetch_row(w + static_cast<size_t>(next) * row_bytes, row_bytes);
   return w + static_cast<size_t>(j) * row_bytes;
 }
 
-// Warp sums of the M accumulators (a fixed xor tree) written by lane 0, plus the bias.
+// Warp sum of an accumulator (a fixed xor tree), plus the bias of row j.
+__device__ __forceinline__ float row_sum(float s, int64_t j, const void* bias, DType bias_dtype) {
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s + (bias != nullptr ? load_as_float(bias, bias_dtype, j) : 0.0f);
+}
+
+// Column j of out's M rows as they are before the warp's row j (lane 0; accumulate only).
+template <int M>
+__device__ __forceinline__ void load_prev_column(const float* __restrict__ out, int64_t j, int64_t ldo,
+                                                 bool accumulate, float (&prev)[M]) {
+#pragma unroll
+  for (int r = 0; r < M; ++r) prev[r] = load_prev(out, r * ldo + j, accumulate && threadIdx.x % 32 == 0);
+}
+
+// Row j's sums of the M rows of x, stored (or added to prev: accumulate) by lane 0.
 template <int M>
 __device__ __forceinline__ void store_row_sums(const float (&acc)[M], int64_t j, const void* bias,
-                                               DType bias_dtype, float* __restrict__ out, int64_t ldo) {
+                                               DType bias_dtype, float* __restrict__ out, int64_t ldo,
+                                               bool accumulate, const float (&prev)[M]) {
 #pragma unroll
   for (int r = 0; r < M; ++r) {
-    float s = acc[r];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x % 32 == 0)
-      out[r * ldo + j] = s + (bias != nullptr ? load_bias(bias, bias_dtype, j) : 0.0f);
+    const float s = row_sum(acc[r], j, bias, bias_dtype);
+    if (threadIdx.x % 32 == 0) store_out(out, r * ldo + j, s, accumulate, prev[r]);
   }
 }
 
-template <DType T, int M>
+// The row loop of both GEMV kernels after the prologue: dot_row(j, next, acc) sums weight row j
+// against the M rows of x into acc (prefetching row next), whose sums are stored, added to out
+// (accumulate) or, with SiLU-and-mul, paired gate with up through shared memory (kPairs above).
+template <int M, bool kFused, typename DotRow>
+__device__ __forceinline__ void gemv_row_loop(DotRow&& dot_row, int64_t n, const void* bias, DType bias_dtype,
+                                              float* __restrict__ out, int64_t ldo, const GemvFusion& f) {
+  const int warp = threadIdx.x / 32;
+  const bool accumulate = kFused && f.accumulate;
+  if (!(kFused && f.silu_and_mul)) {
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * kQWarps;
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * kQWarps + warp; j < n; j += stride) {
+      float acc[M], prev[M];
+      load_prev_column<M>(out, j, ldo, accumulate, prev);
+      dot_row(j, j + stride < n ? j + stride : -1, acc);
+      store_row_sums<M>(acc, j, bias, bias_dtype, out, ldo, accumulate, prev);
+    }
+    return;
+  }
+  if constexpr (kFused) {
+    __shared__ float up_sums[kPairs][M];
+    const int64_t half = n / 2, stride = static_cast<int64_t>(gridDim.x) * kPairs;
+    const int q = warp % kPairs;
+    const bool up = warp >= kPairs;
+    // p0 is the same for the whole block, so every warp reaches both barriers of every round.
+    for (int64_t p0 = static_cast<int64_t>(blockIdx.x) * kPairs; p0 < half; p0 += stride) {
+      const int64_t p = p0 + q, row = up ? p + half : p;
+      float acc[M], prev[M];
+      if (p < half) {
+        if (!up) load_prev_column<M>(out, p, ldo, accumulate, prev);
+        dot_row(row, p + stride < half ? row + stride : -1, acc);
+        if (up) {
+#pragma unroll
+          for (int r = 0; r < M; ++r) {
+            const float u = row_sum(acc[r], row, bias, bias_dtype);
+            if (threadIdx.x % 32 == 0) up_sums[q][r] = u;
+          }
+        }
+      }
+      __syncthreads();
+      if (!up && p < half) {
+#pragma unroll
+        for (int r = 0; r < M; ++r) {
+          const float g = row_sum(acc[r], p, bias, bias_dtype);
+          if (threadIdx.x % 32 == 0)
+            store_out(out, r * ldo + p, silu_mul(g, up_sums[q][r]), accumulate, prev[r]);
+        }
+      }
+      __syncthreads();  // up_sums is rewritten next round
+    }
+  }
+}
+
+// kFused: the fusions of f (gemv_fusion.h); without it f is ignored and the code is the plain GEMV's.
+template <DType T, int M, bool kFused>
 __global__ void __launch_bounds__(kQThreads, 2)
     quant_gemv_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ w,
-                      size_t row_bytes, int64_t n, const void* bias, DType bias_dtype, float* __restrict__ out,
-                      int64_t ldo) {
+                      size_t row_bytes, int64_t n, const void* bias, DType bias_dtype,
+                      float* __restrict__ out, int64_t ldo, GemvFusion f) {
   extern __shared__ int4 gemv_smem[];
   const int64_t nb = k / 32;
   const int lane = threadIdx.x % 32;
   int8_t* xq = reinterpret_cast<int8_t*>(gemv_smem);
   float* xd = reinterpret_cast<float*>(xq + M * k);
   float* xs = xd + M * nb;
-  quantize_x_block<M, false>(x, k, ldx, xq, xd, xs, w, row_bytes, n);
+  quantize_x_block<M, false, kFused>(x, k, ldx, xq, xd, xs, w, row_bytes, n, f);
   __syncthreads();
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j < n;
-       j += static_cast<int64_t>(gridDim.x) * kQWarps) {
-    const uint8_t* row = warp_row(w, row_bytes, n, j);
-    float acc[M];
+  timeline_mark(1);
+  auto dot_row = [&](int64_t j, int64_t next, float(&acc)[M]) {
+    const uint8_t* row = warp_row(w, row_bytes, j, next);
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.0f;
 #pragma unroll 4
@@ -488,8 +599,9 @@ __global__ void __launch_bounds__(kQThreads, 2)
         acc[r] += unit_dot<T>(wu, reinterpret_cast<const int4*>(xq + r * k + u * 32), xd[r * nb + u], xs[r * nb + u]);
       }
     }
-    store_row_sums<M>(acc, j, bias, bias_dtype, out, ldo);
-  }
+  };
+  gemv_row_loop<M, kFused>(dot_row, n, bias, bias_dtype, out, ldo, f);
+  timeline_mark(3);
 }
 
 // Q4_K / Q5_K: the paired-group GEMV. Lane l of a warp takes the 64-value units l, l + 32, ... of
@@ -504,11 +616,11 @@ constexpr bool kPairKernel = T == DType::kQ4_K || T == DType::kQ5_K;
 
 // One row of x: 4 blocks a multiprocessor (64 registers) and one unit per lane in flight, measured
 // faster than 3 blocks with two units (Q4_K, batch-1 step 3.004 vs 3.092 ms on an H100).
-template <DType T, int M>
+template <DType T, int M, bool kFused>
 __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
     quant_gemv_pair_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ w,
                            size_t row_bytes, int64_t n, const void* bias, DType bias_dtype,
-                           float* __restrict__ out, int64_t ldo) {
+                           float* __restrict__ out, int64_t ldo, GemvFusion f) {
   static_assert(kPairKernel<T>);
   constexpr int kBytes = T == DType::kQ4_K ? 144 : 176, kQs = T == DType::kQ4_K ? 16 : 48;
   extern __shared__ int4 gemv_smem[];
@@ -517,8 +629,9 @@ __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
   int8_t* xq = reinterpret_cast<int8_t*>(gemv_smem);
   float* xd = reinterpret_cast<float*>(xq + M * k);
   float* xs = xd + M * nb;
-  quantize_x_block<M, true>(x, k, ldx, xq, xd, xs, w, row_bytes, n);
+  quantize_x_block<M, true, kFused>(x, k, ldx, xq, xd, xs, w, row_bytes, n, f);
   __syncthreads();
+  timeline_mark(1);
   const int4* xv = reinterpret_cast<const int4*>(xq);       // [M][4][chunks] 16-value pieces
   const float2* xd2 = reinterpret_cast<const float2*>(xd);  // [M][chunks]: the unit's two groups
   const float2* xs2 = reinterpret_cast<const float2*>(xs);
@@ -528,10 +641,8 @@ __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
   // m = s[j + 4] >> 4 | (s[j] >> 6) << 4. Header words: h.y = s[0..3], h.z = s[4..7], h.w = s[8..11].
   const int p = lane % 4;
   const int e = 16 * (p % 2);  // bit offset of the pair's first byte in its header word
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * kQWarps + threadIdx.x / 32; j < n;
-       j += static_cast<int64_t>(gridDim.x) * kQWarps) {
-    const uint8_t* row = warp_row(w, row_bytes, n, j);
-    float acc[M];
+  auto dot_row = [&](int64_t j, int64_t next, float(&acc)[M]) {
+    const uint8_t* row = warp_row(w, row_bytes, j, next);
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.0f;
 #pragma unroll(M == 1 ? 1 : 2)
@@ -596,8 +707,9 @@ __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
                   fmaf(xdu.y * dl1, static_cast<float>(s1), ml1 * xsu.y);
       }
     }
-    store_row_sums<M>(acc, j, bias, bias_dtype, out, ldo);
-  }
+  };
+  gemv_row_loop<M, kFused>(dot_row, n, bias, bias_dtype, out, ldo, f);
+  timeline_mark(3);
 }
 
 // One thread per (row, chunk); ids == nullptr: rows 0..num_rows-1.
@@ -657,14 +769,15 @@ void dispatch_quant(DType t, F&& f) {
   }
 }
 
-template <DType T, int M>
-void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes, int64_t n,
-                 const void* bias, DType bias_dtype, float* out, int64_t ldo, cudaStream_t stream) {
+template <DType T, int M, bool kFused = false>
+void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes,
+                 int64_t n, const void* bias, DType bias_dtype, float* out, int64_t ldo, const GemvFusion& f,
+                 cudaStream_t stream) {
   const size_t smem = gemv_smem_bytes(M, k);
-  auto* kernel = quant_gemv_kernel<T, M>;
+  auto* kernel = quant_gemv_kernel<T, M, kFused>;
   // Q5_K with one row of x stays on the one-group kernel (measured faster: 3.528 vs 3.744 ms a step).
   if constexpr (kPairKernel<T> && (T == DType::kQ4_K || M > 1)) {
-    if (quant_gemv_pairs_enabled()) kernel = quant_gemv_pair_kernel<T, M>;
+    if (quant_gemv_pairs_enabled()) kernel = quant_gemv_pair_kernel<T, M, kFused>;
   }
   if (smem > 48 * 1024) {
     // Per launch, as the limit is per device and function; not a stream operation (capturable).
@@ -673,25 +786,42 @@ void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8
   int per_sm = 0, sms = 0;
   RLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kQThreads, smem));
   RLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  // Every block quantizes x once: as many blocks as fit at once, rows grid-strided over their warps,
-  // the warp count shrunk so that every warp gets the same number of rows (the last fewer).
+  // Every block quantizes x once: as many blocks as fit at once, rows grid-strided over their warps
+  // (one row a warp at a time, with or without SiLU-and-mul), the warp count shrunk so that every
+  // warp gets the same number of rows (the last fewer).
   const int64_t max_warps = static_cast<int64_t>(sms) * std::max(per_sm, 1) * kQWarps;
   const int64_t iters = (n + max_warps - 1) / max_warps;
   const int64_t blocks = ((n + iters - 1) / iters + kQWarps - 1) / kQWarps;
   launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kQThreads), smem, stream, x, k, ldx, w,
-             row_bytes, n, bias, bias_dtype, out, ldo);
+             row_bytes, n, bias, bias_dtype, out, ldo, f);
 }
 
 template <DType T>
 void gemv_rows(int device, int64_t m, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes,
                int64_t n, const void* bias, DType bias_dtype, float* out, int64_t ldo, cudaStream_t stream) {
+  const GemvFusion none;
   switch (m) {
-    case 1: return launch_gemv<T, 1>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    case 2: return launch_gemv<T, 2>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    case 3: return launch_gemv<T, 3>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    case 4: return launch_gemv<T, 4>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
-    default: return launch_gemv<T, 8>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, stream);
+    case 1:
+      return launch_gemv<T, 1>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, none, stream);
+    case 2:
+      return launch_gemv<T, 2>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, none, stream);
+    case 3:
+      return launch_gemv<T, 3>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, none, stream);
+    case 4:
+      return launch_gemv<T, 4>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, none, stream);
+    default:
+      return launch_gemv<T, 8>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, none, stream);
   }
+}
+
+// The fused kernels: 1-2 rows of x (kQuantFusedMaxRows).
+template <DType T>
+void fused_gemv_rows(int device, int64_t m, const float* x, int64_t k, int64_t ldx, const uint8_t* w,
+                     size_t row_bytes, int64_t n, const void* bias, DType bias_dtype, float* out, int64_t ldo,
+                     const GemvFusion& f, cudaStream_t stream) {
+  if (m == 1)
+    return launch_gemv<T, 1, true>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, f, stream);
+  launch_gemv<T, 2, true>(device, x, k, ldx, w, row_bytes, n, bias, bias_dtype, out, ldo, f, stream);
 }
 
 // The most rows of x one GEMV launch takes (8, 4, 2 or 1: x quantized in shared memory must fit),
@@ -732,6 +862,22 @@ void set_quant_gemv_pairs_enabled(bool enabled) { pairs_flag().store(enabled, st
 
 bool quant_gemv_pairs_enabled() { return pairs_flag().load(std::memory_order_relaxed); }
 
+bool quant_linear_fused(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                        DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype,
+                        float* out, int64_t ldo, const GemvFusion& f) {
+  RLM_CHECK(is_quantized(weight_dtype) && k % dtype_block_size(weight_dtype) == 0)
+      << "cuda::quant_linear_fused: weight " << dtype_name(weight_dtype) << " with k = " << k;
+  const auto* w = static_cast<const uint8_t*>(weight);
+  if (m < 1 || m > kQuantFusedMaxRows || n < 1 || (f.silu_and_mul && n % 2 != 0)) return false;
+  if (gemv_launch_rows(device, weight_dtype, w, w_row_bytes, k) < m) return false;
+  const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());
+  dispatch_quant(weight_dtype, [&](auto t) {
+    fused_gemv_rows<decltype(t)::value>(device, m, x, k, ldx, w, w_row_bytes, n, bias, bias_dtype, out, ldo,
+                                        f, stream);
+  });
+  return true;
+}
+
 void quant_linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
                   DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype, float* out,
                   int64_t ldo) {
@@ -739,8 +885,8 @@ void quant_linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx,
       << "cuda::quant_linear: weight " << dtype_name(weight_dtype) << " with k = " << k;
   if (m == 0 || n == 0) return;
   const auto* w = static_cast<const uint8_t*>(weight);
-  // Decode: GEMV launches of 8, 4 or fewer rows of x (5..7 rows run as 4 + the rest), fewer when
-  // x quantized would not fit in shared memory.
+  // Decode: GEMV launches of 8, 4 or fewer rows of x, fewer when x quantized would not fit in
+  // shared memory.
   const int64_t max_rows = m <= kQuantGemvMaxRows ? gemv_launch_rows(device, weight_dtype, w, w_row_bytes, k) : 0;
   if (max_rows > 0) {
     const auto stream = static_cast<cudaStream_t>(CudaContext::get(device).stream());

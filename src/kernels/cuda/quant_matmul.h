@@ -19,10 +19,12 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/cuda/gemv_fusion.h"
 
 namespace rlm::cuda {
 
 inline constexpr int64_t kQuantGemvMaxRows = 8;
+inline constexpr int64_t kQuantFusedMaxRows = 2;  // quant_linear_fused's rows of x
 
 // out[i, j] = sum_k x[i, k] * dequant(weight)[j, k] (+ bias[j]).
 //   x: f32 [m, k] (row stride ldx); weight: n rows of w_row_bytes bytes of blocks of weight_dtype
@@ -30,6 +32,15 @@ inline constexpr int64_t kQuantGemvMaxRows = 8;
 void quant_linear(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
                   DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype, float* out,
                   int64_t ldo);
+
+// quant_linear's decode GEMV with the fusions of f (gemv_fusion.h): out [m, n] (or [m, n / 2]
+// with f.silu_and_mul) written or, with f.accumulate, added to; the dot products are the unfused
+// GEMV's, in the same order. Runs and returns true when the GEMV applies (1 <= m <= 8, the weight
+// aligned for its unit loads, x fits in shared memory, n even for SiLU-and-mul), else returns
+// false having launched nothing.
+bool quant_linear_fused(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
+                        DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype,
+                        float* out, int64_t ldo, const GemvFusion& f);
 
 // Whether Q4_K / Q5_K decode GEMVs take the paired-group kernel where it applies (the default) or
 // the one-group kernel of the other types (for benchmarks and tests comparing the two).
