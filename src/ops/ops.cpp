@@ -94,11 +94,12 @@ void check_rows(const OpCheck& c, const char* name, const Tensor& t) {
   c.unit_last_stride(name, t);
 }
 
-void check_norm_weight(const OpCheck& c, const Tensor& weight, int64_t d) {
-  c.dtype("weight", weight, {DType::kF32, DType::kBF16, DType::kF16});
-  c.dims("weight", weight, 1, "[d]");
-  c.size("weight", weight, 0, d, "the row length d");
-  c.unit_last_stride("weight", weight);
+// name: how messages call it (the fused ops also take a linear's weight).
+void check_norm_weight(const OpCheck& c, const Tensor& weight, int64_t d, const char* name = "weight") {
+  c.dtype(name, weight, {DType::kF32, DType::kBF16, DType::kF16});
+  c.dims(name, weight, 1, "[d]");
+  c.size(name, weight, 0, d, "the row length d");
+  c.unit_last_stride(name, weight);
 }
 
 // Block-quantized embedding rows: dequantized one by one (checked ids, nothing written on error).
@@ -471,7 +472,7 @@ void rms_norm_linear(const Tensor& x, const Tensor* residual, const Tensor& norm
       }
       c.same_device(x, "residual", *residual);
     }
-    check_norm_weight(c, norm_weight, x.size(-1));
+    check_norm_weight(c, norm_weight, x.size(-1), "norm_weight");
     c.same_device(x, "norm_weight", norm_weight);
     const Tensor* b = check_fp8_linear(c, x, weight, bias, out, scales);
     const cuda::Rows xr = cuda_rows(x);
@@ -499,10 +500,7 @@ std::atomic<bool>& fused_linear_flag() {
 }
 
 std::atomic<bool>& fused_linear_quantized_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("RADIXLM_FUSED_GEMV_QUANT");
-    return e != nullptr && std::string(e) == "1";
-  }()};
+  static std::atomic<bool> flag{env_switch_set("RADIXLM_FUSED_GEMV_QUANT")};
   return flag;
 }
 
@@ -531,7 +529,7 @@ bool fused_linear(const Tensor& x, const Tensor& weight, const std::optional<Ten
   }
   const Tensor* b = check_linear(c, x, weight, bias, out, f.silu_and_mul ? n / 2 : -1);
   if (f.norm_weight != nullptr) {
-    check_norm_weight(c, *f.norm_weight, x.size(1));
+    check_norm_weight(c, *f.norm_weight, x.size(1), "norm_weight");
     c.same_device(x, "norm_weight", *f.norm_weight);
   }
   if (!fused_linear_enabled() || (quantized && !fused_linear_quantized_enabled()) || !x.device().is_cuda() ||

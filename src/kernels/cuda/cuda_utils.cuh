@@ -33,6 +33,15 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162f
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
 
+// Element c of a vector (a bias, a norm weight) of dtype f32/bf16/f16, as a float.
+__device__ __forceinline__ float load_as_float(const void* p, DType dtype, int64_t c) {
+  switch (dtype) {
+    case DType::kBF16: return to_float(static_cast<const __nv_bfloat16*>(p)[c]);
+    case DType::kF16: return to_float(static_cast<const __half*>(p)[c]);
+    default: return static_cast<const float*>(p)[c];
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>

@@ -147,12 +147,7 @@ struct ScaleView {
 };
 
 __device__ __forceinline__ float load_bias(const void* bias, DType dtype, int64_t j) {
-  if (bias == nullptr) return 0.0f;
-  switch (dtype) {
-    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(bias)[j]);
-    case DType::kF16: return __half2float(static_cast<const __half*>(bias)[j]);
-    default: return static_cast<const float*>(bias)[j];
-  }
+  return bias == nullptr ? 0.0f : load_as_float(bias, dtype, j);
 }
 
 // GEMV for m <= kFp8GemvMaxRows: one warp per weight row; each lane reads 16 e4m3 weights (16 bytes)

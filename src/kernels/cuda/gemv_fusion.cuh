@@ -10,12 +10,13 @@
 
 namespace rlm::cuda {
 
-// Element c of a norm weight (or bias) of dtype f32/bf16/f16, as a float.
-__device__ __forceinline__ float load_as_float(const void* p, DType dtype, int64_t c) {
-  switch (dtype) {
-    case DType::kBF16: return to_float(static_cast<const __nv_bfloat16*>(p)[c]);
-    case DType::kF16: return to_float(static_cast<const __half*>(p)[c]);
-    default: return static_cast<const float*>(p)[c];
+// inv[q] from the block's sums of squares of each row (every thread calls it), as rows_inv_rms.
+template <int M>
+__device__ __forceinline__ void inv_rms_from_squares(double (&sq)[M], int64_t k, float eps, float (&inv)[M]) {
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    const double sum = block_sum(sq[q]);
+    inv[q] = 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(k)) + eps);
   }
 }
 
@@ -26,16 +27,15 @@ __device__ __forceinline__ float load_as_float(const void* p, DType dtype, int64
 template <int M>
 __device__ __forceinline__ void rows_inv_rms(const float* __restrict__ x, int64_t k, int64_t ldx, float eps,
                                              float (&inv)[M]) {
+  double sq[M] = {};
 #pragma unroll
   for (int i = 0; i < M; ++i) {
-    double sum = 0.0;
     for (int64_t c = threadIdx.x; c < k; c += blockDim.x) {
       const double v = x[i * ldx + c];
-      sum += v * v;
+      sq[i] += v * v;
     }
-    sum = block_sum(sum);
-    inv[i] = 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(k)) + eps);
   }
+  inv_rms_from_squares<M>(sq, k, eps, inv);
 }
 
 // Value c of normalized row i: w * (x * inv), rms_norm's expression.
@@ -70,16 +70,6 @@ __device__ __forceinline__ void add_squares(double (&sq)[M], int64_t r, const fl
 #pragma unroll
   for (int q = 0; q < M; ++q) {
     if (r == q) sq[q] += s;
-  }
-}
-
-// inv[q] from the block's sums of squares of each row (every thread calls it), as rows_inv_rms.
-template <int M>
-__device__ __forceinline__ void inv_rms_from_squares(double (&sq)[M], int64_t k, float eps, float (&inv)[M]) {
-#pragma unroll
-  for (int q = 0; q < M; ++q) {
-    const double sum = block_sum(sq[q]);
-    inv[q] = 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(k)) + eps);
   }
 }
 
