@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -123,6 +124,43 @@ TEST(QuantMatmulCuda, LongRowsRunInFewerRowsPerLaunch) {
   for (DType dtype : {DType::kQ4_0, DType::kQ4_K}) {
     for (int64_t m : {3, 8}) check_linear(rng, dtype, m, 65536, 37);
   }
+}
+
+// Long x is quantized once per launch (quant_x_kernel) and copied by every block, short x by every
+// block itself (cuda::quant_gemv_prequantize_min decides): the two prologues must give the same
+// bits, for every type, 1-8 rows of x, x contiguous (16-byte loads) and at an odd offset with an odd
+// row stride (scalar loads), rows long enough for several rounds of the blocks' copy.
+TEST(QuantMatmulCuda, PrequantizedXGivesTheBlockQuantizedBits) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  const int64_t saved = cuda::quant_gemv_prequantize_min();
+  const int64_t n = 75;
+  for (DType dtype : kTypes) {
+    const int64_t k = dtype_block_size(dtype) == 32 ? 4480 : 4608;
+    const Tensor w = to_gpu(random_blocks(dtype, n, k, rng.gen()()));
+    const Tensor bias = to_gpu(random_normal(rng, {n}));
+    for (int64_t m : {1, 2, 3, 8}) {
+      const Tensor x_wide = random_normal(rng, {m, k + 1});
+      for (bool offset : {false, true}) {
+        SCOPED_TRACE(str(dtype_name(dtype), " m ", m, offset ? " x at an odd offset" : " x contiguous"));
+        const Tensor x =
+            offset ? to_gpu(x_wide).slice(1, 1, k + 1) : to_gpu(x_wide.slice(1, 0, k).contiguous());
+        Tensor got[2];
+        for (int pre = 0; pre < 2; ++pre) {
+          cuda::set_quant_gemv_prequantize_min(pre == 1 ? 1 : std::numeric_limits<int64_t>::max());
+          const Tensor out = to_gpu(poisoned({m, n}, DType::kF32));
+          ops::linear(x, w, bias, out);
+          got[pre] = to_cpu(out);
+        }
+        for (int64_t i = 0; i < m * n; ++i) {
+          const float a = got[0].data<float>()[i], b = got[1].data<float>()[i];
+          ASSERT_EQ(std::memcmp(&a, &b, sizeof(float)), 0) << "value " << i << ": " << a << " vs " << b;
+        }
+      }
+    }
+  }
+  cuda::set_quant_gemv_prequantize_min(saved);
 }
 
 TEST(QuantMatmulCuda, EmbeddingRowsAreTheCpuReferenceBits) {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "core/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
 #include "kernels/cuda/gemv.cuh"
@@ -376,9 +378,89 @@ __device__ __forceinline__ int64_t first_row(int64_t n, bool silu) {
   return p < half ? (warp < kPairs ? p : p + half) : -1;
 }
 
+// The 8 values of quantization task t (values (t % 4) * 8 .. + 7 of 32-value block t / 4 of the
+// rows of x, row stride ldx) into v: 16-byte loads when vec (x 16-byte aligned, ldx % 4 == 0), zeros
+// past the last task.
+__device__ __forceinline__ void load_task(const float* __restrict__ x, int64_t k, int64_t ldx, int64_t t,
+                                          int64_t tasks, bool vec, float (&v)[8]) {
+  const int64_t nb = k / 32, blk = t / 4, r = blk / nb, c = (blk % nb) * 32 + (t % 4) * 8;
+  const float* p = x + r * ldx + c;
+  if (t >= tasks) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = 0.0f;
+  } else if (vec) {
+    const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+    v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = p[e];
+  }
+}
+
+// Task t's 8 values quantized into xq (at x_offset), xd and xs (shared or global memory, the layout
+// of gemv_smem_bytes), with the CPU's rounding: d = amax / 127, q = round-to-nearest-even(x * (127 /
+// amax)). The 4 lanes of a 32-value block exchange their amax and sums by shuffles, so whole warps
+// call it; a lane with valid false (past the last task, quantizing zeros) stores nothing.
+template <bool kPieceMajor>
+__device__ __forceinline__ void quantize_task(const float (&v)[8], int64_t t, int64_t k, bool valid,
+                                              int8_t* xq, float* xd, float* xs) {
+  const int64_t nb = k / 32, blk = t / 4, r = blk / nb, c = (blk % nb) * 32 + (t % 4) * 8;
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+  int sum = 0;
+  uint32_t packed[2] = {0, 0};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int q = __float2int_rn(__fmul_rn(v[e], id));
+    sum += q;
+    packed[e / 4] |= static_cast<uint32_t>(q & 0xff) << (8 * (e % 4));
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  if (!valid) return;
+  *reinterpret_cast<uint2*>(xq + r * k + x_offset<kPieceMajor>(c, k)) = make_uint2(packed[0], packed[1]);
+  if (t % 4 == 0) {
+    const float d = __fdiv_rn(amax, 127.0f);
+    xd[blk] = d;
+    xs[blk] = mul(d, static_cast<float>(sum));
+  }
+}
+
+// x quantized once for a whole GEMV launch (quant_x_kernel below) and copied by every block into
+// its shared memory: `bytes` (gemv_smem_bytes) from src, 16-byte loads, kCopyAhead of a thread's in
+// flight before any is stored. bytes is a multiple of 8 (m * k a multiple of 32, then 8 bytes of
+// scales a block): the last 8 bytes past the 16-byte words go as two words.
+__device__ __forceinline__ void copy_x_block(const uint8_t* __restrict__ src, size_t bytes, uint8_t* dst) {
+  constexpr int kCopyAhead = 8;
+  const size_t n16 = bytes / 16;
+  const auto* s = reinterpret_cast<const int4*>(src);
+  auto* d = reinterpret_cast<int4*>(dst);
+  for (size_t i0 = 0; i0 < n16; i0 += static_cast<size_t>(kCopyAhead) * kQThreads) {
+    int4 v[kCopyAhead];
+#pragma unroll
+    for (int a = 0; a < kCopyAhead; ++a) {
+      const size_t i = i0 + static_cast<size_t>(a) * kQThreads + threadIdx.x;
+      if (i < n16) v[a] = s[i];
+    }
+#pragma unroll
+    for (int a = 0; a < kCopyAhead; ++a) {
+      const size_t i = i0 + static_cast<size_t>(a) * kQThreads + threadIdx.x;
+      if (i < n16) d[i] = v[a];
+    }
+  }
+  for (size_t b = n16 * 16 + threadIdx.x * 4; b < bytes; b += kQThreads * 4) {
+    *reinterpret_cast<uint32_t*>(dst + b) = *reinterpret_cast<const uint32_t*>(src + b);
+  }
+}
+
 // Block prologue of the GEMVs: the M rows of x quantized into shared memory as 8-bit 32-value
-// blocks (q at x_offset, d and d * sum(q) per block), 4 lanes per block and 8 values each, with
-// the CPU's rounding: d = amax / 127, q = round-to-nearest-even(x * (127 / amax)).
+// blocks (q at x_offset, d and d * sum(q) per block, quantize_task), 4 lanes per block and 8 values
+// each -- or, with pre (x quantized once for the launch by quant_x_kernel, in this layout), copied.
 // Each warp's first weight row is prefetched into L2 first, while the kernel that writes x may
 // still run (the GEMV is launched with PDL; kernels/cuda/pdl.cuh); after the wait the loads of up
 // to kRounds rounds of x are issued before any is used (16-byte loads when x allows), so the rounds
@@ -389,11 +471,19 @@ __device__ __forceinline__ int64_t first_row(int64_t n, bool silu) {
 // x once more for them before the rounds.
 template <int M, bool kPieceMajor, bool kFused>
 __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, int64_t k, int64_t ldx,
-                                                 int8_t* xq, float* xd, float* xs, const uint8_t* w,
-                                                 size_t row_bytes, int64_t n, const GemvFusion& f) {
+                                                 const uint8_t* __restrict__ pre, int8_t* xq, float* xd,
+                                                 float* xs, const uint8_t* w, size_t row_bytes, int64_t n,
+                                                 const GemvFusion& f) {
   constexpr int kRounds = 4;
   if (const int64_t j0 = first_row(n, kFused && f.silu_and_mul); j0 >= 0) {
     prefetch_row(w + static_cast<size_t>(j0) * row_bytes, row_bytes);
+  }
+  if (pre != nullptr) {  // never with kFused (quant_linear_fused quantizes in the block)
+    pdl_wait();
+    pdl_launch_dependents();
+    timeline_mark(0);
+    copy_x_block(pre, gemv_smem_bytes(M, k), reinterpret_cast<uint8_t*>(xq));
+    return;
   }
   const int64_t nb = k / 32, tasks = M * nb * 4;
   const bool norm = kFused && f.norm_weight != nullptr;  // the same for the whole block
@@ -419,22 +509,8 @@ __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, in
   for (int64_t t0 = 0; t0 < tasks; t0 += kRounds * kQThreads) {
     float v[kRounds][8];
 #pragma unroll
-    for (int i = 0; i < kRounds; ++i) {
-      const int64_t t = t0 + i * kQThreads + threadIdx.x;
-      const int64_t blk = t / 4, r = blk / nb, c = (blk % nb) * 32 + (t % 4) * 8;
-      const float* p = x + r * ldx + c;
-      if (t >= tasks) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[i][e] = 0.0f;
-      } else if (vec) {
-        const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
-        v[i][0] = lo.x, v[i][1] = lo.y, v[i][2] = lo.z, v[i][3] = lo.w;
-        v[i][4] = hi.x, v[i][5] = hi.y, v[i][6] = hi.z, v[i][7] = hi.w;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[i][e] = p[e];
-      }
-    }
+    for (int i = 0; i < kRounds; ++i)
+      load_task(x, k, ldx, t0 + i * kQThreads + threadIdx.x, tasks, vec, v[i]);
     if constexpr (kFused) {
       if (norm) {
         if (one_pass) {
@@ -457,32 +533,28 @@ __device__ __forceinline__ void quantize_x_block(const float* __restrict__ x, in
     for (int i = 0; i < kRounds; ++i) {
       if (t0 + i * kQThreads >= tasks) break;  // the same for the whole block
       const int64_t t = t0 + i * kQThreads + threadIdx.x;
-      const int64_t blk = t / 4, r = blk / nb, c = (blk % nb) * 32 + (t % 4) * 8;
-      float amax = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[i][e]));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      const float id = amax != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-      int sum = 0;
-      uint32_t packed[2] = {0, 0};
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int q = __float2int_rn(__fmul_rn(v[i][e], id));
-        sum += q;
-        packed[e / 4] |= static_cast<uint32_t>(q & 0xff) << (8 * (e % 4));
-      }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (t >= tasks) continue;
-      *reinterpret_cast<uint2*>(xq + r * k + x_offset<kPieceMajor>(c, k)) = make_uint2(packed[0], packed[1]);
-      if (t % 4 == 0) {
-        const float d = __fdiv_rn(amax, 127.0f);
-        xd[blk] = d;
-        xs[blk] = mul(d, static_cast<float>(sum));
-      }
+      quantize_task<kPieceMajor>(v[i], t, k, t < tasks, xq, xd, xs);
     }
   }
+}
+
+// x [m, k] quantized once for a GEMV launch into `dst` (gemv_smem_bytes(m, k): q at x_offset, then
+// d, then d * sum(q)), one task a thread, whole warps (the grid covers the tasks rounded up to a
+// block). Launched with PDL before the GEMV, whose blocks copy it (copy_x_block) instead of each
+// quantizing all of x: at k = 14,336 that is 57 KB of f32 x read by every one of ~500 blocks.
+template <bool kPieceMajor>
+__global__ void __launch_bounds__(kQThreads) quant_x_kernel(const float* __restrict__ x, int64_t m, int64_t k,
+                                                            int64_t ldx, uint8_t* __restrict__ dst) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t nb = k / 32, tasks = m * nb * 4;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kQThreads + threadIdx.x;
+  const bool vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+  float v[8];
+  load_task(x, k, ldx, t, tasks, vec, v);
+  auto* xq = reinterpret_cast<int8_t*>(dst);
+  auto* xd = reinterpret_cast<float*>(dst + m * k);
+  quantize_task<kPieceMajor>(v, t, k, t < tasks, xq, xd, xd + m * nb);
 }
 
 // Row j of a warp's loop, with the warp's next row (next < 0: none) prefetched into L2 while it
@@ -574,16 +646,16 @@ __device__ __forceinline__ void gemv_row_loop(DotRow&& dot_row, int64_t n, const
 // kFused: the fusions of f (gemv_fusion.h); without it f is ignored and the code is the plain GEMV's.
 template <DType T, int M, bool kFused>
 __global__ void __launch_bounds__(kQThreads, 2)
-    quant_gemv_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ w,
-                      size_t row_bytes, int64_t n, const void* bias, DType bias_dtype,
-                      float* __restrict__ out, int64_t ldo, GemvFusion f) {
+    quant_gemv_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ pre,
+                      const uint8_t* __restrict__ w, size_t row_bytes, int64_t n, const void* bias,
+                      DType bias_dtype, float* __restrict__ out, int64_t ldo, GemvFusion f) {
   extern __shared__ int4 gemv_smem[];
   const int64_t nb = k / 32;
   const int lane = threadIdx.x % 32;
   int8_t* xq = reinterpret_cast<int8_t*>(gemv_smem);
   float* xd = reinterpret_cast<float*>(xq + M * k);
   float* xs = xd + M * nb;
-  quantize_x_block<M, false, kFused>(x, k, ldx, xq, xd, xs, w, row_bytes, n, f);
+  quantize_x_block<M, false, kFused>(x, k, ldx, pre, xq, xd, xs, w, row_bytes, n, f);
   __syncthreads();
   timeline_mark(1);
   auto dot_row = [&](int64_t j, int64_t next, float(&acc)[M]) {
@@ -618,9 +690,10 @@ constexpr bool kPairKernel = T == DType::kQ4_K || T == DType::kQ5_K;
 // faster than 3 blocks with two units (Q4_K, batch-1 step 3.004 vs 3.092 ms on an H100).
 template <DType T, int M, bool kFused>
 __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
-    quant_gemv_pair_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ w,
-                           size_t row_bytes, int64_t n, const void* bias, DType bias_dtype,
-                           float* __restrict__ out, int64_t ldo, GemvFusion f) {
+    quant_gemv_pair_kernel(const float* __restrict__ x, int64_t k, int64_t ldx,
+                           const uint8_t* __restrict__ pre, const uint8_t* __restrict__ w, size_t row_bytes,
+                           int64_t n, const void* bias, DType bias_dtype, float* __restrict__ out,
+                           int64_t ldo, GemvFusion f) {
   static_assert(kPairKernel<T>);
   constexpr int kBytes = T == DType::kQ4_K ? 144 : 176, kQs = T == DType::kQ4_K ? 16 : 48;
   extern __shared__ int4 gemv_smem[];
@@ -629,7 +702,7 @@ __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
   int8_t* xq = reinterpret_cast<int8_t*>(gemv_smem);
   float* xd = reinterpret_cast<float*>(xq + M * k);
   float* xs = xd + M * nb;
-  quantize_x_block<M, true, kFused>(x, k, ldx, xq, xd, xs, w, row_bytes, n, f);
+  quantize_x_block<M, true, kFused>(x, k, ldx, pre, xq, xd, xs, w, row_bytes, n, f);
   __syncthreads();
   timeline_mark(1);
   const int4* xv = reinterpret_cast<const int4*>(xq);       // [M][4][chunks] 16-value pieces
@@ -775,9 +848,13 @@ void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8
                  cudaStream_t stream) {
   const size_t smem = gemv_smem_bytes(M, k);
   auto* kernel = quant_gemv_kernel<T, M, kFused>;
+  bool piece_major = false;  // the paired-group kernel's layout of quantized x
   // Q5_K with one row of x stays on the one-group kernel (measured faster: 3.528 vs 3.744 ms a step).
   if constexpr (kPairKernel<T> && (T == DType::kQ4_K || M > 1)) {
-    if (quant_gemv_pairs_enabled()) kernel = quant_gemv_pair_kernel<T, M, kFused>;
+    if (quant_gemv_pairs_enabled()) {
+      kernel = quant_gemv_pair_kernel<T, M, kFused>;
+      piece_major = true;
+    }
   }
   if (smem > 48 * 1024) {
     // Per launch, as the limit is per device and function; not a stream operation (capturable).
@@ -792,7 +869,21 @@ void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8
   const int64_t max_warps = static_cast<int64_t>(sms) * std::max(per_sm, 1) * kQWarps;
   const int64_t iters = (n + max_warps - 1) / max_warps;
   const int64_t blocks = ((n + iters - 1) / iters + kQWarps - 1) / kQWarps;
-  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kQThreads), smem, stream, x, k, ldx, w,
+  // Long x: quantized once into the context's scratch (held until both kernels are queued) by
+  // quant_x_kernel, which the blocks copy instead of each quantizing all of x.
+  std::unique_lock<std::mutex> lock;
+  const uint8_t* pre = nullptr;
+  if (!kFused && M * k >= quant_gemv_prequantize_min()) {
+    CudaContext& ctx = CudaContext::get(device);
+    lock = ctx.lock();
+    auto* buf = static_cast<uint8_t*>(ctx.scratch(smem));
+    const int64_t tasks = M * (k / 32) * 4;
+    launch_pdl(piece_major ? quant_x_kernel<true> : quant_x_kernel<false>,
+               dim3(static_cast<unsigned>((tasks + kQThreads - 1) / kQThreads)), dim3(kQThreads), 0, stream,
+               x, int64_t{M}, k, ldx, buf);
+    pre = buf;
+  }
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kQThreads), smem, stream, x, k, ldx, pre, w,
              row_bytes, n, bias, bias_dtype, out, ldo, f);
 }
 
@@ -851,6 +942,11 @@ std::atomic<bool>& pairs_flag() {
   return flag;
 }
 
+std::atomic<int64_t>& prequantize_min() {
+  static std::atomic<int64_t> min{env_int64("RADIXLM_QUANT_GEMV_PREQ_MIN", kQuantGemvPrequantizeMin)};
+  return min;
+}
+
 int as_int(int64_t v, const char* what) {
   RLM_CHECK(v >= 0 && v <= 0x7fffffff) << "quant_linear: " << what << " = " << v << " does not fit cuBLAS's int";
   return static_cast<int>(v);
@@ -861,6 +957,12 @@ int as_int(int64_t v, const char* what) {
 void set_quant_gemv_pairs_enabled(bool enabled) { pairs_flag().store(enabled, std::memory_order_relaxed); }
 
 bool quant_gemv_pairs_enabled() { return pairs_flag().load(std::memory_order_relaxed); }
+
+void set_quant_gemv_prequantize_min(int64_t values) {
+  prequantize_min().store(values, std::memory_order_relaxed);
+}
+
+int64_t quant_gemv_prequantize_min() { return prequantize_min().load(std::memory_order_relaxed); }
 
 bool quant_linear_fused(int device, const float* x, int64_t m, int64_t k, int64_t ldx, const void* weight,
                         DType weight_dtype, int64_t n, size_t w_row_bytes, const void* bias, DType bias_dtype,

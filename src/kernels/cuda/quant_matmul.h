@@ -47,6 +47,14 @@ bool quant_linear_fused(int device, const float* x, int64_t m, int64_t k, int64_
 void set_quant_gemv_pairs_enabled(bool enabled);
 bool quant_gemv_pairs_enabled();
 
+// Decode GEMVs (unfused) whose x holds at least this many values (m * k) quantize it once per
+// launch in a kernel of their own, which every block then copies, instead of every block
+// quantizing all of x (docs/perf/quant_gemv.md). RADIXLM_QUANT_GEMV_PREQ_MIN sets the start-up
+// value; the setter is for tests and benchmarks comparing the two prologues (bit-identical).
+inline constexpr int64_t kQuantGemvPrequantizeMin = 8192;
+void set_quant_gemv_prequantize_min(int64_t values);
+int64_t quant_gemv_prequantize_min();
+
 // out[i, :] = dequant(weight row ids[i]) (ids: i32 with stride ids_stride, or nullptr for rows
 // 0..num_rows-1), in out_dtype (f32/bf16/f16) with row stride ldo. An id outside [0, vocab_size) is
 // an error (deferred inside a ModelRunner step: recorded, row left unwritten; see index_check.h).
