@@ -116,6 +116,25 @@ TEST(QuantMatmulCuda, PairedAndOneGroupKernelsMatchReference) {
   cuda::set_quant_gemv_pairs_enabled(true);
 }
 
+// Q8_0, Q3_K and Q6_K copy each warp's next units into shared memory by default; the per-lane
+// loads (cuda::set_quant_gemv_staged_enabled(false)) must stay right too. Rows of 75 blocks or 25
+// super-blocks (200 units): full stages (64 units of Q8_0, 160 of Q3_K, 96 of Q6_K) and a short
+// last one, rows starting at every even offset from a 16-byte boundary.
+TEST(QuantMatmulCuda, StagedAndPerLaneLoadsMatchReference) {
+  RLM_REQUIRE_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  for (bool staged : {true, false}) {
+    SCOPED_TRACE(staged ? "units staged in shared memory" : "units loaded per lane");
+    cuda::set_quant_gemv_staged_enabled(staged);
+    for (DType dtype : {DType::kQ8_0, DType::kQ3_K, DType::kQ6_K}) {
+      const int64_t k = dtype_block_size(dtype) == 32 ? 2400 : 6400;
+      for (int64_t m : {1, 2, 8}) check_linear(rng, dtype, m, k, 45);
+    }
+  }
+  cuda::set_quant_gemv_staged_enabled(true);
+}
+
 // x too long for 8 (or 4, 2) rows of 8-bit activations in shared memory: fewer rows per launch.
 TEST(QuantMatmulCuda, LongRowsRunInFewerRowsPerLaunch) {
   RLM_REQUIRE_CUDA();

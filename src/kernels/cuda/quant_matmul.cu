@@ -344,6 +344,47 @@ __device__ __forceinline__ float unit_dot(const WUnit& w, const int4* xw, float 
 // Shared memory of the GEMV for M rows of x of length k: int8 q [M, k], f32 d and d * sum [M, k/32].
 constexpr size_t gemv_smem_bytes(int64_t m, int64_t k) { return static_cast<size_t>(m * k + 2 * m * (k / 32) * 4); }
 
+// Types whose blocks are only 2-byte aligned, with many words a unit (Q8_0: 34-byte blocks, Q3_K:
+// 110-byte super-blocks, Q6_K: 210): a lane reading its own unit takes 16-18 (Q8_0) to 35 (Q6_K)
+// 16-bit loads, each touching a line of its own across the warp. Their GEMV stages the row
+// instead: the warp copies its next units' bytes with coalesced 16-byte loads of the enclosing
+// aligned words into its own stage in shared memory, and each lane unpacks its units from there
+// (docs/perf/quant_gemv.md: batch 1 -7% Q8_0, -17% Q3_K, -19% Q6_K). Q4_0 (18-byte blocks, 10
+// loads a unit) measured slower staged (+3.5%), so it, IQ4_NL of the same layout and Q5_0 keep the
+// lanes' own loads.
+template <DType T>
+constexpr bool kStaged = T == DType::kQ8_0 || T == DType::kQ3_K || T == DType::kQ6_K;
+
+// Bytes of 32 units (one a lane) of a kStaged type: 32 blocks, or 4 super-blocks of 8 units.
+template <DType T>
+constexpr int staged_bytes() {
+  switch (T) {
+    case DType::kQ8_0: return 32 * 34;
+    case DType::kQ3_K: return 4 * 110;
+    case DType::kQ6_K: return 4 * 210;
+    default: return 0;
+  }
+}
+
+// Units a lane takes from each stage: ~2 KB of the row a warp in flight (one unit a lane, ~450-1,100
+// bytes, gained less for Q8_0 and lost for Q4_0 in the measurements).
+template <DType T>
+constexpr int kStageUnitsPerLane = kStaged<T> ? (2048 + staged_bytes<T>() - 1) / staged_bytes<T>() : 1;
+
+// 16-byte words a lane copies per stage: the units' bytes plus up to 14 before them (the first
+// word's alignment), over the warp.
+template <DType T>
+constexpr int kStageWords = ((kStageUnitsPerLane<T> * staged_bytes<T>() + 14 + 15) / 16 + 31) / 32;
+
+// Shared memory of a GEMV block of type T: x quantized (gemv_smem_bytes) then, for kStaged types,
+// every warp's stage from the next 16-byte boundary (stage_offset).
+constexpr size_t stage_offset(int64_t m, int64_t k) { return (gemv_smem_bytes(m, k) + 15) / 16 * 16; }
+template <DType T>
+constexpr size_t gemv_block_smem_bytes(int64_t m, int64_t k) {
+  return kStaged<T> ? stage_offset(m, k) + static_cast<size_t>(kQWarps) * kStageWords<T> * 32 * 16
+                    : gemv_smem_bytes(m, k);
+}
+
 // Byte offset of value v in a row of quantized x: as stored (kPieceMajor false), or for the paired-group
 // kernel with each 64-value chunk c split into four 16-value pieces w stored piece-major,
 // (w * chunks + c) * 16 + v % 16, so that lanes reading piece w of consecutive chunks read
@@ -647,8 +688,9 @@ __device__ __forceinline__ void gemv_row_loop(DotRow&& dot_row, int64_t n, const
 template <DType T, int M, bool kFused>
 __global__ void __launch_bounds__(kQThreads, 2)
     quant_gemv_kernel(const float* __restrict__ x, int64_t k, int64_t ldx, const uint8_t* __restrict__ pre,
-                      const uint8_t* __restrict__ w, size_t row_bytes, int64_t n, const void* bias,
-                      DType bias_dtype, float* __restrict__ out, int64_t ldo, GemvFusion f) {
+                      bool staged, const uint8_t* __restrict__ w, size_t row_bytes, int64_t n,
+                      const void* bias, DType bias_dtype, float* __restrict__ out, int64_t ldo,
+                      GemvFusion f) {
   extern __shared__ int4 gemv_smem[];
   const int64_t nb = k / 32;
   const int lane = threadIdx.x % 32;
@@ -658,6 +700,70 @@ __global__ void __launch_bounds__(kQThreads, 2)
   quantize_x_block<M, false, kFused>(x, k, ldx, pre, xq, xd, xs, w, row_bytes, n, f);
   __syncthreads();
   timeline_mark(1);
+  auto unit_dots = [&](const WUnit& wu, int64_t u, float(&acc)[M]) {
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+      acc[r] +=
+          unit_dot<T>(wu, reinterpret_cast<const int4*>(xq + r * k + u * 32), xd[r * nb + u], xs[r * nb + u]);
+    }
+  };
+  if constexpr (kStaged<T>) {
+    if (staged) {
+      // The warp's stage after x's image; units u0 .. u0 + kUnits - 1 of the row go through it
+      // (kStaged), lane l unpacking units u0 + l, u0 + l + 32, ...
+      constexpr int kW = kStageWords<T>, kU = kStageUnitsPerLane<T>;
+      constexpr int64_t kUnits = 32 * kU;
+      constexpr int64_t kUnitsPerBlock = T == DType::kQ3_K || T == DType::kQ6_K ? 8 : 1;
+      constexpr int64_t kBlockBytes = staged_bytes<T>() * kUnitsPerBlock / 32;
+      int4* stage = reinterpret_cast<int4*>(reinterpret_cast<uint8_t*>(gemv_smem) + stage_offset(M, k)) +
+                    (threadIdx.x / 32) * kW * 32;
+      // The 16-byte words holding the bytes of units u0 .. u0 + kUnits - 1 of row (fewer at the row's end),
+      // word i of the warp in words[i / 32] of lane i % 32: the first word is the aligned one
+      // holding the units' first byte, `lead` bytes into it. Every word loaded holds at least one
+      // of the units' bytes (so it lies inside the weight's allocation).
+      auto segment = [&](const uint8_t* row, int64_t u0, int4(&words)[kW], int& lead) {
+        const int64_t units = nb - u0 < kUnits ? nb - u0 : kUnits;
+        const uintptr_t a =
+            reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(u0 / kUnitsPerBlock * kBlockBytes);
+        const uintptr_t a0 = a & ~uintptr_t{15};
+        lead = static_cast<int>(a - a0);
+        const int count = static_cast<int>(
+            (a - a0 + static_cast<uintptr_t>(units / kUnitsPerBlock * kBlockBytes) + 15) / 16);
+        const auto* src = reinterpret_cast<const int4*>(a0);
+#pragma unroll
+        for (int i = 0; i < kW; ++i) {
+          if (const int wi = i * 32 + lane; wi < count) words[i] = src[wi];
+        }
+      };
+      auto dot_row = [&](int64_t j, int64_t next, float(&acc)[M]) {
+        const uint8_t* row = warp_row(w, row_bytes, j, next);
+#pragma unroll
+        for (int r = 0; r < M; ++r) acc[r] = 0.0f;
+        int4 words[kW];
+        int lead = 0;
+        segment(row, 0, words, lead);
+        for (int64_t u0 = 0; u0 < nb; u0 += kUnits) {
+          __syncwarp();  // the stage's previous units are unpacked
+#pragma unroll
+          for (int i = 0; i < kW; ++i) stage[i * 32 + lane] = words[i];
+          __syncwarp();
+          const int cur = lead;
+          if (u0 + kUnits < nb) segment(row, u0 + kUnits, words, lead);  // in flight while this one is used
+#pragma unroll
+          for (int i = 0; i < kU; ++i) {
+            if (const int64_t u = u0 + i * 32 + lane; u < nb) {
+              WUnit wu;
+              load_unit<T>(reinterpret_cast<const uint8_t*>(stage) + cur, i * 32 + lane, wu);
+              unit_dots(wu, u, acc);
+            }
+          }
+        }
+      };
+      gemv_row_loop<M, kFused>(dot_row, n, bias, bias_dtype, out, ldo, f);
+      timeline_mark(3);
+      return;
+    }
+  }
   auto dot_row = [&](int64_t j, int64_t next, float(&acc)[M]) {
     const uint8_t* row = warp_row(w, row_bytes, j, next);
 #pragma unroll
@@ -666,10 +772,7 @@ __global__ void __launch_bounds__(kQThreads, 2)
     for (int64_t u = lane; u < nb; u += 32) {
       WUnit wu;
       load_unit<T>(row, u, wu);
-#pragma unroll
-      for (int r = 0; r < M; ++r) {
-        acc[r] += unit_dot<T>(wu, reinterpret_cast<const int4*>(xq + r * k + u * 32), xd[r * nb + u], xs[r * nb + u]);
-      }
+      unit_dots(wu, u, acc);
     }
   };
   gemv_row_loop<M, kFused>(dot_row, n, bias, bias_dtype, out, ldo, f);
@@ -691,9 +794,9 @@ constexpr bool kPairKernel = T == DType::kQ4_K || T == DType::kQ5_K;
 template <DType T, int M, bool kFused>
 __global__ void __launch_bounds__(kQThreads, M == 1 ? 4 : 2)
     quant_gemv_pair_kernel(const float* __restrict__ x, int64_t k, int64_t ldx,
-                           const uint8_t* __restrict__ pre, const uint8_t* __restrict__ w, size_t row_bytes,
-                           int64_t n, const void* bias, DType bias_dtype, float* __restrict__ out,
-                           int64_t ldo, GemvFusion f) {
+                           const uint8_t* __restrict__ pre, bool /*staged: 16-byte-aligned types*/,
+                           const uint8_t* __restrict__ w, size_t row_bytes, int64_t n, const void* bias,
+                           DType bias_dtype, float* __restrict__ out, int64_t ldo, GemvFusion f) {
   static_assert(kPairKernel<T>);
   constexpr int kBytes = T == DType::kQ4_K ? 144 : 176, kQs = T == DType::kQ4_K ? 16 : 48;
   extern __shared__ int4 gemv_smem[];
@@ -846,7 +949,8 @@ template <DType T, int M, bool kFused = false>
 void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8_t* w, size_t row_bytes,
                  int64_t n, const void* bias, DType bias_dtype, float* out, int64_t ldo, const GemvFusion& f,
                  cudaStream_t stream) {
-  const size_t smem = gemv_smem_bytes(M, k);
+  const bool staged = kStaged<T> && quant_gemv_staged_enabled();
+  const size_t smem = staged ? gemv_block_smem_bytes<T>(M, k) : gemv_smem_bytes(M, k);
   auto* kernel = quant_gemv_kernel<T, M, kFused>;
   bool piece_major = false;  // the paired-group kernel's layout of quantized x
   // Q5_K with one row of x stays on the one-group kernel (measured faster: 3.528 vs 3.744 ms a step).
@@ -876,15 +980,15 @@ void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8
   if (!kFused && M * k >= quant_gemv_prequantize_min()) {
     CudaContext& ctx = CudaContext::get(device);
     lock = ctx.lock();
-    auto* buf = static_cast<uint8_t*>(ctx.scratch(smem));
+    auto* buf = static_cast<uint8_t*>(ctx.scratch(gemv_smem_bytes(M, k)));
     const int64_t tasks = M * (k / 32) * 4;
     launch_pdl(piece_major ? quant_x_kernel<true> : quant_x_kernel<false>,
                dim3(static_cast<unsigned>((tasks + kQThreads - 1) / kQThreads)), dim3(kQThreads), 0, stream,
                x, int64_t{M}, k, ldx, buf);
     pre = buf;
   }
-  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kQThreads), smem, stream, x, k, ldx, pre, w,
-             row_bytes, n, bias, bias_dtype, out, ldo, f);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kQThreads), smem, stream, x, k, ldx, pre,
+             staged, w, row_bytes, n, bias, bias_dtype, out, ldo, f);
 }
 
 template <DType T>
@@ -919,11 +1023,16 @@ void fused_gemv_rows(int device, int64_t m, const float* x, int64_t k, int64_t l
 // or 0 when the GEMV does not apply (alignment of the weight for its unit loads, or k too long).
 int64_t gemv_launch_rows(int device, DType t, const void* w, size_t row_bytes, int64_t k) {
   size_t align = 2;
-  dispatch_quant(t, [&](auto tt) { align = unit_align<decltype(tt)::value>(); });
+  size_t (*smem_bytes)(int64_t, int64_t) = gemv_smem_bytes;
+  dispatch_quant(t, [&](auto tt) {
+    constexpr DType T = decltype(tt)::value;
+    align = unit_align<T>();
+    if (kStaged<T> && quant_gemv_staged_enabled()) smem_bytes = gemv_block_smem_bytes<T>;
+  });
   if ((reinterpret_cast<uintptr_t>(w) | row_bytes) % align != 0) return 0;
   const auto limit = static_cast<size_t>(gemv_max_smem_bytes(device));
   for (int64_t rows = kQuantGemvMaxRows; rows >= 1; rows /= 2) {
-    if (gemv_smem_bytes(rows, k) <= limit) return rows;
+    if (smem_bytes(rows, k) <= limit) return rows;
   }
   return 0;
 }
@@ -942,6 +1051,11 @@ std::atomic<bool>& pairs_flag() {
   return flag;
 }
 
+std::atomic<bool>& staged_flag() {
+  static std::atomic<bool> flag{env_switch_on("RADIXLM_QUANT_GEMV_STAGED")};
+  return flag;
+}
+
 std::atomic<int64_t>& prequantize_min() {
   static std::atomic<int64_t> min{env_int64("RADIXLM_QUANT_GEMV_PREQ_MIN", kQuantGemvPrequantizeMin)};
   return min;
@@ -957,6 +1071,10 @@ int as_int(int64_t v, const char* what) {
 void set_quant_gemv_pairs_enabled(bool enabled) { pairs_flag().store(enabled, std::memory_order_relaxed); }
 
 bool quant_gemv_pairs_enabled() { return pairs_flag().load(std::memory_order_relaxed); }
+
+void set_quant_gemv_staged_enabled(bool enabled) { staged_flag().store(enabled, std::memory_order_relaxed); }
+
+bool quant_gemv_staged_enabled() { return staged_flag().load(std::memory_order_relaxed); }
 
 void set_quant_gemv_prequantize_min(int64_t values) {
   prequantize_min().store(values, std::memory_order_relaxed);

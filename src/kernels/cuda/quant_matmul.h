@@ -47,6 +47,13 @@ bool quant_linear_fused(int device, const float* x, int64_t m, int64_t k, int64_
 void set_quant_gemv_pairs_enabled(bool enabled);
 bool quant_gemv_pairs_enabled();
 
+// Whether the decode GEMVs of Q8_0, Q3_K and Q6_K (2-byte-aligned blocks) copy each warp's next
+// units of the weight row into shared memory with coalesced 16-byte loads and unpack them there (the default;
+// RADIXLM_QUANT_GEMV_STAGED=0 at start-up turns it off), or each lane loads its own unit with 16-bit loads
+// (for benchmarks and tests comparing the two).
+void set_quant_gemv_staged_enabled(bool enabled);
+bool quant_gemv_staged_enabled();
+
 // Decode GEMVs (unfused) whose x holds at least this many values (m * k) quantize it once per
 // launch in a kernel of their own, which every block then copies, instead of every block
 // quantizing all of x (docs/perf/quant_gemv.md). RADIXLM_QUANT_GEMV_PREQ_MIN sets the start-up
