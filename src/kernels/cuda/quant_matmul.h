@@ -2,12 +2,15 @@
 // weights kept in their blocks (pointers on `device`; block layouts: formats/gguf_dequant.h).
 //
 //   m <= kQuantGemvMaxRows (decode): each block quantizes the rows of x to 8-bit 32-value blocks in
-//     shared memory (the CPU's quantize_activations arithmetic, bit for bit), then one warp per
+//     shared memory (the CPU's quantize_activations arithmetic, bit for bit; for long x a kernel of
+//     its own quantizes it once and the blocks copy it, set_quant_gemv_prequantize_min), then one warp per
 //     weight row: each lane unpacks a 32-value unit of the row into signed bytes and takes exact
 //     integer dot products with __dp4a, scaled once per unit (docs/perf/quant_gemv.md). Q4_K (and
 //     Q5_K with more than one row of x) take the paired-group kernel instead: a lane's unit is the
 //     two 32-value groups that share their quant bytes, loaded as 16-byte vectors with the
-//     super-block's header. Weights not aligned for the unit loads, or x too long for shared
+//     super-block's header. Q8_0, Q3_K and Q6_K rows (2-byte-aligned blocks) reach the lanes through
+//     a shared-memory stage each warp fills with coalesced loads (set_quant_gemv_staged_enabled).
+//     Weights not aligned for the unit loads, or x too long for shared
 //     memory, take the prefill path.
 //   larger m (prefill): row blocks of the weight are dequantized to a bf16 scratch and multiplied by
 //     cuBLAS with x rounded to bf16 (f32 accumulation), as the bf16 linear does.
