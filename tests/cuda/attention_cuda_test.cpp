@@ -245,7 +245,7 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
           SCOPED_TRACE(describe(pr));
           const Tensor want = cpu_out(pr);
           expect_close(gpu_out(pr), want, tolerance(pr), "dispatcher");
-          for (int splits : {1, 3, 64}) {
+          for (int splits : {1, 3, 12, 16, 64}) {  // 12, 16: the merge's one-round-trip path
             expect_close(gpu_kernel_out(pr, Kernel::kDecode, splits), want, tolerance(pr), str("splits ", splits));
           }
           expect_close(gpu_kernel_out(pr, Kernel::kPrefill), want, prefill_tolerance(pr), "prefill kernel on decode");

@@ -8,7 +8,10 @@
 // kVecWarps times that (kSlots key slots). A slot walks its keys kUnroll at a time, all loads
 // issued before the first use, the page ids of the next step fetched one step ahead, and keeps its
 // own online softmax (max, sum, C output columns per head; rescaled only when the max grows) in
-// registers: no barrier in the main loop.
+// registers: no barrier in the main loop. Before the PDL wait a block reads the lengths, the page
+// table, its first step's slots and that step's K/V rows of every key but the request's last: all
+// written before the layers run or by earlier forwards, never by the kernel it waits on (the KV
+// store writes only the query's own key, the last), so they load while that kernel finishes.
 // At the end the slots are merged through shared memory; the block writes out directly when
 // num_splits == 1, else the split's normalised partial output and its log-sum-exp (natural log).
 // The splits are then merged by the last of the request's blocks of the same heads to finish
@@ -173,6 +176,52 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
   if (!s_last) return;
   __threadfence();
   const int64_t base = static_cast<int64_t>(r) * a.num_qo_heads + h0;  // (request, first head) row
+  const int row = a.qo_indptr[r];
+  // A thread sums 4 consecutive columns of one head (v_head_dim is a multiple of 16, so the 4 are
+  // all inside it or all past it) over the splits. kBatch splits' 16-byte loads go out before the
+  // first is used, so the partial rows come from L2 in num_splits / kBatch round trips, not one
+  // per split (one per split made this merge a large part of the kernel at small batches). 9-16
+  // splits (what the split rule gives small batches of long-context models) take one round trip
+  // for the log-sum-exps and the partial rows together; with 8 or fewer that path measured slower
+  // than the two phases below (docs/perf/decode_kernels.md, seventeenth section). The same
+  // products summed in split order either way: merge_kernel's arithmetic.
+  constexpr int kBatch = 8, kOneTrip = 16;
+  if (num_splits > kBatch && num_splits <= kOneTrip) {
+    for (int i = threadIdx.x; i < HB * D / 4; i += blockDim.x) {
+      const int h = i / (D / 4), c = (i % (D / 4)) * 4;
+      if (c >= a.v_head_dim) continue;
+      const float4* p = reinterpret_cast<const float4*>(partial + (base + h) * num_splits * D + c);
+      float ls[kOneTrip];
+      float4 x[kOneTrip];
+#pragma unroll
+      for (int s = 0; s < kOneTrip; ++s) {
+        ls[s] = s < num_splits ? __ldcg(lse + (base + h) * num_splits + s) : kNegInf;
+        x[s] = s < num_splits ? __ldcg(p + static_cast<int64_t>(s) * (D / 4))
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      float m = kNegInf;
+#pragma unroll
+      for (int s = 0; s < kOneTrip; ++s) m = fmaxf(m, ls[s]);
+      float den = 0.0f;
+      float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int s = 0; s < kOneTrip; ++s) {
+        if (ls[s] == kNegInf) continue;
+        const float w = expf(ls[s] - m);
+        den += w;
+        num.x += w * x[s].x;
+        num.y += w * x[s].y;
+        num.z += w * x[s].z;
+        num.w += w * x[s].w;
+      }
+      float* o = a.out + static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c;
+      o[0] = num.x / den * a.out_scale;
+      o[1] = num.y / den * a.out_scale;
+      o[2] = num.z / den * a.out_scale;
+      o[3] = num.w / den * a.out_scale;
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < HB * num_splits; i += blockDim.x) {
     const int h = i / num_splits, s = i % num_splits;
     s_lse[h][s] = __ldcg(lse + (base + h) * num_splits + s);  // L2: written by other blocks
@@ -191,13 +240,6 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
     s_den[h] = den;
   }
   __syncthreads();
-  const int row = a.qo_indptr[r];
-  // A thread sums 4 consecutive columns of one head (v_head_dim is a multiple of 16, so the 4 are
-  // all inside it or all past it) over the splits, with kBatch splits' 16-byte loads issued before
-  // the first is used: the partial rows come from L2 in num_splits / kBatch round trips, not one
-  // per split (one per split made this merge a large part of the kernel at small batches). The
-  // same products summed in split order: merge_kernel's arithmetic.
-  constexpr int kBatch = 8;
   for (int i = threadIdx.x; i < HB * D / 4; i += blockDim.x) {
     const int h = i / (D / 4), c = (i % (D / 4)) * 4;
     if (c >= a.v_head_dim) continue;
@@ -239,9 +281,6 @@ __global__ void __launch_bounds__(kVecThreads)
   constexpr int G = S::kLanesPerKey, C = S::kCols, U = S::kUnroll;
   __shared__ float s_m[S::kSlots][HB], s_l[S::kSlots][HB];
   __shared__ __align__(16) float s_acc[S::kSlots][HB][D];
-  pdl_wait();
-  pdl_launch_dependents();
-
   const int split = blockIdx.x;
   const int group = a.num_qo_heads / a.num_kv_heads;
   const int head_blocks = group / HB;
@@ -253,19 +292,65 @@ __global__ void __launch_bounds__(kVecThreads)
   const int col = (lane % G) * C;
   const bool k_on = !kPadded || col < a.head_dim;    // this lane's q/k columns exist
   const bool v_on = !kPadded || col < a.v_head_dim;  // this lane's v/out columns exist
+  const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + col;
+  const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + col;
 
+  // Slot of each of this lane's keys of the step at `base` (-1: past the split's end).
+  auto slots_of = [&](const PageMap& pages, int k_end, int base, int64_t(&sl)[U]) {
+    int32_t index[U], offset[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) pages.locate(base + u * S::kSlots + slot, index[u], offset[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // the page-id loads, all in flight together
+      sl[u] = base + u * S::kSlots + slot < k_end
+                  ? static_cast<int64_t>(pages.pages[index[u]]) * a.page_size + offset[u]
+                  : -1;
+    }
+  };
+  // The K and V rows of key u of the step whose slots are `cur` (zeros past the split's end -- the
+  // math below runs unconditionally: score masked, p = 0 -- and in the padding columns).
+  auto load_key = [&](const int64_t(&cur)[U], int u, RawCols<T, C>(&kr)[U], RawCols<T, C>(&vr)[U]) {
+    if (cur[u] >= 0 && k_on) {
+      load_cols(kc + cur[u] * a.k_ts, kr[u]);
+    } else {
+      kr[u].clear();
+    }
+    if (cur[u] >= 0 && v_on) {
+      load_cols(vc + cur[u] * a.v_ts, vr[u]);
+    } else {
+      vr[u].clear();
+    }
+  };
+
+  // The lengths and the page table are written before the layers run, and every key but a
+  // request's last (its query's own, which the kernel this one waits on stores) by earlier
+  // forwards: all of them, the first step's slots and that step's K/V rows of the older keys are
+  // read while that kernel finishes (PDL); after the wait the last key's rows, then q.
   const int seq_len = a.seq_lens[r];
   int k_begin, k_end;
   split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
   const int row = a.qo_indptr[r];
+  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
+  int64_t cur[U], next[U];
+  RawCols<T, C> kr[U], vr[U];
+  if (k_begin < k_end) {
+    slots_of(pages, k_end, k_begin, cur);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (k_begin + u * S::kSlots + slot < seq_len - 1) load_key(cur, u, kr, vr);
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   if (k_begin >= k_end) {  // uniform for the block, before any barrier
     if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
     if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
     return;
   }
-  const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
-  const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + col;
-  const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + col;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (k_begin + u * S::kSlots + slot >= seq_len - 1) load_key(cur, u, kr, vr);
+  }
 
   float q[HB][C];
   const float qs = q_prescale<Cap>(a.scale);
@@ -284,42 +369,9 @@ __global__ void __launch_bounds__(kVecThreads)
     for (int e = 0; e < C; ++e) acc[h][e] = 0.0f;
   }
 
-  // Slot of each of this lane's keys of the step at `base` (-1: past the split's end).
-  auto slots_of = [&](int base, int64_t (&sl)[U]) {
-    int32_t index[U], offset[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) pages.locate(base + u * S::kSlots + slot, index[u], offset[u]);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {  // the page-id loads, all in flight together
-      sl[u] = base + u * S::kSlots + slot < k_end
-                  ? static_cast<int64_t>(pages.pages[index[u]]) * a.page_size + offset[u]
-                  : -1;
-    }
-  };
-  int64_t next[U];
-  slots_of(k_begin, next);
+  slots_of(pages, k_end, k_begin + S::kStep, next);  // page ids one step ahead
   timeline_mark(0);
-  for (int base = k_begin; base < k_end; base += S::kStep) {
-    int64_t cur[U];
-    RawCols<T, C> kr[U], vr[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      cur[u] = next[u];
-      // Zeros past the split's end (the math below runs unconditionally: score masked, p = 0) and
-      // in the padding columns.
-      if (cur[u] >= 0 && k_on) {
-        load_cols(kc + cur[u] * a.k_ts, kr[u]);
-      } else {
-        kr[u].clear();
-      }
-      if (cur[u] >= 0 && v_on) {
-        load_cols(vc + cur[u] * a.v_ts, vr[u]);
-      } else {
-        vr[u].clear();
-      }
-    }
-    slots_of(base + S::kStep, next);  // page ids one step ahead
-
+  for (int base = k_begin;;) {
     float s[U][HB];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -378,6 +430,13 @@ __global__ void __launch_bounds__(kVecThreads)
         for (int e = 0; e < C; ++e) acc[h][e] += p[u][h] * vf[e];
       }
     }
+    base += S::kStep;
+    if (base >= k_end) break;
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = next[u];
+#pragma unroll
+    for (int u = 0; u < U; ++u) load_key(cur, u, kr, vr);
+    slots_of(pages, k_end, base + S::kStep, next);  // page ids one step ahead
   }
 
   timeline_mark(1);
