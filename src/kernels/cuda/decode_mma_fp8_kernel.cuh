@@ -8,7 +8,7 @@
 // H100). Here the products run on the tensor cores (mma.sync m16n8k16, f16 in, f32 accumulate):
 // a cached byte costs half a conversion (e4m3x2 -> f16x2 is exact) and no FMA.
 //
-// Layout (a warp takes 16 keys at a time; the block's 4 warps take 64 consecutive keys per step):
+// Layout (a warp takes 16 keys at a time; the block's NW warps take 16 NW consecutive keys per step):
 // - S^T = K Q^T: A = K (16 keys x 16 columns per MMA, rows g and g + 8 of lane (g, t) = keys g,
 //   g + 8 of the chunk), B = Q^T (16 columns x 8 heads, head g; heads past HB are zero). The sum
 //   over the head's columns may take them in any order, so lane t of a key's group of 4 holds the
@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
 #include "kernels/cuda/mma_sm80.cuh"
@@ -35,8 +36,6 @@
 
 namespace rlm::cuda::attn {
 
-constexpr int kMmaDecodeWarps = 4;
-constexpr int kMmaDecodeThreads = kMmaDecodeWarps * 32;
 constexpr int kMmaDecodeKeys = 16;  // keys per warp per step
 
 // The 8x8 16-bit matrix held as one register per lane (row g, columns 2t, 2t + 1), transposed.
@@ -75,12 +74,21 @@ template <int D>
 constexpr int mma_stage_bytes() {
   return 32 * static_cast<int>(sizeof(MmaChunk<D>));
 }
-// Dynamic shared memory of decode_mma_fp8_kernel: the stages, which the warps' partial outputs
-// ([kMmaDecodeWarps][HB][D] floats, HB <= 8) reuse after the last chunk.
-template <int D>
+// Dynamic shared memory of decode_mma_fp8_kernel with NW warps: the stages, which the warps'
+// partial outputs ([NW][HB][D] floats, HB <= 8) reuse after the last chunk.
+template <int D, int NW>
 constexpr int mma_decode_smem_bytes() {
   static_assert(kMmaDecodeStages * mma_stage_bytes<D>() >= 8 * D * 4, "the partial outputs fit the stages");
-  return kMmaDecodeStages * kMmaDecodeWarps * mma_stage_bytes<D>();
+  return kMmaDecodeStages * NW * mma_stage_bytes<D>();
+}
+
+// Blocks of 4 warps, 3 per multiprocessor (136 registers a thread at head_dim 128), or blocks of
+// 8 warps, 2 per multiprocessor (at most 128 registers): the same keys of one (request, head
+// block, split) over twice the warps. mma_decode_warps below picks one per launch.
+template <int NW>
+constexpr int mma_decode_min_blocks() {
+  static_assert(NW == 4 || NW == 8, "4 or 8 warps a block");
+  return NW == 4 ? 3 : 2;
 }
 
 // A warp has the next two chunks loading (cp.async into its shared-memory stages) while it computes
@@ -88,16 +96,16 @@ constexpr int mma_decode_smem_bytes() {
 // previous kernel), the chunks in flight cost ~64 registers and spills, and a register copy between
 // buffers waited for the loads: at most one chunk was really in flight (docs/perf/decode_kernels.md,
 // ninth section: FP8-KV attention 0.726 -> 0.786 of copy bandwidth at batch 256 on an H100). q's MMA
-// fragments sit in shared memory (read once per k-step); 3 blocks per multiprocessor.
-template <int D, int HB, typename Cap>
-__global__ void __launch_bounds__(kMmaDecodeThreads, 3)
+// fragments sit in shared memory (read once per k-step). NW warps a block (mma_decode_min_blocks).
+template <int D, int HB, typename Cap, int NW>
+__global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
     decode_mma_fp8_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   static_assert(HB >= 1 && HB <= 8, "at most 8 heads per block (the MMA's n)");
   constexpr int KS = D / 16;  // k-steps of S^T (16 columns each)
   constexpr int MT = D / 16;  // m-tiles of O^T (16 value columns each)
   using Chunk = MmaChunk<D>;
-  __shared__ float s_m[kMmaDecodeWarps][HB], s_l[kMmaDecodeWarps][HB];
+  __shared__ float s_m[NW][HB], s_l[NW][HB];
   // Lane's words {q hi (b0, b1), q lo (b0, b1)} of k-step s (the same in every warp).
   __shared__ uint4 s_q[KS][32];
   const int split = blockIdx.x;
@@ -124,7 +132,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
     const int pos = chunk + lane % kMmaDecodeKeys;
     return pos < k_end ? pages.slot(pos) : -1;
   };
-  constexpr int kStep = kMmaDecodeWarps * kMmaDecodeKeys;
+  constexpr int kStep = NW * kMmaDecodeKeys;
   int chunk = k_begin + warp * kMmaDecodeKeys;
   int64_t first_slots[kMmaDecodeStages];  // the first kMmaDecodeStages chunks'
 #pragma unroll
@@ -142,7 +150,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
   // This warp's stages in dynamic shared memory. A lane's words lie 16 (8) bytes at a time in
   // piece-major order across the 32 lanes, so a piece's 32 copies and reads are consecutive.
   extern __shared__ __align__(16) unsigned char s_kv[];
-  auto stage = [&](int st) { return s_kv + (st * kMmaDecodeWarps + warp) * mma_stage_bytes<D>(); };
+  auto stage = [&](int st) { return s_kv + (st * NW + warp) * mma_stage_bytes<D>(); };
   // The chunk of the page slots my_slot (lanes 0-15: the chunk's keys) into stage st: lane (g, t)
   // copies what MmaChunk says it holds -- K rows of keys g and g + 8 (16-byte pieces t, t + 4, ...),
   // V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g); zeros for keys past
@@ -334,7 +342,7 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
   cp_async_wait<0>();  // no copy may still be writing a stage when the block moves on
   // The warps' partial outputs reuse the stages (s_acc): every warp must be done reading its own.
   __syncthreads();
-  auto s_acc = reinterpret_cast<float(*)[HB][D]>(s_kv);  // [kMmaDecodeWarps][HB][D]
+  auto s_acc = reinterpret_cast<float(*)[HB][D]>(s_kv);  // [NW][HB][D]
 
   // The warp's row sums over its lanes of the same t, then the warps meet in shared memory.
 #pragma unroll
@@ -358,14 +366,14 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
     }
   }
   __syncthreads();
-  for (int i = tid; i < HB * D; i += kMmaDecodeThreads) {
+  for (int i = tid; i < HB * D; i += NW * 32) {
     const int h = i / D, c = i % D;
     float mx = kNegInf;
 #pragma unroll
-    for (int w = 0; w < kMmaDecodeWarps; ++w) mx = fmaxf(mx, s_m[w][h]);
+    for (int w = 0; w < NW; ++w) mx = fmaxf(mx, s_m[w][h]);
     float den = 0.0f, num = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kMmaDecodeWarps; ++w) {
+    for (int w = 0; w < NW; ++w) {
       const float wt = fast_exp2(s_m[w][h] - mx);  // 0 for a warp without keys (m = -inf)
       den += wt * s_l[w][h];
       num += wt * s_acc[w][h][c];
@@ -382,17 +390,50 @@ __global__ void __launch_bounds__(kMmaDecodeThreads, 3)
   if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
 }
 
+// Warps a block for `blocks` blocks of decode_mma_fp8_kernel, whose 4-warp instantiation is
+// `kernel4` (smem4 bytes of dynamic shared memory, opted in): 8 when the 4-warp grid would spill
+// past one full wave by at most one block a multiprocessor -- those blocks would run alone after
+// the wave, each at a fraction of its multiprocessor's rate, where 8-warp blocks (2 a
+// multiprocessor) end in fuller rounds -- else 4 (docs/perf/decode_kernels.md, eighteenth
+// section). RADIXLM_FP8_DECODE_WARPS=4 or 8 fixes the count (each is the other's reference).
+template <typename Kernel>
+int mma_decode_warps(Kernel kernel4, int smem4, int64_t blocks) {
+  static const int64_t forced = env_int64("RADIXLM_FP8_DECODE_WARPS", 0);
+  if (forced != 0) {
+    RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_DECODE_WARPS must be 4 or 8, not " << forced;
+    return static_cast<int>(forced);
+  }
+  int device = 0, sms = 0, per_sm = 0;
+  RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
+  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel4, 4 * 32, smem4));
+  const int64_t wave = int64_t{per_sm} * sms;
+  return blocks > wave && blocks <= wave + sms ? 8 : 4;
+}
+
 // Launches decode_mma_fp8_kernel with the vectorised kernel's grid, heads per block and merge.
 template <int D>
 void launch_mma_fp8_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
+  const int splits = decode_split_count(requested_splits, a.batch_size, max_seq_len);
   with_heads_and_cap(a, [&](auto hb, auto cap) {
     constexpr int HB = decltype(hb)::value;
-    auto kernel = decode_mma_fp8_kernel<D, HB, decltype(cap)>;
-    constexpr int smem = mma_decode_smem_bytes<D>();
     // Above 48 KB with the static arrays: the opt-in, per launch as the prefill kernels do (it is
     // per device, and allowed while a graph is captured).
-    RLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    launch_split_decode<D, HB>(kernel, kMmaDecodeThreads, a, cap, requested_splits, max_seq_len, smem);
+    auto kernel_of = [&](auto nw) {
+      constexpr int NW = decltype(nw)::value;
+      auto kernel = decode_mma_fp8_kernel<D, HB, decltype(cap), NW>;
+      RLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          mma_decode_smem_bytes<D, NW>()));
+      return kernel;
+    };
+    const auto kernel4 = kernel_of(std::integral_constant<int, 4>{});
+    const int64_t blocks = int64_t{splits} * (a.num_qo_heads / HB) * a.batch_size;
+    if (mma_decode_warps(kernel4, mma_decode_smem_bytes<D, 4>(), blocks) == 8) {
+      launch_split_decode<D, HB>(kernel_of(std::integral_constant<int, 8>{}), 8 * 32, a, cap, splits,
+                                 max_seq_len, mma_decode_smem_bytes<D, 8>());
+    } else {
+      launch_split_decode<D, HB>(kernel4, 4 * 32, a, cap, splits, max_seq_len, mma_decode_smem_bytes<D, 4>());
+    }
   });
 }
 

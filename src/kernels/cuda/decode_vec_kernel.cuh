@@ -510,6 +510,13 @@ __global__ void __launch_bounds__(D) merge_kernel(DeviceArgs a, int num_splits, 
 // a CUDA-graph capture (the CUDA-graph runner warms up eagerly first): merge_kernel then merges.
 int* decode_merge_counters(int64_t count);
 
+// The split count of a decode launch: requested_splits when > 0 (at most kMaxDecodeSplits), else
+// fixed_decode_num_kv_splits(batch_size, max_seq_len).
+inline int decode_split_count(int requested_splits, int64_t batch_size, int64_t max_seq_len) {
+  return requested_splits > 0 ? std::min(requested_splits, kMaxDecodeSplits)
+                              : fixed_decode_num_kv_splits(batch_size, max_seq_len);
+}
+
 // Launches `kernel` -- decode_vec_kernel or decode_mma_fp8_kernel (decode_mma_fp8_kernel.cuh), grid
 // (num_splits, num_kv_heads * group / HB, bs), `threads` threads, `smem` bytes of dynamic shared
 // memory (the tensor-core kernel's stages; the caller opts in above 48 KB) -- + merge_kernel when
@@ -519,8 +526,7 @@ template <int D, int HB, typename Cap, typename Kernel>
 void launch_split_decode(Kernel kernel, int threads, const DeviceArgs& a, Cap cap, int requested_splits,
                          int64_t max_seq_len, size_t smem = 0) {
   const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
-  const int num_splits = requested_splits > 0 ? std::min(requested_splits, kMaxDecodeSplits)
-                                              : fixed_decode_num_kv_splits(a.batch_size, max_seq_len);
+  const int num_splits = decode_split_count(requested_splits, a.batch_size, max_seq_len);
   const int64_t rows = num_splits > 1 ? int64_t{a.batch_size} * a.num_qo_heads * num_splits : 0;
   const AsyncBuffer buf(static_cast<size_t>(rows * (D + 1)) * sizeof(float));
   float* partial = static_cast<float*>(buf.data());

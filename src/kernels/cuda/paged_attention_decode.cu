@@ -297,9 +297,7 @@ void paged_attention_decode(const cpu::AttnRows& q, const cpu::AttnRows& k_cache
   const int group = static_cast<int>(cfg.num_qo_heads / cfg.num_kv_heads);
   int heads_per_block = std::min(group, kMaxHeads);
   while (group % heads_per_block != 0) --heads_per_block;
-  const int num_splits =
-      num_kv_splits > 0 ? std::min(num_kv_splits, kMaxDecodeSplits)
-                        : fixed_decode_num_kv_splits(device_batch.batch_size, plan.max_seq_len);
+  const int num_splits = attn::decode_split_count(num_kv_splits, device_batch.batch_size, plan.max_seq_len);
   // A fixed split count (num_kv_splits > 0) sizes each request's splits on the device from its own
   // seq_len, so the launch does not depend on the batch's lengths (CUDA graphs).
   const int64_t split_size = num_kv_splits > 0 ? 0 : (plan.max_seq_len + num_splits - 1) / num_splits;
