@@ -295,18 +295,6 @@ __global__ void __launch_bounds__(kVecThreads)
   const T* kc = static_cast<const T*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + col;
   const T* vc = static_cast<const T*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + col;
 
-  // Slot of each of this lane's keys of the step at `base` (-1: past the split's end).
-  auto slots_of = [&](const PageMap& pages, int k_end, int base, int64_t(&sl)[U]) {
-    int32_t index[U], offset[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) pages.locate(base + u * S::kSlots + slot, index[u], offset[u]);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {  // the page-id loads, all in flight together
-      sl[u] = base + u * S::kSlots + slot < k_end
-                  ? static_cast<int64_t>(pages.pages[index[u]]) * a.page_size + offset[u]
-                  : -1;
-    }
-  };
   // The K and V rows of key u of the step whose slots are `cur` (zeros past the split's end -- the
   // math below runs unconditionally: score masked, p = 0 -- and in the padding columns).
   auto load_key = [&](const int64_t(&cur)[U], int u, RawCols<T, C>(&kr)[U], RawCols<T, C>(&vr)[U]) {
@@ -322,19 +310,29 @@ __global__ void __launch_bounds__(kVecThreads)
     }
   };
 
-  // The lengths and the page table are written before the layers run, and every key but a
-  // request's last (its query's own, which the kernel this one waits on stores) by earlier
-  // forwards: all of them, the first step's slots and that step's K/V rows of the older keys are
-  // read while that kernel finishes (PDL); after the wait the last key's rows, then q.
+  // Before the PDL wait (see the top of the file): the lengths, the page table, the first step's
+  // slots and its K/V rows of every key but the request's last; after it the last key's rows, then q.
   const int seq_len = a.seq_lens[r];
   int k_begin, k_end;
   split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
   const int row = a.qo_indptr[r];
   const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
+  // Slot of each of this lane's keys of the step at `base` (-1: past the split's end).
+  auto slots_of = [&](int base, int64_t(&sl)[U]) {
+    int32_t index[U], offset[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) pages.locate(base + u * S::kSlots + slot, index[u], offset[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // the page-id loads, all in flight together
+      sl[u] = base + u * S::kSlots + slot < k_end
+                  ? static_cast<int64_t>(pages.pages[index[u]]) * a.page_size + offset[u]
+                  : -1;
+    }
+  };
   int64_t cur[U], next[U];
   RawCols<T, C> kr[U], vr[U];
   if (k_begin < k_end) {
-    slots_of(pages, k_end, k_begin, cur);
+    slots_of(k_begin, cur);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (k_begin + u * S::kSlots + slot < seq_len - 1) load_key(cur, u, kr, vr);
@@ -369,7 +367,7 @@ __global__ void __launch_bounds__(kVecThreads)
     for (int e = 0; e < C; ++e) acc[h][e] = 0.0f;
   }
 
-  slots_of(pages, k_end, k_begin + S::kStep, next);  // page ids one step ahead
+  slots_of(k_begin + S::kStep, next);  // page ids one step ahead
   timeline_mark(0);
   for (int base = k_begin;;) {
     float s[U][HB];
@@ -436,7 +434,7 @@ __global__ void __launch_bounds__(kVecThreads)
     for (int u = 0; u < U; ++u) cur[u] = next[u];
 #pragma unroll
     for (int u = 0; u < U; ++u) load_key(cur, u, kr, vr);
-    slots_of(pages, k_end, base + S::kStep, next);  // page ids one step ahead
+    slots_of(base + S::kStep, next);  // page ids one step ahead
   }
 
   timeline_mark(1);
