@@ -255,6 +255,29 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
   }
 }
 
+// FP8 caches: grids that overflow one wave of the 4-warp tensor-core decode kernel by at most one
+// block a multiprocessor run its 8-warp instantiation (mma_decode_warps; on sm_90 the 4-warp
+// kernel holds 3 blocks a multiprocessor at head_dim 128 and 4 at 64). One split, 8 kv heads of 4
+// q heads each (HB = 4): 8 blocks a request, so these batches fall at both ends of that band.
+TEST(AttentionCuda, Fp8DecodeAtTheEightWarpBatches) {
+  SKIP_WITHOUT_CUDA();
+  TestRng rng;
+  SCOPED_TRACE(rng.trace());
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  for (auto [d, per_sm] : {std::pair<int64_t, int>{128, 3}, {64, 4}}) {
+    for (int bs : {per_sm * sms / 8 + 1, (per_sm + 1) * sms / 8}) {
+      std::vector<std::pair<int32_t, int32_t>> reqs;
+      for (int i = 0; i < bs; ++i) reqs.push_back({static_cast<int32_t>(rng.randint(1, 300)), 1});
+      const Problem pr = make_problem(rng, reqs, 16, 8, 4, d, DType::kF8E4M3);
+      SCOPED_TRACE(str(describe(pr), " batch ", bs));
+      const Tensor want = cpu_out(pr);
+      expect_close(gpu_kernel_out(pr, Kernel::kDecode, 1), want, tolerance(pr), "1 split");
+      expect_close(gpu_out(pr), want, tolerance(pr), "dispatcher");
+    }
+  }
+}
+
 // A mixed batch: fresh prefills, extends over cached prefixes, decode rows, an empty request.
 std::vector<std::pair<int32_t, int32_t>> mixed_requests(TestRng& rng) {
   std::vector<std::pair<int32_t, int32_t>> reqs;
