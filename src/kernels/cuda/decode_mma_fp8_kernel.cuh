@@ -28,6 +28,9 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <array>
+#include <atomic>
+
 #include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
@@ -396,17 +399,27 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
 // the wave, each at a fraction of its multiprocessor's rate, where 8-warp blocks (2 a
 // multiprocessor) end in fuller rounds -- else 4 (docs/perf/decode_kernels.md, eighteenth
 // section). RADIXLM_FP8_DECODE_WARPS=4 or 8 fixes the count (each is the other's reference).
-template <typename Kernel>
-int mma_decode_warps(Kernel kernel4, int smem4, int64_t blocks) {
+template <auto Kernel4>
+int mma_decode_warps(int smem4, int64_t blocks) {
   static const int64_t forced = env_int64("RADIXLM_FP8_DECODE_WARPS", 0);
   if (forced != 0) {
     RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_DECODE_WARPS must be 4 or 8, not " << forced;
     return static_cast<int>(forced);
   }
-  int device = 0, sms = 0, per_sm = 0;
+  // The device's multiprocessors and the 4-warp kernel's blocks a multiprocessor, asked once per
+  // device and instantiation (neither can change).
+  static std::array<std::atomic<int>, 64> sms_of{}, per_sm_of{};
+  int device = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
-  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel4, 4 * 32, smem4));
+  RLM_CHECK(device >= 0 && device < 64) << "decode attention: device index " << device << " out of range";
+  int sms = sms_of[device].load(std::memory_order_relaxed),
+      per_sm = per_sm_of[device].load(std::memory_order_relaxed);
+  if (sms == 0 || per_sm == 0) {
+    RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel4, 4 * 32, smem4));
+    sms_of[device].store(sms, std::memory_order_relaxed);
+    per_sm_of[device].store(per_sm, std::memory_order_relaxed);
+  }
   const int64_t wave = int64_t{per_sm} * sms;
   return blocks > wave && blocks <= wave + sms ? 8 : 4;
 }
@@ -428,7 +441,8 @@ void launch_mma_fp8_cap(const DeviceArgs& a, int requested_splits, int64_t max_s
     };
     const auto kernel4 = kernel_of(std::integral_constant<int, 4>{});
     const int64_t blocks = int64_t{splits} * (a.num_qo_heads / HB) * a.batch_size;
-    if (mma_decode_warps(kernel4, mma_decode_smem_bytes<D, 4>(), blocks) == 8) {
+    if (mma_decode_warps<decode_mma_fp8_kernel<D, HB, decltype(cap), 4>>(mma_decode_smem_bytes<D, 4>(),
+                                                                         blocks) == 8) {
       launch_split_decode<D, HB>(kernel_of(std::integral_constant<int, 8>{}), 8 * 32, a, cap, splits,
                                  max_seq_len, mma_decode_smem_bytes<D, 8>());
     } else {

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cuda/atomic>
 #include <type_traits>
 #include <utility>
 
@@ -165,16 +166,20 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
                                      const float* lse, int* counters, int r, int h0) {
   __shared__ bool s_last;
   __shared__ float s_lse[HB][kMaxDecodeSplits], s_w[HB][kMaxDecodeSplits], s_den[HB];
-  __threadfence();  // this block's partial and lse rows, visible before it counts itself
+  // The block's partial and lse rows are published by thread 0's count alone: the barrier orders
+  // every thread's writes before its release, and the last block's acquire, spread to its threads
+  // by the second barrier, orders the other blocks' rows before its reads (the arrive / wait
+  // pattern of CUTLASS's GenericBarrier) -- no fence in every thread.
   __syncthreads();
   if (threadIdx.x == 0) {
-    int* counter = counters + static_cast<int64_t>(r) * gridDim.y + blockIdx.y;
-    s_last = atomicAdd(counter, 1) == num_splits - 1;
-    if (s_last) *counter = 0;  // no other block of this launch touches it again
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> counter(
+        counters[static_cast<int64_t>(r) * gridDim.y + blockIdx.y]);
+    s_last = counter.fetch_add(1, ::cuda::memory_order_acq_rel) == num_splits - 1;
+    // No other block of this launch touches it again; the next launch comes after this one ends.
+    if (s_last) counter.store(0, ::cuda::memory_order_relaxed);
   }
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
   const int64_t base = static_cast<int64_t>(r) * a.num_qo_heads + h0;  // (request, first head) row
   const int row = a.qo_indptr[r];
   // A thread sums 4 consecutive columns of one head (v_head_dim is a multiple of 16, so the 4 are
