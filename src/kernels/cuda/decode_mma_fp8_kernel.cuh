@@ -406,18 +406,16 @@ int mma_decode_warps(int smem4, int64_t blocks) {
     RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_DECODE_WARPS must be 4 or 8, not " << forced;
     return static_cast<int>(forced);
   }
-  // The device's multiprocessors and the 4-warp kernel's blocks a multiprocessor, asked once per
-  // device and instantiation (neither can change).
-  static std::array<std::atomic<int>, 64> sms_of{}, per_sm_of{};
-  int device = 0;
+  // The 4-warp kernel's blocks a multiprocessor: an occupancy query, asked once per device and
+  // instantiation (the answer cannot change); the multiprocessor count is a cheap attribute read.
+  static std::array<std::atomic<int>, 64> per_sm_of{};
+  int device = 0, sms = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
   RLM_CHECK(device >= 0 && device < 64) << "decode attention: device index " << device << " out of range";
-  int sms = sms_of[device].load(std::memory_order_relaxed),
-      per_sm = per_sm_of[device].load(std::memory_order_relaxed);
-  if (sms == 0 || per_sm == 0) {
-    RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = per_sm_of[device].load(std::memory_order_relaxed);
+  if (per_sm == 0) {
     RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel4, 4 * 32, smem4));
-    sms_of[device].store(sms, std::memory_order_relaxed);
     per_sm_of[device].store(per_sm, std::memory_order_relaxed);
   }
   const int64_t wave = int64_t{per_sm} * sms;
