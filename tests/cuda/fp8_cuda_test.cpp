@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -124,14 +127,19 @@ TEST_P(Fp8CudaLinear, MatchesCpuTwin) {
   Tensor out = Tensor::empty({c.m, c.n}, DType::kF32, testing::gpu());
   ops::linear(testing::to_gpu(x), wg, bias ? std::optional<Tensor>(testing::to_gpu(*bias)) : std::nullopt, out, sg);
   const std::string diff = testing::compare_poisoned(
-      testing::to_cpu(out), want, path.starts_with("cublaslt") || path == "gemv_mma" ? kTolTensorCore : kTol);
+      testing::to_cpu(out), want,
+      path.starts_with("cublaslt") || path.starts_with("gemv_mma") ? kTolTensorCore : kTol);
   EXPECT_EQ(diff, "");
 }
 
-// GEMV: the tensor-core kernel on sm_89+ when k % 64 == 0, else the CUDA-core one.
+// GEMV: the tensor-core kernel on sm_89+ when k % 64 == 0, else the CUDA-core one; the tensor-core
+// kernel with 8 chunks a warp for grids of one wave (small n), 4 for larger ones (8,200 rows: 1,025
+// blocks, more than one wave on any GPU of up to 256 multiprocessors).
 INSTANTIATE_TEST_SUITE_P(
     Paths, Fp8CudaLinear,
     ::testing::Values(LinearCase{1, 256, 512, 0, false, false},      // GEMV, per channel
+                      LinearCase{1, 8200, 1024, 0, false, true},     // GEMV, 4 chunks a warp, bias
+                      LinearCase{7, 8200, 640, 128, false, false},   // GEMV, 4 chunks, blocks, 7 rows
                       LinearCase{8, 96, 1024, 0, false, true},       // GEMV, 8 rows, bias
                       LinearCase{3, 64, 256, 0, true, false},        // GEMV, static input scale
                       LinearCase{4, 200, 384, 128, false, false},    // GEMV, 128 x 128 blocks (partial)
@@ -145,6 +153,23 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{384, 6144, 2048, 0, false, false},  // 144 tiles: cuBLASLt's own scaling
                       LinearCase{40, 200, 300, 128, false, false},   // FMA, blocks
                       LinearCase{20, 50, 70, 0, false, false}));     // FMA, unaligned
+
+// The tensor-core GEMV's chunks a warp follow the grid (cuda::mma_gemv_unroll): 8 for a grid that
+// is resident at once, 4 for one that is not, so the cases above run both kernels.
+TEST(Fp8Cuda, GemvChunksFollowTheGrid) {
+  RLM_REQUIRE_CUDA();
+  if (std::getenv("RADIXLM_FP8_GEMV_UNROLL") != nullptr)
+    GTEST_SKIP() << "RADIXLM_FP8_GEMV_UNROLL fixes the choice";
+  cuda::Fp8Weight view;
+  view.data = reinterpret_cast<void*>(uintptr_t{256});  // aligned; never read by fp8_linear_path
+  view.k = view.ldw = 1024;
+  view.n = 256;
+  const std::string small = cuda::fp8_linear_path(0, 1, view);
+  if (!small.starts_with("gemv_mma")) GTEST_SKIP() << "no FP8 tensor cores (path " << small << ")";
+  EXPECT_EQ(small, "gemv_mma_u8");
+  view.n = 8200;
+  EXPECT_EQ(std::string(cuda::fp8_linear_path(0, 1, view)), "gemv_mma");
+}
 
 // SiLU-and-mul folded into the activation quantization (ops::silu_and_mul_linear on the GPU):
 // the output bits of silu_and_mul followed by the FP8 linear on the GPU, for prefill-sized row

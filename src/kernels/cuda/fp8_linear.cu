@@ -1,13 +1,12 @@
 // CUDA FP8 (E4M3) linear layer: activation quantization, the small-m GEMV, cuBLASLt FP8 GEMM (scales
 // in its epilogue or in ours), and a tiled FMA kernel for what cuBLASLt does not take (block scales, sm_80,
 // unaligned shapes). Arithmetic as in kernels/cpu/fp8_linear.h.
-#include "kernels/cuda/fp8_linear.h"
-
 #include <cublasLt.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -15,6 +14,7 @@
 #include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/silu.cuh"
 
@@ -214,10 +214,11 @@ __device__ __forceinline__ void mma_e4m3(uint32_t a0, uint32_t a1, uint32_t a2, 
 // chunk's partial. The warps' sums meet in shared memory in a fixed order. Each warp's first round
 // of weights is read before the PDL wait.
 // Measured on an H100 (docs/perf/decode_kernels.md, fourth section): 4 warps x 4 chunks (70
-// registers, 7 blocks per SM) beat 8 x 8, 8 x 4 and 4 x 8, 16-row tiles (weights as A),
-// double-buffered rounds, L2 prefetch before the wait, and staging 512-byte row segments through
-// shared memory with cp.async.
-constexpr int kMmaWarps = 4, kMmaUnroll = 4;
+// registers, 7 blocks per SM) beat 8 x 8, 8 x 4 and 4 x 8 as the one shape for every linear,
+// 16-row tiles (weights as A), double-buffered rounds, L2 prefetch before the wait, and staging
+// 512-byte row segments through shared memory with cp.async. Grids that fit in one wave of the
+// 8-chunk kernel (102 registers, 4 blocks per SM) take it (mma_gemv_unroll; twentieth section).
+constexpr int kMmaWarps = 4;
 template <int W, int U>
 __global__ void __launch_bounds__(W* kWarp)
     fp8_mma_gemv_kernel(const uint8_t* __restrict__ q, int m, int64_t k, const uint8_t* __restrict__ w,
@@ -370,6 +371,31 @@ int sm_version(int device) { return device_facts(device).sm; }
 bool mma_gemv_ok(int device, int64_t m, const Fp8Weight& w) {
   return m >= 1 && m <= kFp8GemvMaxRows && w.k % 64 == 0 && w.ldw % 16 == 0 && aligned16(w.data) &&
          (w.block_n == 0 || w.block_k % 64 == 0) && sm_version(device) >= 89;
+}
+
+// Chunks per round (U) of the tensor-core GEMV for a grid of `blocks` 8-row blocks: 8 when the
+// 8-chunk kernel's grid is resident all at once (one wave: at most its blocks a multiprocessor,
+// from the occupancy query, times the multiprocessors), else 4. Such a grid has at most 4 blocks a
+// multiprocessor on sm_90, too few warps for 4 chunks each to keep the memory system busy; where
+// more blocks follow one another, the 4-chunk kernel's 7 blocks a multiprocessor do (docs/perf/
+// decode_kernels.md, twentieth section). Depends on the grid only, so a CUDA graph's choice holds.
+// RADIXLM_FP8_GEMV_UNROLL=4 or 8 fixes it (each is the other's reference).
+int mma_gemv_unroll(int device, int64_t blocks) {
+  static const int64_t forced = env_int64("RADIXLM_FP8_GEMV_UNROLL", 0);
+  if (forced != 0) {
+    RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_GEMV_UNROLL must be 4 or 8, not " << forced;
+    return static_cast<int>(forced);
+  }
+  // The 8-chunk kernel's blocks a multiprocessor, asked once per device (the answer cannot change).
+  static std::array<std::atomic<int>, 64> per_sm_of{};
+  RLM_CHECK(device >= 0 && device < static_cast<int>(per_sm_of.size())) << "fp8_linear: device " << device;
+  int per_sm = per_sm_of[device].load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    RLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp8_mma_gemv_kernel<kMmaWarps, 8>,
+                                                                 kMmaWarps * kWarp, 0));
+    per_sm_of[device].store(per_sm, std::memory_order_relaxed);
+  }
+  return blocks <= static_cast<int64_t>(per_sm) * device_facts(device).sms ? 8 : 4;
 }
 
 // cuBLASLt takes per-channel FP8 products on sm_89+ with 16-multiple sizes and aligned pointers.
@@ -585,7 +611,8 @@ void quantize_fp8_rows(int device, const float* x, int64_t m, int64_t k, int64_t
 }
 
 const char* fp8_linear_path(int device, int64_t m, const Fp8Weight& w, bool bias) {
-  if (mma_gemv_ok(device, m, w)) return "gemv_mma";
+  if (mma_gemv_ok(device, m, w))
+    return mma_gemv_unroll(device, (w.n + 7) / 8) == 8 ? "gemv_mma_u8" : "gemv_mma";
   if (gemv_ok(m, w)) return "gemv";
   if (cublaslt_ok(device, m, w, w.n))
     return cublaslt_scales(device, m, w, w.n, bias) ? "cublaslt_scaled" : "cublaslt";
@@ -602,7 +629,10 @@ void multiply_codes(int device, const uint8_t* q, const float* sx, int64_t m, in
   const ScaleView sv{sx, w.scale, groups, group, w.block_n};
   const auto* wd = static_cast<const uint8_t*>(w.data);
   if (mma_gemv_ok(device, m, w)) {
-    return launch_mma_gemv<kMmaWarps, kMmaUnroll>(q, m, w, sv, bias, bias_dtype, out, ldo, stream);
+    if (mma_gemv_unroll(device, (w.n + 7) / 8) == 8) {
+      return launch_mma_gemv<kMmaWarps, 8>(q, m, w, sv, bias, bias_dtype, out, ldo, stream);
+    }
+    return launch_mma_gemv<kMmaWarps, 4>(q, m, w, sv, bias, bias_dtype, out, ldo, stream);
   }
   if (gemv_ok(m, w)) {
     switch (m) {

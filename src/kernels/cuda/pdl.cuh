@@ -1,7 +1,10 @@
 // Device side and launcher of programmatic dependent launch (kernels/cuda/pdl.h). A kernel launched
-// with launch_pdl must call pdl_wait() in every block before it reads anything an earlier kernel
-// of the stream writes, and before it writes anything an earlier kernel reads (only constant data
-// — weights — may be touched before); pdl_launch_dependents() after the wait lets the next
+// with launch_pdl may start while the kernel before it still runs, so it must call pdl_wait() in
+// every block before it reads anything that kernel may still write -- or, where that kernel calls
+// pdl_launch_dependents() before its own wait (the FP8 activation quantizations), anything the one
+// before that may still write -- and before it writes anything. Before the wait it reads only
+// finished data: weights, and what earlier steps or kernels further back wrote (decode attention's
+// page tables and older keys, docs/design/attention_cuda.md). pdl_launch_dependents() lets the next
 // PDL-launched kernel's blocks be scheduled. Both are no-ops on older GPUs and for plain launches.
 // Included only by .cu files.
 #pragma once
