@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cuda/device_facts.h"
 
 // Throws rlm::Error naming the call and the CUDA error (local to the attention kernels).
 #define RLM_CUDA_ATTN_CHECK(expr)                                                        \
@@ -202,10 +203,9 @@ void scale_attention_output(const cpu::AttnRows& k_cache, const cpu::PagedBatch&
 
 // Whether the current device runs the mma.sync kernels (sm_80 and later; mma_sm80.cuh).
 inline bool tensor_core_device() {
-  int device = 0, major = 0;
+  int device = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
-  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 8;
+  return compute_capability(device) >= 80;
 }
 
 inline cudaStream_t current_stream() {

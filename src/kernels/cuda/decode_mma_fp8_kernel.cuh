@@ -28,12 +28,10 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <array>
-#include <atomic>
-
 #include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
+#include "kernels/cuda/device_facts.h"
 #include "kernels/cuda/mma_sm80.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -406,18 +404,10 @@ int mma_decode_warps(int smem4, int64_t blocks) {
     RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_DECODE_WARPS must be 4 or 8, not " << forced;
     return static_cast<int>(forced);
   }
-  // The 4-warp kernel's blocks a multiprocessor: an occupancy query, asked once per device and
-  // instantiation (the answer cannot change); the multiprocessor count is a cheap attribute read.
-  static std::array<std::atomic<int>, 64> per_sm_of{};
-  int device = 0, sms = 0;
+  int device = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
-  RLM_CHECK(device >= 0 && device < 64) << "decode attention: device index " << device << " out of range";
-  RLM_CUDA_ATTN_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int per_sm = per_sm_of[device].load(std::memory_order_relaxed);
-  if (per_sm == 0) {
-    RLM_CUDA_ATTN_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel4, 4 * 32, smem4));
-    per_sm_of[device].store(per_sm, std::memory_order_relaxed);
-  }
+  const int per_sm = resident_blocks_per_sm(device, reinterpret_cast<const void*>(Kernel4), 4 * 32, smem4);
+  const int sms = multiprocessor_count(device);
   const int64_t wave = int64_t{per_sm} * sms;
   return blocks > wave && blocks <= wave + sms ? 8 : 4;
 }

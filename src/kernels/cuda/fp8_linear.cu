@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -14,6 +13,7 @@
 #include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/device_facts.h"
 #include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/silu.cuh"
@@ -344,33 +344,11 @@ bool gemv_ok(int64_t m, const Fp8Weight& w) {
          (w.block_n == 0 || w.block_k % 16 == 0);
 }
 
-// A device's compute capability (major * 10 + minor) and multiprocessor count, read once.
-struct DeviceFacts {
-  int sm = 0;
-  int sms = 0;
-};
-DeviceFacts device_facts(int device) {
-  static std::array<DeviceFacts, 64> cache{};
-  static std::mutex mu;
-  std::lock_guard<std::mutex> g(mu);
-  if (device < 0 || device >= static_cast<int>(cache.size())) return {};
-  if (cache[device].sm == 0) {
-    int major = 0, minor = 0, sms = 0;
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    cache[device] = {major * 10 + minor, sms};
-  }
-  return cache[device];
-}
-
-int sm_version(int device) { return device_facts(device).sm; }
-
 // The tensor-core GEMV takes m <= kFp8GemvMaxRows on sm_89+ with 64-column chunks (block scales:
 // whole chunks per scale group) and 16-byte aligned weight rows.
 bool mma_gemv_ok(int device, int64_t m, const Fp8Weight& w) {
   return m >= 1 && m <= kFp8GemvMaxRows && w.k % 64 == 0 && w.ldw % 16 == 0 && aligned16(w.data) &&
-         (w.block_n == 0 || w.block_k % 64 == 0) && sm_version(device) >= 89;
+         (w.block_n == 0 || w.block_k % 64 == 0) && compute_capability(device) >= 89;
 }
 
 // Chunks per round (U) of the tensor-core GEMV for a grid of `blocks` 8-row blocks: 8 when the
@@ -386,22 +364,15 @@ int mma_gemv_unroll(int device, int64_t blocks) {
     RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_GEMV_UNROLL must be 4 or 8, not " << forced;
     return static_cast<int>(forced);
   }
-  // The 8-chunk kernel's blocks a multiprocessor, asked once per device (the answer cannot change).
-  static std::array<std::atomic<int>, 64> per_sm_of{};
-  RLM_CHECK(device >= 0 && device < static_cast<int>(per_sm_of.size())) << "fp8_linear: device " << device;
-  int per_sm = per_sm_of[device].load(std::memory_order_relaxed);
-  if (per_sm == 0) {
-    RLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp8_mma_gemv_kernel<kMmaWarps, 8>,
-                                                                 kMmaWarps * kWarp, 0));
-    per_sm_of[device].store(per_sm, std::memory_order_relaxed);
-  }
-  return blocks <= static_cast<int64_t>(per_sm) * device_facts(device).sms ? 8 : 4;
+  const int per_sm = resident_blocks_per_sm(
+      device, reinterpret_cast<const void*>(fp8_mma_gemv_kernel<kMmaWarps, 8>), kMmaWarps * kWarp, 0);
+  return blocks <= static_cast<int64_t>(per_sm) * multiprocessor_count(device) ? 8 : 4;
 }
 
 // cuBLASLt takes per-channel FP8 products on sm_89+ with 16-multiple sizes and aligned pointers.
 bool cublaslt_ok(int device, int64_t m, const Fp8Weight& w, int64_t ldo) {
-  return w.block_n == 0 && sm_version(device) >= 89 && w.k % 16 == 0 && w.ldw % 16 == 0 && w.n % 16 == 0 &&
-         ldo % 4 == 0 && aligned16(w.data) && m > kFp8GemvMaxRows;
+  return w.block_n == 0 && compute_capability(device) >= 89 && w.k % 16 == 0 && w.ldw % 16 == 0 &&
+         w.n % 16 == 0 && ldo % 4 == 0 && aligned16(w.data) && m > kFp8GemvMaxRows;
 }
 
 cublasLtHandle_t lt_handle(int device) {
@@ -560,7 +531,7 @@ bool lt_scaled_fills_device(int device, int64_t m, int64_t n) {
   static const bool on = env_switch_on("RADIXLM_FP8_LT_SCALED_BY_TILES");
   if (!on) return true;
   const int64_t tiles = ((m + kLtScaledTile - 1) / kLtScaledTile) * ((n + kLtScaledTile - 1) / kLtScaledTile);
-  return 2 * tiles >= device_facts(device).sms;
+  return 2 * tiles >= multiprocessor_count(device);
 }
 
 // Whether the product is one for cuBLASLt's own scaling (per-token x per-channel scales, no bias,

@@ -15,6 +15,7 @@
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_context.h"
+#include "kernels/cuda/device_facts.h"
 #include "kernels/cuda/gated_delta_rule_chunked.h"
 
 namespace rlm::cuda {
@@ -308,8 +309,7 @@ void gated_delta_rule_chunked(int device, const GdrArgs& in, float* ssm_state, c
   if (blocks == 0) return;
   RLM_CHECK(blocks <= 0x7fffffff) << "gated_delta_rule_chunked: " << blocks << " blocks";
   const int64_t smem = gated_delta_rule_chunked_smem_bytes(in.head_k_dim, in.head_v_dim);
-  int max_optin = 0;
-  RLM_CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const int max_optin = shared_memory_optin(device);
   RLM_CHECK(smem <= max_optin) << "gated_delta_rule_chunked: needs " << smem << " bytes of shared memory, device "
                                << device << " allows " << max_optin;
   RLM_CUDA_CHECK(cudaFuncSetAttribute(gdr_chunk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -7,14 +7,12 @@
 // tree (deterministic). The grid gives every warp the same number of row groups (balanced tail).
 // Tensor-core kernel (3-8 rows, sm_80+, k % 32 == 0): gemv_mma_kernel below. No atomics, no
 // allocation: both capturable in a CUDA graph.
-#include "kernels/cuda/gemv.cuh"
-
-#include <array>
-#include <atomic>
 #include <type_traits>
 
 #include "core/cuda_check.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/device_facts.h"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_fusion.cuh"
 #include "kernels/cuda/mma_sm80.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -332,22 +330,7 @@ struct DeviceLimits {
 };
 
 DeviceLimits device_limits(int device) {
-  static std::array<std::atomic<int>, 64> sms{}, smem{}, ccs{};
-  RLM_CHECK(device >= 0 && device < 64) << "gemv: device index " << device << " out of range";
-  DeviceLimits d{sms[device].load(std::memory_order_relaxed), smem[device].load(std::memory_order_relaxed),
-                 ccs[device].load(std::memory_order_relaxed)};
-  if (d.sms == 0 || d.smem_optin == 0 || d.cc == 0) {
-    int major = 0, minor = 0;
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    d.cc = major * 10 + minor;
-    sms[device].store(d.sms, std::memory_order_relaxed);
-    smem[device].store(d.smem_optin, std::memory_order_relaxed);
-    ccs[device].store(d.cc, std::memory_order_relaxed);
-  }
-  return d;
+  return {multiprocessor_count(device), shared_memory_optin(device), compute_capability(device)};
 }
 
 template <typename T, int M, bool kNorm = false, bool kSilu = false>

@@ -1,12 +1,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
 
 #include "core/cuda_check.h"
+#include "kernels/cuda/device_facts.h"
 #include "kernels/cuda/pdl.h"
 
 namespace rlm::cuda {
@@ -88,19 +88,9 @@ bool pdl_enabled() { return g_pdl_enabled.load(std::memory_order_relaxed); }
 
 bool pdl_on_current_device() {
   if (!pdl_enabled()) return false;
-  // Per device: 0 unknown, 1 without PDL, 2 with.
-  static std::array<std::atomic<int>, 64> capable{};
   int device = 0;
   RLM_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 0 || device >= static_cast<int>(capable.size())) return false;
-  int c = capable[device].load(std::memory_order_relaxed);
-  if (c == 0) {
-    int major = 0;
-    RLM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    c = major >= 9 ? 2 : 1;
-    capable[device].store(c, std::memory_order_relaxed);
-  }
-  return c == 2;
+  return compute_capability(device) >= 90;
 }
 
 }  // namespace rlm::cuda

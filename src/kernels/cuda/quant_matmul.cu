@@ -1,5 +1,3 @@
-#include "kernels/cuda/quant_matmul.h"
-
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -10,10 +8,12 @@
 #include "core/env.h"
 #include "kernels/cuda/cuda_context.h"
 #include "kernels/cuda/cuda_utils.cuh"
+#include "kernels/cuda/device_facts.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_fusion.cuh"
 #include "kernels/cuda/index_check.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/quant_matmul.h"
 
 namespace rlm::cuda {
 namespace {
@@ -964,9 +964,8 @@ void launch_gemv(int device, const float* x, int64_t k, int64_t ldx, const uint8
     // Per launch, as the limit is per device and function; not a stream operation (capturable).
     RLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  int per_sm = 0, sms = 0;
-  RLM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kQThreads, smem));
-  RLM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int per_sm = resident_blocks_per_sm(device, reinterpret_cast<const void*>(kernel), kQThreads, smem);
+  const int sms = multiprocessor_count(device);
   // Every block quantizes x once: as many blocks as fit at once, rows grid-strided over their warps
   // (one row a warp at a time, with or without SiLU-and-mul), the warp count shrunk so that every
   // warp gets the same number of rows (the last fewer).
