@@ -155,13 +155,13 @@ int run_one_batch(const EngineArgs& engine, const OneBatchArgs& a) {
   auto files = load_engine_files(e, TokenizerUse::kNone);
   if (!files.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", files.status().to_string().c_str()), 1;
   const ModelConfig cfg = files->model.config;
-  const ModelRunnerConfig rc = e.runner_config(cfg, device);  // CUDA: the pool is sized like serve's
   auto runner = create_runner(e, *files, device);
   if (!runner.is_ok()) return std::fprintf(stderr, "radixlm bench one-batch: %s\n", runner.status().to_string().c_str()), 1;
   ModelRunner& r = **runner;
   const int64_t page_size = e.page_size;
-  const int64_t ctx = rc.max_context_len;
-  const int64_t pages_per_req = (ctx + page_size - 1) / page_size;
+  // Each request gets the pages its input + output tokens fill, not --context-length's (which
+  // may be set only to pick the decode kernels' split count, as the server's would).
+  const int64_t pages_per_req = (a.input_len + a.output_len + page_size - 1) / page_size;
   if (r.kv_pool().config().num_pages < pages_per_req * a.batch_size) {
     std::fprintf(stderr, "radixlm bench one-batch: the KV pool holds %lld pages but the batch needs %lld\n",
                  static_cast<long long>(r.kv_pool().config().num_pages),

@@ -1,6 +1,7 @@
 """`radixlm bench offline` on a tiny golden model (CPU): the generated dataset respects the length
 flags, a dataset written with --dataset-out runs again with --dataset and gives the same token
-counts, and malformed datasets are rejected with a clear message."""
+counts, and malformed datasets are rejected with a clear message; `radixlm bench one-batch` reserves
+the KV pages of the run, not of the context length."""
 import json
 import os
 import subprocess
@@ -49,3 +50,18 @@ def test_bad_datasets(tmp_path):
         p = bench("--dataset", str(f))
         assert p.returncode == 1, name
         assert "radixlm bench offline:" in p.stderr and "bad.json" in p.stderr, (name, p.stderr)
+
+
+def test_one_batch_reserves_the_run_not_the_context_length():
+    """`bench one-batch` gives each request the KV pages its input + output tokens fill: with a
+    --context-length four times the run's length and a pool that holds the run but not the batch x
+    the context length, it runs; a pool too small for the run itself is refused with the sizes."""
+    def one_batch(total_tokens):
+        return subprocess.run([RADIXLM_BIN, "bench", "one-batch", "--model", MODEL, "--load-format", "auto",
+                               "--device", "cpu", "--threads", "1", "--batch-size", "4", "--input-len", "48",
+                               "--output-len", "16", "--context-length", "256", "--max-total-tokens",
+                               str(total_tokens)], capture_output=True, text=True, timeout=limit(300))
+    p = one_batch(512)  # the run: 4 x 64 tokens; 4 x 256 would not fit
+    assert p.returncode == 0, p.stderr
+    p = one_batch(128)
+    assert p.returncode == 1 and "the KV pool holds" in p.stderr and "but the batch needs" in p.stderr, p.stderr
