@@ -397,8 +397,8 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
 // the wave, each at a fraction of its multiprocessor's rate, where 8-warp blocks (2 a
 // multiprocessor) end in fuller rounds -- else 4 (docs/perf/decode_kernels.md, eighteenth
 // section). RADIXLM_FP8_DECODE_WARPS=4 or 8 fixes the count (each is the other's reference).
-template <auto Kernel4>
-int mma_decode_warps(int smem4, int64_t blocks) {
+template <typename Kernel>
+int mma_decode_warps(Kernel kernel4, int smem4, int64_t blocks) {
   static const int64_t forced = env_int64("RADIXLM_FP8_DECODE_WARPS", 0);
   if (forced != 0) {
     RLM_CHECK(forced == 4 || forced == 8) << "RADIXLM_FP8_DECODE_WARPS must be 4 or 8, not " << forced;
@@ -406,7 +406,7 @@ int mma_decode_warps(int smem4, int64_t blocks) {
   }
   int device = 0;
   RLM_CUDA_ATTN_CHECK(cudaGetDevice(&device));
-  const int per_sm = resident_blocks_per_sm(device, reinterpret_cast<const void*>(Kernel4), 4 * 32, smem4);
+  const int per_sm = resident_blocks_per_sm(device, reinterpret_cast<const void*>(kernel4), 4 * 32, smem4);
   const int sms = multiprocessor_count(device);
   const int64_t wave = int64_t{per_sm} * sms;
   return blocks > wave && blocks <= wave + sms ? 8 : 4;
@@ -429,8 +429,7 @@ void launch_mma_fp8_cap(const DeviceArgs& a, int requested_splits, int64_t max_s
     };
     const auto kernel4 = kernel_of(std::integral_constant<int, 4>{});
     const int64_t blocks = int64_t{splits} * (a.num_qo_heads / HB) * a.batch_size;
-    if (mma_decode_warps<decode_mma_fp8_kernel<D, HB, decltype(cap), 4>>(mma_decode_smem_bytes<D, 4>(),
-                                                                         blocks) == 8) {
+    if (mma_decode_warps(kernel4, mma_decode_smem_bytes<D, 4>(), blocks) == 8) {
       launch_split_decode<D, HB>(kernel_of(std::integral_constant<int, 8>{}), 8 * 32, a, cap, splits,
                                  max_seq_len, mma_decode_smem_bytes<D, 8>());
     } else {
