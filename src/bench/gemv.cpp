@@ -18,6 +18,7 @@
 #ifdef RADIXLM_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/quant_matmul.h"
 #endif
@@ -42,14 +43,17 @@ int run_gemv(const GemvArgs& a) {
     return 2;
   }
   StatusOr<DType> parsed = parse_dtype(a.dtype);
-  if (!parsed.is_ok() || !(*parsed == DType::kBF16 || *parsed == DType::kF16 || is_quantized(*parsed))) {
-    std::fprintf(stderr,
-                 "radixlm bench gemv: --dtype must be bf16, f16 or a GGUF block type (q4_k, ...), got %s\n",
-                 a.dtype.c_str());
+  if (!parsed.is_ok() || !(*parsed == DType::kBF16 || *parsed == DType::kF16 || *parsed == DType::kF8E4M3 ||
+                           is_quantized(*parsed))) {
+    std::fprintf(
+        stderr,
+        "radixlm bench gemv: --dtype must be bf16, f16, fp8_e4m3 or a GGUF block type (q4_k, ...), got %s\n",
+        a.dtype.c_str());
     return 2;
   }
   const DType dtype = *parsed;
   const bool quantized = is_quantized(dtype);
+  const bool fp8 = dtype == DType::kF8E4M3;
   for (int64_t m : a.ms) {
     if (m < 1) {
       std::fprintf(stderr, "radixlm bench gemv: --m values must be >= 1, got %lld\n", static_cast<long long>(m));
@@ -62,9 +66,11 @@ int run_gemv(const GemvArgs& a) {
   const auto stream = static_cast<cudaStream_t>(cuda_stream(0));
   const bool was_enabled = cuda::linear_gemv_enabled();
   const bool pairs_were_enabled = cuda::quant_gemv_pairs_enabled();
-  // The second kernel timed: cuBLAS for 16-bit weights, the one-group quantized GEMV for Q4_K / Q5_K.
-  const bool has_alt = !quantized || dtype == DType::kQ4_K || dtype == DType::kQ5_K;
-  const char* alt_name = quantized ? "1group" : "cublas";
+  // The second kernel timed: cuBLAS for 16-bit weights, the one-group quantized GEMV for Q4_K /
+  // Q5_K; none for FP8 weights (fp8_linear's own path: the tensor-core GEMV up to 8 rows, cuBLASLt
+  // above).
+  const bool has_alt = !fp8 && (!quantized || dtype == DType::kQ4_K || dtype == DType::kQ5_K);
+  const char* alt_name = quantized ? "1group" : fp8 ? "none" : "cublas";
   const std::vector<Shape2> shapes = {{"qkv", 6144, 4096, a.layers},
                                       {"o", 4096, 4096, a.layers},
                                       {"gate_up", 28672, 4096, a.layers},
@@ -94,6 +100,14 @@ int run_gemv(const GemvArgs& a) {
       } else {
         w.push_back(random_gpu(rng, {s.n, s.k}, dtype));
       }
+      // FP8: per-output-channel scales, dynamic per-token activation scales (--quantization fp8).
+      ops::Fp8Scales scales;
+      if (fp8) {
+        Tensor sw = Tensor::empty({s.n}, DType::kF32);
+        std::uniform_real_distribution<float> u(1e-3f, 2e-2f);
+        for (int64_t j = 0; j < s.n; ++j) sw.data<float>()[j] = u(rng);
+        scales.weight_scale = sw.to(Device::cuda(0));
+      }
       for (int64_t c = 1; c < copies; ++c) w.push_back(w[0].clone());
       const Tensor x = random_gpu(rng, {m, s.k}, DType::kF32);
       const Tensor out = Tensor::empty({m, s.n}, DType::kF32, Device::cuda(0));
@@ -109,13 +123,19 @@ int run_gemv(const GemvArgs& a) {
       auto time_linear = [&](bool first) {
         if (quantized) {
           cuda::set_quant_gemv_pairs_enabled(first);
-        } else {
+        } else if (!fp8) {
           cuda::set_linear_gemv_enabled(first);
         }
-        const double t = median_seconds(a.iters, 2, stream, [&] {
-                           for (const Tensor& wc : w) ops::linear(x, wc, std::nullopt, out);
-                         }) /
-                         static_cast<double>(copies);
+        auto run_all = [&] {
+          for (const Tensor& wc : w) {
+            if (fp8) {
+              ops::linear(x, wc, std::nullopt, out, scales);
+            } else {
+              ops::linear(x, wc, std::nullopt, out);
+            }
+          }
+        };
+        const double t = median_seconds(a.iters, 2, stream, run_all) / static_cast<double>(copies);
         cuda::set_linear_gemv_enabled(was_enabled);
         cuda::set_quant_gemv_pairs_enabled(pairs_were_enabled);
         return t;
@@ -124,7 +144,15 @@ int run_gemv(const GemvArgs& a) {
       const double t_cublas = has_alt ? time_linear(false) : std::nan("");
       const double gb = static_cast<double>(bytes) / 1e9;
       const double copy_gbs = 2.0 * gb / t_copy, gemv_gbs = gb / t_gemv, cublas_gbs = gb / t_cublas;
-      const char* path = quantized ? (m <= cuda::kQuantGemvMaxRows ? "qgemv" : "dequant")
+      cuda::Fp8Weight view;
+      if (fp8) {
+        view.data = w[0].data_ptr();
+        view.n = s.n;
+        view.k = view.ldw = s.k;
+        view.scale = scales.weight_scale.data<float>();
+      }
+      const char* path = fp8         ? cuda::fp8_linear_path(0, m, view)
+                         : quantized ? (m <= cuda::kQuantGemvMaxRows ? "qgemv" : "dequant")
                          : cuda::linear_uses_gemv(0, m, s.k, w[0].data_ptr(), dtype, s.k) ? "gemv"
                                                                                           : "cublas";
       std::printf("  %-8s %7lld %6lld %4lld %9.2f %9.0f %9.2f %11.2f %7.3f %9.3f %9s %8.3f\n", s.name,

@@ -22,8 +22,9 @@ struct Fp8Weight {
 // true): x quantized to e4m3 (per token, per token and block_k group, or with the static scale) by
 // one kernel into the context scratch, then
 //  - m <= kFp8GemvMaxRows: a GEMV kernel — memory-bound decode. On sm_89+ with k % 64 == 0 (block
-//    scales: block_k % 64 == 0) it runs on the FP8 tensor cores (m16n8k32 e4m3 MMAs of 32 products
-//    each, added in f32; relative error against the CPU twin ~1e-4, as cuBLASLt's); otherwise one
+//    scales: block_k % 64 == 0) it runs on the tensor cores (m16n8k32 e4m3 MMAs of 32 products
+//    each, added in f32 -- sm_90 executes them as f16 MMAs on operands widened in every
+//    instruction; relative error against the CPU twin ~1e-4, as cuBLASLt's); otherwise one
 //    warp per weight row with f32 products (CUDA cores). Scales in the epilogue;
 //  - otherwise, per-channel weights on sm_89+ with k, n, ldw multiples of 16: cuBLASLt FP8 GEMM
 //    (e4m3 x e4m3, f32 output) with the per-token x per-channel scales applied by cuBLASLt itself
