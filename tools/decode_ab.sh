@@ -8,7 +8,9 @@
 # Usage (after a build; on a GPU machine or, with DEVICE=cpu and a small MODEL, on the CPU):
 #   VARIANTS="base: mma0:RADIXLM_FP8_DECODE_MMA=0" BATCHES="128 256" ROUNDS=2 \
 #     EXTRA="--quantization fp8 --kv-cache-dtype fp8_e4m3" OUT=/some/dir bash tools/decode_ab.sh
-#   VARIANTS: space-separated label:ENV=VALUE[,ENV=VALUE...] (nothing after ':' = the plain run).
+#   VARIANTS: space-separated label:ENV=VALUE[,ENV=VALUE...] (nothing after ':' = the plain run);
+#   RLM=PATH among a variant's settings runs that binary instead (e.g. "main:RLM=/tmp/main/radixlm
+#   new:" compares a build of main with the change in the same call) and is not put in its environment.
 #   RLM (binary, default build-gpu/radixlm, else build/radixlm), MODEL (default configs/llama-3.1-8b),
 #   INPUT (prompt tokens, 512), STEPS (output tokens, 32), DEVICE (cuda), TIMEOUT (seconds per run, 90).
 # Output: the table on stdout and $OUT/decode_ab.txt; every run's log under $OUT. A run that fails
@@ -43,10 +45,15 @@ for bs in $BATCHES; do
   for round in $(seq 1 "$ROUNDS"); do
     for v in $VARIANTS; do
       label=${v%%:*}
-      envs=${v#*:}
+      bin=$RLM
+      envs=()
+      IFS=',' read -ra settings <<< "${v#*:}"
+      for s in "${settings[@]}"; do
+        if [[ $s == RLM=* ]]; then bin=${s#RLM=}; else envs+=("$s"); fi
+      done
       log="$OUT/b${bs}_${label}_r${round}.log"
-      # shellcheck disable=SC2086,SC2046
-      env $( [ -n "$envs" ] && echo "${envs//,/ }" ) timeout "$TIMEOUT" "$RLM" bench one-batch --model "$MODEL" \
+      # shellcheck disable=SC2086
+      env "${envs[@]}" timeout "$TIMEOUT" "$bin" bench one-batch --model "$MODEL" \
         --load-format dummy --device "$DEVICE" --batch-size "$bs" --input-len "$INPUT" --output-len "$STEPS" $EXTRA \
         > "$log" 2>&1
       rc=$?
