@@ -21,6 +21,7 @@
 #include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/quant_matmul.h"
+#include "ops/fp8_cuda_weight.h"
 #endif
 
 namespace rlm::bench {
@@ -144,14 +145,7 @@ int run_gemv(const GemvArgs& a) {
       const double t_cublas = has_alt ? time_linear(false) : std::nan("");
       const double gb = static_cast<double>(bytes) / 1e9;
       const double copy_gbs = 2.0 * gb / t_copy, gemv_gbs = gb / t_gemv, cublas_gbs = gb / t_cublas;
-      cuda::Fp8Weight view;
-      if (fp8) {
-        view.data = w[0].data_ptr();
-        view.n = s.n;
-        view.k = view.ldw = s.k;
-        view.scale = scales.weight_scale.data<float>();
-      }
-      const char* path = fp8         ? cuda::fp8_linear_path(0, m, view)
+      const char* path = fp8         ? cuda::fp8_linear_path(0, m, ops::cuda_fp8_weight(w[0], scales))
                          : quantized ? (m <= cuda::kQuantGemvMaxRows ? "qgemv" : "dequant")
                          : cuda::linear_uses_gemv(0, m, s.k, w[0].data_ptr(), dtype, s.k) ? "gemv"
                                                                                           : "cublas";

@@ -2,14 +2,15 @@
 // kernels of the tensors' device: kernels/cpu/ always, kernels/cuda/ when built with CUDA (RADIXLM_WITH_CUDA).
 #include "ops/ops.h"
 
-#include "ops/op_check.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+
+#include "ops/fp8_cuda_weight.h"
+#include "ops/op_check.h"
 
 #ifdef RADIXLM_WITH_CUDA
 #include "kernels/cuda/activation.h"
@@ -384,6 +385,8 @@ const Tensor* check_fp8_linear(const OpCheck& c, const Tensor& x, const Tensor& 
   return b;
 }
 
+}  // namespace
+
 #ifdef RADIXLM_WITH_CUDA
 cuda::Fp8Weight cuda_fp8_weight(const Tensor& weight, const Fp8Scales& scales) {
   cuda::Fp8Weight w;
@@ -398,8 +401,6 @@ cuda::Fp8Weight cuda_fp8_weight(const Tensor& weight, const Fp8Scales& scales) {
   return w;
 }
 #endif
-
-}  // namespace
 
 void linear(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias, const Tensor& out,
             const Fp8Scales& scales) {
