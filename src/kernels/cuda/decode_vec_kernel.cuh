@@ -130,14 +130,17 @@ __device__ __forceinline__ void widen_cols(const RawCols<T, C>& r, float (&x)[C]
 // Columns per lane: 16 (fewer lanes share a key, so less of the per-key work -- page lookup,
 // softmax, shuffles -- is replicated across them) unless 8 heads per block would need too many
 // registers. kUnroll keys per slot per step keep 2 * kUnroll * C * sizeof(T) bytes of K and V loads
-// in flight per lane: 128 for 16-bit caches; FP8 caches (half the bytes per key) take twice the
-// keys at 16 columns, and at 8 columns (8 heads: the registers go to q and the accumulators) the
-// same 4 keys (64 bytes).
+// in flight per lane. At 16 columns: 256 for f32 (2 keys) and 16-bit caches (4 keys), whose
+// loop is bound by the loads' round trip -- on an H200, 4 bf16 keys a step instead of 2 read
+// 0.80-0.88 of the copy bandwidth at batch 32-256 instead of 0.69-0.75 (docs/perf/decode_kernels.md,
+// twenty-third section), at 2 blocks a multiprocessor either way (~230-255 registers) --, and 128
+// for FP8 (4 keys). At 8 columns (8 heads: the registers go to q and the accumulators) every cache
+// takes 4 keys.
 template <int D, int HB, typename T>
 struct VecShape {
   static_assert(D % 64 == 0 && D <= 256, "head_dim must be 64, 128 or 256");
   static constexpr int kCols = HB >= 8 ? 8 : 16;
-  static constexpr int kUnroll = kCols == 16 ? (sizeof(T) == 1 ? 4 : 2) : 4;  // keys per slot per step
+  static constexpr int kUnroll = kCols == 16 && sizeof(T) == 4 ? 2 : 4;  // keys per slot per step
   static constexpr int kLanesPerKey = D / kCols;           // 4..32, a power of two
   static constexpr int kKeysPerWarp = 32 / kLanesPerKey;
   static constexpr int kSlots = kVecWarps * kKeysPerWarp;  // key slots per block
