@@ -130,12 +130,12 @@ __device__ __forceinline__ void widen_cols(const RawCols<T, C>& r, float (&x)[C]
 // Columns per lane: 16 (fewer lanes share a key, so less of the per-key work -- page lookup,
 // softmax, shuffles -- is replicated across them) unless 8 heads per block would need too many
 // registers. kUnroll keys per slot per step keep 2 * kUnroll * C * sizeof(T) bytes of K and V loads
-// in flight per lane. At 16 columns: 256 for f32 (2 keys) and 16-bit caches (4 keys), whose
-// loop is bound by the loads' round trip -- on an H200, 4 bf16 keys a step instead of 2 read
-// 0.80-0.88 of the copy bandwidth at batch 32-256 instead of 0.69-0.75 (docs/perf/decode_kernels.md,
-// twenty-third section), at 2 blocks a multiprocessor either way (~230-255 registers) --, and 128
-// for FP8 (4 keys). At 8 columns (8 heads: the registers go to q and the accumulators) every cache
-// takes 4 keys.
+// in flight per lane. At 16 columns: 256 for f32 (2 keys) and 16-bit caches (4 keys), whose loop is
+// bound by the loads' round trip -- on an H200, 4 bf16 keys a step instead of 2 read 0.79-0.88 of
+// the copy bandwidth at batch 32-256 instead of 0.69-0.75 (docs/perf/decode_kernels.md,
+// twenty-third section), at 4 heads a block 2 blocks a multiprocessor either way (232 -> 255
+// registers) --, and 128 for FP8 (4 keys). At 8 columns (8 heads: the registers go to q and the
+// accumulators) every cache takes 4 keys.
 template <int D, int HB, typename T>
 struct VecShape {
   static_assert(D % 64 == 0 && D <= 256, "head_dim must be 64, 128 or 256");
