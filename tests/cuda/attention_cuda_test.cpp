@@ -2,11 +2,11 @@
 // kernel on random page tables, and the GPU kv_indices builder against a host reference.
 // Tolerances (relative L2 against the CPU kernel on the same cache values):
 //  - decode (the split-KV kernels) and the FMA prefill kernel: 1e-4 for f32 and FP8 (e4m3)
-//    caches, 5e-3 for 16-bit caches; they widen the cache exactly and accumulate in f32 (the FP8
-//    tensor-core decode kernel multiplies f16 hi + lo parts of q and p, ~22 significant bits), so
-//    the only difference is the summation order (and, for FP8, where the per-layer k_scale /
-//    v_scale multiply: the CPU kernel scales each key and value, the GPU kernels the score scale
-//    and the output);
+//    caches, 5e-3 for 16-bit caches; they widen the cache exactly and accumulate in f32 (the
+//    tensor-core decode kernel multiplies hi + lo parts of q and p in the cache's 16-bit type, f16
+//    for FP8: ~16-22 significant bits), so the only difference is the summation order (and, for
+//    FP8, where the per-layer k_scale / v_scale multiply: the CPU kernel scales each key and
+//    value, the GPU kernels the score scale and the output);
 //  - the tensor-core prefill kernel (bf16/f16 caches, and FP8 caches widened exactly to f16): q and
 //    the softmax numerators P are rounded to the cache's 16-bit type (8 significant bits for bf16,
 //    11 for f16 and FP8) before the matrix products, so 2e-2 for bf16 and 5e-3 for f16 and FP8. A
@@ -326,8 +326,10 @@ TEST(AttentionCuda, SlidingWindowAndSoftCap) {
         const int64_t d = decode ? 128 : 64;
         const DType dt = (i % 3 == 0) ? DType::kBF16 : DType::kF32;
         const auto reqs = decode ? decode_requests(rng, 4, 3000) : mixed_requests(rng);
-        // Larger q so that the scores reach the soft-cap's non-linear range.
-        Problem pr = make_problem(rng, reqs, page_size, 2, 4, d, dt, 4.0f);
+        // Larger q so that the scores reach the soft-cap's non-linear range. Decode: groups of 4
+        // (bf16: the vectorised kernel) and 6 (bf16: the tensor-core kernel) in turn.
+        const int64_t group = decode && i % 4 >= 2 ? 6 : 4;
+        Problem pr = make_problem(rng, reqs, page_size, 2, group, d, dt, 4.0f);
         if (variant & 1) pr.p.sliding_window = window;
         if (variant & 2) pr.p.logit_soft_cap = 5.0f;
         SCOPED_TRACE(describe(pr));
@@ -391,9 +393,11 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
   }
 }
 
-// Group sizes whose heads-per-block choice is not the whole group (3 -> 1, 6 -> 2, 16 -> 8 x 2
-// blocks), for every head_dim and cache dtype of the vectorised decode kernel and of the FP8
-// tensor-core one (head_dim 64 / 128); page
+// Group sizes that are not 1, 2, 4 or 8, for every head_dim and cache dtype: the vectorised decode
+// kernel runs blocks of fewer heads than the group (3 -> 1, 5 -> 1, 6 -> 2, 7 -> 1, 12 -> 4,
+// 16 -> 8 x 2 blocks); at head_dim 64 / 128 the tensor-core kernel (FP8 caches at every group
+// here, bf16 / f16 at all but 3) runs its instantiation for 8 heads with the block's heads fewer
+// (3, 5, 6, 7 -> one block of the whole group, 12 -> 2 blocks of 6) or 8 (16 -> 2 blocks); page
 // sizes 16 and 24 (not a power of two: the kernels' general page-lookup path).
 TEST(AttentionCuda, DecodeGroupSizes) {
   SKIP_WITHOUT_CUDA();
@@ -401,7 +405,7 @@ TEST(AttentionCuda, DecodeGroupSizes) {
   SCOPED_TRACE(rng.trace());
   std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
   int i = 0;
-  for (int64_t group : {3, 6, 16}) {
+  for (int64_t group : {3, 5, 6, 7, 12, 16}) {
     for (int64_t d : {64, 128, 256}) {
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
         const int64_t page_size = (i++ % 2) ? 24 : 16;

@@ -159,14 +159,15 @@ __device__ __forceinline__ void split_range(int seq_len, int sliding_window, int
 
 constexpr int kMaxDecodeSplits = 64;
 
-// The merge of one request's splits for qo heads h0 .. h0 + HB - 1, run by the last of their
-// num_splits blocks to arrive (every thread of every block calls it; partial and lse as written
-// by the blocks): out = sum_s exp(lse_s - M) * partial_s / sum_s exp(lse_s - M), skipping the
-// splits without keys (lse = -inf; their partial rows are not written), summed in split order as
-// merge_kernel sums them. counters: int [bs * gridDim.y], zero before the launch and after it.
+// The merge of one request's splits for qo heads h0 .. h0 + nh - 1 (nh <= HB: the block's heads),
+// run by the last of their num_splits blocks to arrive (every thread of every block calls it;
+// partial and lse as written by the blocks): out = sum_s exp(lse_s - M) * partial_s / sum_s
+// exp(lse_s - M), skipping the splits without keys (lse = -inf; their partial rows are not
+// written), summed in split order as merge_kernel sums them. counters: int [bs * gridDim.y], zero
+// before the launch and after it.
 template <int D, int HB>
 __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const float* partial,
-                                     const float* lse, int* counters, int r, int h0) {
+                                     const float* lse, int* counters, int r, int h0, int nh = HB) {
   __shared__ bool s_last;
   __shared__ float s_lse[HB][kMaxDecodeSplits], s_w[HB][kMaxDecodeSplits], s_den[HB];
   // The block's partial and lse rows are published by thread 0's count alone: the barrier orders
@@ -195,7 +196,7 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
   // products summed in split order either way: merge_kernel's arithmetic.
   constexpr int kBatch = 8, kOneTrip = 16;
   if (num_splits > kBatch && num_splits <= kOneTrip) {
-    for (int i = threadIdx.x; i < HB * D / 4; i += blockDim.x) {
+    for (int i = threadIdx.x; i < nh * D / 4; i += blockDim.x) {
       const int h = i / (D / 4), c = (i % (D / 4)) * 4;
       if (c >= a.v_head_dim) continue;
       const float4* p = reinterpret_cast<const float4*>(partial + (base + h) * num_splits * D + c);
@@ -230,12 +231,12 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
     }
     return;
   }
-  for (int i = threadIdx.x; i < HB * num_splits; i += blockDim.x) {
+  for (int i = threadIdx.x; i < nh * num_splits; i += blockDim.x) {
     const int h = i / num_splits, s = i % num_splits;
     s_lse[h][s] = __ldcg(lse + (base + h) * num_splits + s);  // L2: written by other blocks
   }
   __syncthreads();
-  if (threadIdx.x < HB) {
+  if (threadIdx.x < nh) {
     const int h = threadIdx.x;
     float m = kNegInf;
     for (int s = 0; s < num_splits; ++s) m = fmaxf(m, s_lse[h][s]);
@@ -248,7 +249,7 @@ __device__ void merge_splits_if_last(const DeviceArgs& a, int num_splits, const 
     s_den[h] = den;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < HB * D / 4; i += blockDim.x) {
+  for (int i = threadIdx.x; i < nh * D / 4; i += blockDim.x) {
     const int h = i / (D / 4), c = (i % (D / 4)) * 4;
     if (c >= a.v_head_dim) continue;
     const float4* p = reinterpret_cast<const float4*>(partial + (base + h) * num_splits * D + c);
@@ -523,15 +524,17 @@ inline int decode_split_count(int requested_splits, int64_t batch_size, int64_t 
                               : fixed_decode_num_kv_splits(batch_size, max_seq_len);
 }
 
-// Launches `kernel` -- decode_vec_kernel or decode_mma_fp8_kernel (decode_mma_fp8_kernel.cuh), grid
-// (num_splits, num_kv_heads * group / HB, bs), `threads` threads, `smem` bytes of dynamic shared
-// memory (the tensor-core kernel's stages; the caller opts in above 48 KB) -- + merge_kernel when
-// the keys are split and no counters are free. requested_splits > 0 fixes the split count (at most
-// kMaxDecodeSplits), else fixed_decode_num_kv_splits(bs, max_seq_len).
+// Launches `kernel` -- decode_vec_kernel or decode_mma_kernel (decode_mma_kernel.cuh), grid
+// (num_splits, num_kv_heads * group / heads_per_block, bs), `threads` threads, `smem` bytes of
+// dynamic shared memory (the tensor-core kernel's stages; the caller opts in above 48 KB) -- +
+// merge_kernel when the keys are split and no counters are free. heads_per_block: HB, or fewer
+// when the tensor-core kernel's instantiation for 8 heads runs a group of 3, 5, 6 or 7.
+// requested_splits > 0 fixes the split count (at most kMaxDecodeSplits), else
+// fixed_decode_num_kv_splits(bs, max_seq_len).
 template <int D, int HB, typename Cap, typename Kernel>
 void launch_split_decode(Kernel kernel, int threads, const DeviceArgs& a, Cap cap, int requested_splits,
-                         int64_t max_seq_len, size_t smem = 0) {
-  const int head_blocks = a.num_qo_heads / a.num_kv_heads / HB;
+                         int64_t max_seq_len, size_t smem = 0, int heads_per_block = HB) {
+  const int head_blocks = a.num_qo_heads / a.num_kv_heads / heads_per_block;
   const int num_splits = decode_split_count(requested_splits, a.batch_size, max_seq_len);
   const int64_t rows = num_splits > 1 ? int64_t{a.batch_size} * a.num_qo_heads * num_splits : 0;
   const AsyncBuffer buf(static_cast<size_t>(rows * (D + 1)) * sizeof(float));

@@ -8,8 +8,9 @@
 //  - decode_split_kernel below (scalar loads, splits of a host-computed size): f32 caches of the
 //    padded sizes and caches whose strides are not 16-byte aligned. It is instantiated for widths
 //    64, 128 and 256 and masks the columns past the call's head sizes at run time.
-//  - decode_mma_fp8_kernel (decode_mma_fp8_kernel.cuh): aligned FP8 caches of head_dim 64 / 128 on
-//    sm_80+; the vectorised kernel's splits and merge, the products on the tensor cores.
+//  - decode_mma_kernel (decode_mma_kernel.cuh): aligned caches of head_dim 64 / 128 on sm_80+,
+//    FP8 always, bf16 / f16 when its blocks hold 5 to 8 q heads of a kv head (decode_mma16); the
+//    vectorised kernel's splits and merge, the products on the tensor cores.
 // All write each split's normalised partial output and log-sum-exp to a workspace that
 // merge_kernel (or, for the vectorised and tensor-core kernels, the last block of the request's
 // splits) combines.
@@ -23,7 +24,7 @@
 
 #include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/decode_mma_fp8_kernel.cuh"
+#include "kernels/cuda/decode_mma_kernel.cuh"
 #include "kernels/cuda/decode_vec_kernel.cuh"
 #include "kernels/cuda/paged_attention.h"
 
@@ -239,11 +240,27 @@ void launch_dtype(DType dtype, const DeviceArgs& a, int heads_per_block, int num
 
 // ---- the vectorised kernel ----
 
-// FP8 caches of head_dim 64 / 128 take the tensor-core kernel (decode_mma_fp8_kernel.cuh) on sm_80+ unless
+// FP8 caches of head_dim 64 / 128 take the tensor-core kernel (decode_mma_kernel.cuh) on sm_80+ unless
 // RADIXLM_FP8_DECODE_MMA=0 is in the environment (the vectorised kernel: the reference for its speed).
 bool fp8_decode_mma() {
   static const bool on = env_switch_on("RADIXLM_FP8_DECODE_MMA");
   return on;
+}
+
+// bf16 / f16 caches of head_dim 64 / 128 take the tensor-core kernel on sm_80+ when it runs blocks
+// of 5 to 8 heads (groups of 5, 6, 7, 8, 12, 16, ...): there the vectorised kernel is bound by its
+// FMAs (8 heads a block) or runs blocks of fewer heads than the group, each reading the whole cache
+// (5 and 7 -> 1 head, 6 -> 2). Groups of 1, 2, 3 and 4 keep the vectorised kernel, which reads
+// faster at 3 and 4 (1 and 2 not compared; H200, 2,048 keys, batch 32-256: 0.79-0.86 of copy at 4
+// heads against the tensor-core kernel's 0.63-0.68, 0.63 against 0.58-0.60 for a group of 3 as 3
+// one-head blocks; docs/perf/decode_kernels.md, twenty-fourth section). RADIXLM_DECODE_MMA16=0
+// keeps every group on the vectorised kernel (the reference), =1 sends every group to the
+// tensor-core kernel.
+bool decode_mma16(const DeviceArgs& a) {
+  static const int64_t forced = env_int64("RADIXLM_DECODE_MMA16", -1);
+  RLM_CHECK(forced >= -1 && forced <= 1) << "RADIXLM_DECODE_MMA16 must be 0 or 1, not " << forced;
+  if (forced == 0) return false;
+  return (forced == 1 || decode_mma_heads(a.num_qo_heads / a.num_kv_heads) >= 5) && tensor_core_device();
 }
 
 bool vec_aligned(const cpu::AttnRows& c) {
@@ -256,12 +273,20 @@ template <int D>
 void launch_vec_dtype(DType dtype, const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
   switch (dtype) {
     case DType::kF32: return launch_vec_cap<D, float, false>(a, requested_splits, max_seq_len);
-    case DType::kBF16: return launch_vec_cap<D, __nv_bfloat16, false>(a, requested_splits, max_seq_len);
-    case DType::kF16: return launch_vec_cap<D, __half, false>(a, requested_splits, max_seq_len);
+    case DType::kBF16:
+      if constexpr (D <= 128) {
+        if (decode_mma16(a)) return launch_mma_cap<D, __nv_bfloat16>(a, requested_splits, max_seq_len);
+      }
+      return launch_vec_cap<D, __nv_bfloat16, false>(a, requested_splits, max_seq_len);
+    case DType::kF16:
+      if constexpr (D <= 128) {
+        if (decode_mma16(a)) return launch_mma_cap<D, __half>(a, requested_splits, max_seq_len);
+      }
+      return launch_vec_cap<D, __half, false>(a, requested_splits, max_seq_len);
     case DType::kF8E4M3:
       if constexpr (D <= 128) {
         if (fp8_decode_mma() && tensor_core_device())
-          return launch_mma_fp8_cap<D>(a, requested_splits, max_seq_len);
+          return launch_mma_cap<D, __nv_fp8_e4m3>(a, requested_splits, max_seq_len);
       }
       return launch_vec_cap<D, __nv_fp8_e4m3, false>(a, requested_splits, max_seq_len);
     default: fail(str("cuda::paged_attention_decode: unsupported cache dtype ", dtype_name(dtype)));

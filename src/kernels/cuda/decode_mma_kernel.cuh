@@ -1,32 +1,42 @@
-// The tensor-core split-KV decode kernel for FP8 (e4m3) caches, head_dim 64 or 128 (q/k and v
-// alike), included by paged_attention_decode.cu. Same grid, splits, workspace and merge as
-// decode_vec_kernel (decode_vec_kernel.cuh); only the arithmetic inside a split differs.
+// The tensor-core split-KV decode kernel, head_dim 64 or 128 (q/k and v alike), included by
+// paged_attention_decode.cu: FP8 (e4m3) caches always, bf16 / f16 caches whose blocks hold 5 to 8
+// q heads of a kv head (decode_mma_heads below; the dispatcher's decode_mma16). Same grid, splits,
+// workspace and merge as decode_vec_kernel (decode_vec_kernel.cuh); only the arithmetic inside a
+// split differs.
 //
-// Why: the vectorised kernel widens every cached byte to f32 (e4m3x2 -> f16x2, then f16 -> f32 per
-// value) and does HB FMAs per byte for q.k and HB more for p.v; at FP8's byte rate those
-// conversions and FMAs, not memory, bound it (about half the copy bandwidth at batch 256 on an
-// H100). Here the products run on the tensor cores (mma.sync m16n8k16, f16 in, f32 accumulate):
-// a cached byte costs half a conversion (e4m3x2 -> f16x2 is exact) and no FMA.
+// Why: the vectorised kernel widens every cached value to f32 and does HB FMAs per value for q.k
+// and HB more for p.v. At FP8's byte rate those conversions and FMAs, not memory, bound it (about
+// half the copy bandwidth at batch 256 on an H100); with 8 heads a block they bound it for bf16
+// too (0.48 of copy on an H200), and a group it cannot divide into 8, 4 or 2 heads (3, 5, 6, 7)
+// runs as blocks of fewer heads that each read the whole cache. Here the products run on the
+// tensor cores (mma.sync m16n8k16, f32 accumulate) with up to 8 heads as the MMA's n: a cached
+// FP8 byte costs half a conversion (e4m3x2 -> f16x2 is exact) and no FMA, a bf16 / f16 value goes
+// into its own MMA as it is, and a block takes every head of a group up to 8.
 //
 // Layout (a warp takes 16 keys at a time; the block's NW warps take 16 NW consecutive keys per step):
 // - S^T = K Q^T: A = K (16 keys x 16 columns per MMA, rows g and g + 8 of lane (g, t) = keys g,
-//   g + 8 of the chunk), B = Q^T (16 columns x 8 heads, head g; heads past HB are zero). The sum
+//   g + 8 of the chunk), B = Q^T (16 columns x 8 heads, head g; heads past nh are zero). The sum
 //   over the head's columns may take them in any order, so lane t of a key's group of 4 holds the
 //   key's 16-byte pieces t, t + 4, ... (each load instruction reads whole 64-byte halves of 8
 //   rows) and the same permutation is applied to q.
 // - O^T += V^T P^T: A = V^T (16 value columns x 16 keys), B = P^T (16 keys x 8 heads). A's pairs
-//   (keys 2t, 2t + 1 of one column) are two keys' bytes interleaved by one byte permute; the
-//   output columns are permuted so that lane g holds D/8 consecutive bytes of each of its 4 keys.
+//   (keys 2t, 2t + 1 of one column) are two keys' values interleaved by one byte permute; the
+//   output columns are permuted so that lane g holds D/8 consecutive values of each of its 4 keys.
 //   P^T's fragment is S^T's accumulator transposed in registers (movmatrix).
-// - Precision: e4m3 values are exact in f16. q and p are split into f16 hi + lo parts (two MMAs
-//   each), so the products keep ~22 bits of q and p: the results match the f32 CPU twin to the
-//   same tolerance as decode_vec_kernel's (summation order aside).
+// - Precision: e4m3 values are exact in f16, bf16 / f16 values are their own MMA type. q and p are
+//   split into hi + lo parts of that type (two MMAs each), so the products keep ~16-22 bits of q
+//   and p: the results match the f32 CPU twin to the same tolerance as decode_vec_kernel's
+//   (summation order aside).
+// - Heads: HB (1, 2, 4 or 8) is the instantiation's, nh the block's (decode_mma_heads: HB, or at
+//   HB = 8 the largest divisor of the group up to 8); heads past nh are zero in q and not written.
 // - Online softmax per head in registers (log2 domain, lazy rescaling as in decode_vec_kernel),
 //   the row sums kept per lane and reduced at the end; the warps' states meet in shared memory.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "core/env.h"
 #include "kernels/cuda/attention_common.cuh"
@@ -56,41 +66,76 @@ __device__ __forceinline__ void split_f16x2(float x0, float x1, uint32_t& hi, ui
 // One warp's 16 keys as raw bytes: K rows of keys g and g + 8 (16-byte pieces t, t + 4, ... each),
 // V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g each); zeros for keys
 // past the split's end.
-template <int D>
+// T: the cache type -- e4m3 (converted to f16 for the MMAs), bf16 or f16 (their own MMAs): a lane's
+// K bytes per row and V bytes per key scale with its size.
+template <int D, typename T = __nv_fp8_e4m3>
 struct MmaChunk {
-  static constexpr int kKBytes = D / 4, kVBytes = D / 8;
+  static constexpr int kKBytes = D * static_cast<int>(sizeof(T)) / 4,
+                       kVBytes = D * static_cast<int>(sizeof(T)) / 8;
   uint32_t k[2][kKBytes / 4];
   uint32_t v[4][kVBytes / 4];
 };
 
 // The chunks travel through shared memory (cp.async, sm_80+): each lane copies its own 16-byte
-// (8-byte for V at head_dim 64) pieces of a chunk and later reads back exactly those, so its own
-// cp.async.wait_group is the only synchronisation needed; a piece of a key past the split's end is
-// zero-filled (nothing read).
+// (8-byte for an FP8 V row at head_dim 64) pieces of a chunk and later reads back exactly those,
+// so its own cp.async.wait_group is the only synchronisation needed; a piece of a key past the
+// split's end is zero-filled (nothing read).
 // Chunks in shared memory per warp: while a warp computes one chunk, the next two are loading
 // (4 stages measured no faster on an H100: docs/perf/decode_kernels.md, ninth section).
 constexpr int kMmaDecodeStages = 3;
 // Bytes of one warp's stage: MmaChunk's words for each of the 32 lanes.
-template <int D>
+template <int D, typename T = __nv_fp8_e4m3>
 constexpr int mma_stage_bytes() {
-  return 32 * static_cast<int>(sizeof(MmaChunk<D>));
+  return 32 * static_cast<int>(sizeof(MmaChunk<D, T>));
 }
-// Dynamic shared memory of decode_mma_fp8_kernel with NW warps: the stages, which the warps'
+// Dynamic shared memory of decode_mma_kernel with NW warps: the stages, which the warps'
 // partial outputs ([NW][HB][D] floats, HB <= 8) reuse after the last chunk.
-template <int D, int NW>
+template <int D, int NW, typename T = __nv_fp8_e4m3>
 constexpr int mma_decode_smem_bytes() {
-  static_assert(kMmaDecodeStages * mma_stage_bytes<D>() >= 8 * D * 4, "the partial outputs fit the stages");
-  return kMmaDecodeStages * NW * mma_stage_bytes<D>();
+  static_assert(kMmaDecodeStages * mma_stage_bytes<D, T>() >= 8 * D * 4,
+                "the partial outputs fit the stages");
+  return kMmaDecodeStages * NW * mma_stage_bytes<D, T>();
 }
 
-// Blocks of 4 warps, 3 per multiprocessor (136 registers a thread at head_dim 128), or blocks of
-// 8 warps, 2 per multiprocessor (at most 128 registers): the same keys of one (request, head
-// block, split) over twice the warps. mma_decode_warps below picks one per launch.
-template <int NW>
+// FP8 caches: blocks of 4 warps, 3 per multiprocessor (136-138 registers a thread at head_dim
+// 128), or blocks of 8 warps, 2 per multiprocessor (at most 128 registers): the same keys of one
+// (request, head block, split) over twice the warps; mma_decode_warps below picks one per launch.
+// 16-bit caches (twice the stage bytes): 2 blocks of 4 warps (144-150 registers at head_dim 128).
+template <int NW, typename T = __nv_fp8_e4m3>
 constexpr int mma_decode_min_blocks() {
   static_assert(NW == 4 || NW == 8, "4 or 8 warps a block");
+  if constexpr (sizeof(T) == 2) return NW == 4 ? 2 : 1;  // 24 KB of stages a warp
   return NW == 4 ? 3 : 2;
 }
+
+// The MMA input type for a cache type: e4m3 values are exact in f16; bf16 / f16 caches are used as
+// they are.
+template <typename T>
+using MmaIn = std::conditional_t<sizeof(T) == 1, __half, T>;
+
+// x = hi + lo in the MMA's 16-bit type, two registers for (x0, x1): f16 (split_f16x2) or bf16.
+template <typename M>
+__device__ __forceinline__ void split_x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  if constexpr (std::is_same_v<M, __half>) {
+    split_f16x2(x0, x1, hi, lo);
+  } else {
+    const float h0 = __bfloat162float(__float2bfloat16_rn(x0)),
+                h1 = __bfloat162float(__float2bfloat16_rn(x1));
+    hi = Mma<__nv_bfloat16>::pack(h0, h1);  // exact: h0, h1 are bf16 values
+    lo = Mma<__nv_bfloat16>::pack(x0 - h0, x1 - h1);
+  }
+}
+
+// Heads a block of the tensor-core kernel takes of a group of `group` q heads a kv head: the
+// largest divisor of the group up to 8 (the MMA's n), so that a group of 3, 5, 6 or 7 is one block
+// and a group of 12 two blocks of 6.
+__host__ __device__ constexpr int decode_mma_heads(int group) {
+  int h = group < 8 ? group : 8;
+  while (group % h != 0) --h;
+  return h;
+}
+// The instantiation (HB) that runs nh heads a block: nh itself when 1, 2 or 4, else 8.
+constexpr int decode_mma_instance(int nh) { return nh == 1 || nh == 2 || nh == 4 ? nh : 8; }
 
 // A warp has the next two chunks loading (cp.async into its shared-memory stages) while it computes
 // on one; a chunk is read into registers only when its turn comes. Held in registers instead (the
@@ -98,22 +143,26 @@ constexpr int mma_decode_min_blocks() {
 // buffers waited for the loads: at most one chunk was really in flight (docs/perf/decode_kernels.md,
 // ninth section: FP8-KV attention 0.726 -> 0.786 of copy bandwidth at batch 256 on an H100). q's MMA
 // fragments sit in shared memory (read once per k-step). NW warps a block (mma_decode_min_blocks).
-template <int D, int HB, typename Cap, int NW>
-__global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
-    decode_mma_fp8_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
+template <int D, int HB, typename Cap, int NW, typename T = __nv_fp8_e4m3>
+__global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
+    decode_mma_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  using M = MmaIn<T>;
+  constexpr int kElem = static_cast<int>(sizeof(T));
+  constexpr int VP = 16 / kElem;  // values per 16-byte piece
   static_assert(HB >= 1 && HB <= 8, "at most 8 heads per block (the MMA's n)");
   constexpr int KS = D / 16;  // k-steps of S^T (16 columns each)
   constexpr int MT = D / 16;  // m-tiles of O^T (16 value columns each)
-  using Chunk = MmaChunk<D>;
+  using Chunk = MmaChunk<D, T>;
   __shared__ float s_m[NW][HB], s_l[NW][HB];
   // Lane's words {q hi (b0, b1), q lo (b0, b1)} of k-step s (the same in every warp).
   __shared__ uint4 s_q[KS][32];
   const int split = blockIdx.x;
   const int group = a.num_qo_heads / a.num_kv_heads;
-  const int head_blocks = group / HB;
+  const int nh = HB == 8 ? decode_mma_heads(group) : HB;  // this block's heads (see the top)
+  const int head_blocks = group / nh;
   const int kv_head = blockIdx.y / head_blocks;
-  const int h0 = kv_head * group + (blockIdx.y % head_blocks) * HB;
+  const int h0 = kv_head * group + (blockIdx.y % head_blocks) * nh;
   const int r = blockIdx.z;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
@@ -126,8 +175,9 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
   split_range(seq_len, a.sliding_window, num_splits, split, k_begin, k_end);
   const int row = a.qo_indptr[r];
   const PageMap pages(a.kv_indices + a.kv_indptr[r], a.page_size);
-  const auto* kc = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs + 16 * t;
-  const auto* vc = static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs + (D / 8) * g;
+  const auto* kc = static_cast<const uint8_t*>(a.k) + static_cast<int64_t>(kv_head) * a.k_hs * kElem + 16 * t;
+  const auto* vc =
+      static_cast<const uint8_t*>(a.v) + static_cast<int64_t>(kv_head) * a.v_hs * kElem + Chunk::kVBytes * g;
   // The cache slot of key `pos` (-1 past the split's end); lanes 0-15 look up the chunk's keys.
   auto chunk_slot = [&](int chunk) -> int64_t {
     const int pos = chunk + lane % kMmaDecodeKeys;
@@ -144,14 +194,14 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
   pdl_launch_dependents();
 
   if (k_begin >= k_end) {  // uniform for the block, before any barrier
-    if (tid < HB) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
-    if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
+    if (tid < nh) lse[(static_cast<int64_t>(r) * a.num_qo_heads + h0 + tid) * num_splits + split] = kNegInf;
+    if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0, nh);
     return;
   }
   // This warp's stages in dynamic shared memory. A lane's words lie 16 (8) bytes at a time in
   // piece-major order across the 32 lanes, so a piece's 32 copies and reads are consecutive.
   extern __shared__ __align__(16) unsigned char s_kv[];
-  auto stage = [&](int st) { return s_kv + (st * NW + warp) * mma_stage_bytes<D>(); };
+  auto stage = [&](int st) { return s_kv + (st * NW + warp) * mma_stage_bytes<D, T>(); };
   // The chunk of the page slots my_slot (lanes 0-15: the chunk's keys) into stage st: lane (g, t)
   // copies what MmaChunk says it holds -- K rows of keys g and g + 8 (16-byte pieces t, t + 4, ...),
   // V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g); zeros for keys past
@@ -168,7 +218,7 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
       const int64_t ks = row == 0 ? ks0 : ks1;
 #pragma unroll
       for (int i = 0; i < Chunk::kKBytes / 16; ++i, off += 16 * 32) {
-        cp_async16<true>(base + off + 16 * lane, kc + (ks >= 0 ? ks : 0) * a.k_ts + 64 * i,
+        cp_async16<true>(base + off + 16 * lane, kc + (ks >= 0 ? ks : 0) * a.k_ts * kElem + 64 * i,
                          on && ks >= 0 ? 16 : 0);
       }
     }
@@ -176,14 +226,17 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
     for (int j = 0; j < 4; ++j) {
       const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
       const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
-      const uint8_t* src = vc + (vs >= 0 ? vs : 0) * a.v_ts;
-      const int bytes = on && vs >= 0 ? Chunk::kVBytes : 0;
-      if constexpr (Chunk::kVBytes == 16) {
-        cp_async16<true>(base + off + 16 * lane, src, bytes);
+      const uint8_t* src = vc + (vs >= 0 ? vs : 0) * a.v_ts * kElem;
+      if constexpr (Chunk::kVBytes % 16 == 0) {
+        const int bytes = on && vs >= 0 ? 16 : 0;
+#pragma unroll
+        for (int pc = 0; pc < Chunk::kVBytes / 16; ++pc, off += 16 * 32) {
+          cp_async16<true>(base + off + 16 * lane, src + 16 * pc, bytes);
+        }
       } else {
-        cp_async8<true>(base + off + 8 * lane, src, bytes);
+        cp_async8<true>(base + off + 8 * lane, src, on && vs >= 0 ? Chunk::kVBytes : 0);
+        off += Chunk::kVBytes * 32;
       }
-      off += Chunk::kVBytes * 32;
     }
     cp_async_commit();
   };
@@ -204,38 +257,43 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if constexpr (Chunk::kVBytes == 16) {
-        const uint4 x = *reinterpret_cast<const uint4*>(base + off + 16 * lane);
-        c.v[j][0] = x.x;
-        c.v[j][1] = x.y;
-        c.v[j][2] = x.z;
-        c.v[j][3] = x.w;
+      if constexpr (Chunk::kVBytes % 16 == 0) {
+#pragma unroll
+        for (int pc = 0; pc < Chunk::kVBytes / 16; ++pc, off += 16 * 32) {
+          const uint4 x = *reinterpret_cast<const uint4*>(base + off + 16 * lane);
+          c.v[j][4 * pc] = x.x;
+          c.v[j][4 * pc + 1] = x.y;
+          c.v[j][4 * pc + 2] = x.z;
+          c.v[j][4 * pc + 3] = x.w;
+        }
       } else {
         const uint2 x = *reinterpret_cast<const uint2*>(base + off + 8 * lane);
         c.v[j][0] = x.x;
         c.v[j][1] = x.y;
+        off += Chunk::kVBytes * 32;
       }
-      off += Chunk::kVBytes * 32;
     }
   };
 #pragma unroll
   for (int st = 0; st < kMmaDecodeStages; ++st) copy_chunk(first_slots[st], st, chunk + st * kStep < k_end);
 
   // Q^T as B fragments: k-step s (word s of the lane's K bytes: piece t + 4 (s / 4), word s % 4),
-  // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as f16 hi and
-  // lo parts; warp 0 writes them to s_q for all four warps.
+  // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as hi and lo
+  // parts of the MMA's type; warp 0 writes them to s_q for all the block's warps.
   if (warp == 0) {
     const float qs = q_prescale<Cap>(a.scale);
     const float* qr = a.q + static_cast<int64_t>(row) * a.q_ts + static_cast<int64_t>(h0 + g) * a.q_hs;
 #pragma unroll
     for (int s = 0; s < KS; ++s) {
-      const int kcol = 16 * (t + 4 * (s / 4)) + 4 * (s % 4);
+      // k-step s takes 4 of the lane's values: piece t + 4 (s / (VP / 4)) of the row, values
+      // 4 (s % (VP / 4)) .. + 3 (FP8: word s of the lane's bytes; 16-bit: words 2s, 2s + 1).
+      const int kcol = VP * (t + 4 * (s / (VP / 4))) + 4 * (s % (VP / 4));
       uint32_t qh[2], ql[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float x0 = g < HB ? qr[kcol + 2 * j] * qs : 0.0f;
-        const float x1 = g < HB ? qr[kcol + 2 * j + 1] * qs : 0.0f;
-        split_f16x2(x0, x1, qh[j], ql[j]);
+        const float x0 = g < nh ? qr[kcol + 2 * j] * qs : 0.0f;
+        const float x1 = g < nh ? qr[kcol + 2 * j + 1] * qs : 0.0f;
+        split_x2<M>(x0, x1, qh[j], ql[j]);
       }
       s_q[s][lane] = make_uint4(qh[0], qh[1], ql[0], ql[1]);
     }
@@ -253,12 +311,17 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int st = 0; st < KS; ++st) {
-      const uint32_t a0 = e4m3x2_to_f16x2(cur.k[0][st]), a2 = e4m3x2_to_f16x2(cur.k[0][st] >> 16);
-      const uint32_t a1 = e4m3x2_to_f16x2(cur.k[1][st]), a3 = e4m3x2_to_f16x2(cur.k[1][st] >> 16);
-      const uint32_t kf[4] = {a0, a1, a2, a3};
+      uint32_t kf[4];
+      if constexpr (kElem == 1) {
+        kf[0] = e4m3x2_to_f16x2(cur.k[0][st]), kf[2] = e4m3x2_to_f16x2(cur.k[0][st] >> 16);
+        kf[1] = e4m3x2_to_f16x2(cur.k[1][st]), kf[3] = e4m3x2_to_f16x2(cur.k[1][st] >> 16);
+      } else {
+        kf[0] = cur.k[0][2 * st], kf[2] = cur.k[0][2 * st + 1];
+        kf[1] = cur.k[1][2 * st], kf[3] = cur.k[1][2 * st + 1];
+      }
       const uint4 qf = s_q[st][lane];
-      Mma<__half>::mma(s, kf, qf.x, qf.y);
-      Mma<__half>::mma(s, kf, qf.z, qf.w);
+      Mma<M>::mma(s, kf, qf.x, qf.y);
+      Mma<M>::mma(s, kf, qf.z, qf.w);
     }
     const bool in0 = c + g < k_end, in1 = c + g + 8 < k_end;
     s[0] = in0 ? score_log2(cap, s[0]) : kNegInf;
@@ -297,28 +360,41 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
     }
     // P^T as B fragments: (keys 2t, 2t + 1 | head g) and (keys 2t + 8, 2t + 9 | head g).
     uint32_t ph0, pl0, ph1, pl1;
-    split_f16x2(p[0], p[1], ph0, pl0);
-    split_f16x2(p[2], p[3], ph1, pl1);
+    split_x2<M>(p[0], p[1], ph0, pl0);
+    split_x2<M>(p[2], p[3], ph1, pl1);
     ph0 = transpose_8x8_b16(ph0);
     pl0 = transpose_8x8_b16(pl0);
     ph1 = transpose_8x8_b16(ph1);
     pl1 = transpose_8x8_b16(pl1);
-    // V^T A fragments: byte 2i (2i + 1) of a key's D/8 bytes is m-tile i's row g (g + 8).
+    // V^T A fragments, 16-bit caches: value 2i (2i + 1) of a key's D/8 values -- word i's low (high)
+    // half -- is m-tile i's row g (g + 8).
+    if constexpr (kElem == 2) {
 #pragma unroll
-    for (int w = 0; w < Chunk::kVBytes / 4; ++w) {
-      const uint32_t lo01 = __byte_perm(cur.v[0][w], cur.v[1][w], 0x5140);  // keys 2t, 2t+1: bytes 0, 1
-      const uint32_t hi01 = __byte_perm(cur.v[0][w], cur.v[1][w], 0x7362);  // bytes 2, 3
-      const uint32_t lo89 = __byte_perm(cur.v[2][w], cur.v[3][w], 0x5140);  // keys 2t+8, 2t+9
-      const uint32_t hi89 = __byte_perm(cur.v[2][w], cur.v[3][w], 0x7362);
-      // m-tile 2w: rows g (byte 0), g + 8 (byte 1); m-tile 2w + 1: bytes 2, 3.
-      const uint32_t va[4] = {e4m3x2_to_f16x2(lo01), e4m3x2_to_f16x2(lo01 >> 16), e4m3x2_to_f16x2(lo89),
-                              e4m3x2_to_f16x2(lo89 >> 16)};
-      Mma<__half>::mma(o[2 * w], va, ph0, ph1);
-      Mma<__half>::mma(o[2 * w], va, pl0, pl1);
-      const uint32_t vb[4] = {e4m3x2_to_f16x2(hi01), e4m3x2_to_f16x2(hi01 >> 16), e4m3x2_to_f16x2(hi89),
-                              e4m3x2_to_f16x2(hi89 >> 16)};
-      Mma<__half>::mma(o[2 * w + 1], vb, ph0, ph1);
-      Mma<__half>::mma(o[2 * w + 1], vb, pl0, pl1);
+      for (int w = 0; w < MT; ++w) {
+        const uint32_t va[4] = {
+            __byte_perm(cur.v[0][w], cur.v[1][w], 0x5410), __byte_perm(cur.v[0][w], cur.v[1][w], 0x7632),
+            __byte_perm(cur.v[2][w], cur.v[3][w], 0x5410), __byte_perm(cur.v[2][w], cur.v[3][w], 0x7632)};
+        Mma<M>::mma(o[w], va, ph0, ph1);
+        Mma<M>::mma(o[w], va, pl0, pl1);
+      }
+    } else {
+      // V^T A fragments, FP8: byte 2i (2i + 1) of a key's D/8 bytes is m-tile i's row g (g + 8).
+#pragma unroll
+      for (int w = 0; w < Chunk::kVBytes / 4; ++w) {
+        const uint32_t lo01 = __byte_perm(cur.v[0][w], cur.v[1][w], 0x5140);  // keys 2t, 2t+1: bytes 0, 1
+        const uint32_t hi01 = __byte_perm(cur.v[0][w], cur.v[1][w], 0x7362);  // bytes 2, 3
+        const uint32_t lo89 = __byte_perm(cur.v[2][w], cur.v[3][w], 0x5140);  // keys 2t+8, 2t+9
+        const uint32_t hi89 = __byte_perm(cur.v[2][w], cur.v[3][w], 0x7362);
+        // m-tile 2w: rows g (byte 0), g + 8 (byte 1); m-tile 2w + 1: bytes 2, 3.
+        const uint32_t va[4] = {e4m3x2_to_f16x2(lo01), e4m3x2_to_f16x2(lo01 >> 16), e4m3x2_to_f16x2(lo89),
+                                e4m3x2_to_f16x2(lo89 >> 16)};
+        Mma<__half>::mma(o[2 * w], va, ph0, ph1);
+        Mma<__half>::mma(o[2 * w], va, pl0, pl1);
+        const uint32_t vb[4] = {e4m3x2_to_f16x2(hi01), e4m3x2_to_f16x2(hi01 >> 16), e4m3x2_to_f16x2(hi89),
+                                e4m3x2_to_f16x2(hi89 >> 16)};
+        Mma<__half>::mma(o[2 * w + 1], vb, ph0, ph1);
+        Mma<__half>::mma(o[2 * w + 1], vb, pl0, pl1);
+      }
     }
   };
   // The chunk at c (stage st): wait for its group (the later chunks' groups may still be in
@@ -354,7 +430,7 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int head = 2 * t + h;
-    if (head < HB) {
+    if (head < nh) {
       if (g == 0) {
         s_m[warp][head] = m[h];
         s_l[warp][head] = l[h];
@@ -367,7 +443,7 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
     }
   }
   __syncthreads();
-  for (int i = tid; i < HB * D; i += NW * 32) {
+  for (int i = tid; i < nh * D; i += NW * 32) {
     const int h = i / D, c = i % D;
     float mx = kNegInf;
 #pragma unroll
@@ -388,10 +464,10 @@ __global__ void __launch_bounds__(NW * 32, mma_decode_min_blocks<NW>())
       if (c == 0) lse[wr] = (mx + log2f(den)) * kLn2;
     }
   }
-  if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
+  if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0, nh);
 }
 
-// Warps a block for `blocks` blocks of decode_mma_fp8_kernel, whose 4-warp instantiation is
+// Warps a block for `blocks` blocks of decode_mma_kernel, whose 4-warp instantiation is
 // `kernel4` (smem4 bytes of dynamic shared memory, opted in): 8 when the 4-warp grid would spill
 // past one full wave by at most one block a multiprocessor -- those blocks would run alone after
 // the wave, each at a fraction of its multiprocessor's rate, where 8-warp blocks (2 a
@@ -412,30 +488,50 @@ int mma_decode_warps(Kernel kernel4, int smem4, int64_t blocks) {
   return blocks > wave && blocks <= wave + sms ? 8 : 4;
 }
 
-// Launches decode_mma_fp8_kernel with the vectorised kernel's grid, heads per block and merge.
-template <int D>
-void launch_mma_fp8_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
+// Launches decode_mma_kernel for cache type T with the vectorised kernel's grid, splits and merge,
+// decode_mma_heads(group) heads a block. FP8 caches: 4 or 8 warps a block (mma_decode_warps);
+// bf16 / f16: 4 warps, 2 blocks a multiprocessor (24 KB of stages a warp at head_dim 128), always
+// the instantiation for 8 heads (the dispatcher sends them blocks of 5-8 heads; any group computes
+// correctly).
+template <int D, typename T>
+void launch_mma_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
   const int splits = decode_split_count(requested_splits, a.batch_size, max_seq_len);
-  with_heads_and_cap(a, [&](auto hb, auto cap) {
+  const int nh = decode_mma_heads(a.num_qo_heads / a.num_kv_heads);
+  const int64_t blocks = int64_t{splits} * (a.num_qo_heads / nh) * a.batch_size;
+  auto run = [&](auto hb, auto cap) {
     constexpr int HB = decltype(hb)::value;
     // Above 48 KB with the static arrays: the opt-in, per launch as the prefill kernels do (it is
     // per device, and allowed while a graph is captured).
     auto kernel_of = [&](auto nw) {
       constexpr int NW = decltype(nw)::value;
-      auto kernel = decode_mma_fp8_kernel<D, HB, decltype(cap), NW>;
+      auto kernel = decode_mma_kernel<D, HB, decltype(cap), NW, T>;
       RLM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          mma_decode_smem_bytes<D, NW>()));
+                                          mma_decode_smem_bytes<D, NW, T>()));
       return kernel;
     };
     const auto kernel4 = kernel_of(std::integral_constant<int, 4>{});
-    const int64_t blocks = int64_t{splits} * (a.num_qo_heads / HB) * a.batch_size;
-    if (mma_decode_warps(kernel4, mma_decode_smem_bytes<D, 4>(), blocks) == 8) {
-      launch_split_decode<D, HB>(kernel_of(std::integral_constant<int, 8>{}), 8 * 32, a, cap, splits,
-                                 max_seq_len, mma_decode_smem_bytes<D, 8>());
-    } else {
-      launch_split_decode<D, HB>(kernel4, 4 * 32, a, cap, splits, max_seq_len, mma_decode_smem_bytes<D, 4>());
+    if constexpr (sizeof(T) == 1) {
+      if (mma_decode_warps(kernel4, mma_decode_smem_bytes<D, 4, T>(), blocks) == 8) {
+        return launch_split_decode<D, HB>(kernel_of(std::integral_constant<int, 8>{}), 8 * 32, a, cap, splits,
+                                          max_seq_len, mma_decode_smem_bytes<D, 8, T>(), nh);
+      }
     }
-  });
+    launch_split_decode<D, HB>(kernel4, 4 * 32, a, cap, splits, max_seq_len, mma_decode_smem_bytes<D, 4, T>(),
+                               nh);
+  };
+  auto heads = [&](auto cap) {
+    if constexpr (sizeof(T) == 1) {
+      switch (decode_mma_instance(nh)) {
+        case 1: return run(std::integral_constant<int, 1>{}, cap);
+        case 2: return run(std::integral_constant<int, 2>{}, cap);
+        case 4: return run(std::integral_constant<int, 4>{}, cap);
+        default: break;
+      }
+    }
+    run(std::integral_constant<int, 8>{}, cap);
+  };
+  if (a.soft_cap > 0.0f) return heads(SoftCap{a.soft_cap});
+  heads(NoSoftCap{0.0f});
 }
 
 }  // namespace rlm::cuda::attn
