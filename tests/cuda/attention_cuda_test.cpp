@@ -326,8 +326,8 @@ TEST(AttentionCuda, SlidingWindowAndSoftCap) {
         const int64_t d = decode ? 128 : 64;
         const DType dt = (i % 3 == 0) ? DType::kBF16 : DType::kF32;
         const auto reqs = decode ? decode_requests(rng, 4, 3000) : mixed_requests(rng);
-        // Larger q so that the scores reach the soft-cap's non-linear range. Decode: groups of 4
-        // (bf16: the vectorised kernel) and 6 (bf16: the tensor-core kernel) in turn.
+        // Larger q so that the scores reach the soft-cap's non-linear range. Decode: groups of 4 and
+        // 6 in turn (bf16 caches: the tensor-core kernel's one-block groups of 4 and of 6 of its 8).
         const int64_t group = decode && i % 4 >= 2 ? 6 : 4;
         Problem pr = make_problem(rng, reqs, page_size, 2, group, d, dt, 4.0f);
         if (variant & 1) pr.p.sliding_window = window;
@@ -395,10 +395,11 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
 
 // Group sizes that are not 1, 2, 4 or 8, for every head_dim and cache dtype: the vectorised decode
 // kernel runs blocks of fewer heads than the group (3 -> 1, 5 -> 1, 6 -> 2, 7 -> 1, 12 -> 4,
-// 16 -> 8 x 2 blocks); at head_dim 64 / 128 the tensor-core kernel (FP8 caches at every group
-// here, bf16 / f16 at all but 3) runs its instantiation for 8 heads with the block's heads fewer
-// (3, 5, 6, 7 -> one block of the whole group, 12 -> 2 blocks of 6) or 8 (16 -> 2 blocks); page
-// sizes 16 and 24 (not a power of two: the kernels' general page-lookup path).
+// 16 -> 8 x 2 blocks); at head_dim 64 / 128 the tensor-core kernel (FP8, bf16 and f16 caches;
+// 16-bit chunks loaded into registers, FP8 ones staged in shared memory) runs its instantiation for
+// 8 heads with the block's heads fewer (3, 5, 6, 7 -> one block of the whole group, 12 -> 2 blocks
+// of 6) or 8 (16 -> 2 blocks); page sizes 16 and 24 (not a power of two: the kernels' general
+// page-lookup path).
 TEST(AttentionCuda, DecodeGroupSizes) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;

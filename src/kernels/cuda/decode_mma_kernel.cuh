@@ -88,23 +88,30 @@ template <int D, typename T = __nv_fp8_e4m3>
 constexpr int mma_stage_bytes() {
   return 32 * static_cast<int>(sizeof(MmaChunk<D, T>));
 }
+// Stages a warp: FP8 caches kMmaDecodeStages; 16-bit caches load their chunks into registers and
+// keep one stage's bytes, which only the warps' partial outputs use.
+template <typename T>
+constexpr int mma_decode_stages() {
+  return sizeof(T) == 2 ? 1 : kMmaDecodeStages;
+}
 // Dynamic shared memory of decode_mma_kernel with NW warps: the stages, which the warps'
 // partial outputs ([NW][HB][D] floats, HB <= 8) reuse after the last chunk.
 template <int D, int NW, typename T = __nv_fp8_e4m3>
 constexpr int mma_decode_smem_bytes() {
-  static_assert(kMmaDecodeStages * mma_stage_bytes<D, T>() >= 8 * D * 4,
+  static_assert(mma_decode_stages<T>() * mma_stage_bytes<D, T>() >= 8 * D * 4,
                 "the partial outputs fit the stages");
-  return kMmaDecodeStages * NW * mma_stage_bytes<D, T>();
+  return mma_decode_stages<T>() * NW * mma_stage_bytes<D, T>();
 }
 
 // FP8 caches: blocks of 4 warps, 3 per multiprocessor (136-138 registers a thread at head_dim
 // 128), or blocks of 8 warps, 2 per multiprocessor (at most 128 registers): the same keys of one
 // (request, head block, split) over twice the warps; mma_decode_warps below picks one per launch.
-// 16-bit caches (twice the stage bytes): 2 blocks of 4 warps (144-150 registers at head_dim 128).
+// 16-bit caches (chunks loaded into two register buffers): 2 blocks of 4 warps (248-254 registers
+// at head_dim 128, 146-164 at 64).
 template <int NW, typename T = __nv_fp8_e4m3>
 constexpr int mma_decode_min_blocks() {
   static_assert(NW == 4 || NW == 8, "4 or 8 warps a block");
-  if constexpr (sizeof(T) == 2) return NW == 4 ? 2 : 1;  // 24 KB of stages a warp
+  if constexpr (sizeof(T) == 2) return NW == 4 ? 2 : 1;  // two 8 KB chunks a lane's registers
   return NW == 4 ? 3 : 2;
 }
 
@@ -137,18 +144,26 @@ __host__ __device__ constexpr int decode_mma_heads(int group) {
 // The instantiation (HB) that runs nh heads a block: nh itself when 1, 2 or 4, else 8.
 constexpr int decode_mma_instance(int nh) { return nh == 1 || nh == 2 || nh == 4 ? nh : 8; }
 
-// A warp has the next two chunks loading (cp.async into its shared-memory stages) while it computes
-// on one; a chunk is read into registers only when its turn comes. Held in registers instead (the
-// previous kernel), the chunks in flight cost ~64 registers and spills, and a register copy between
-// buffers waited for the loads: at most one chunk was really in flight (docs/perf/decode_kernels.md,
-// ninth section: FP8-KV attention 0.726 -> 0.786 of copy bandwidth at batch 256 on an H100). q's MMA
-// fragments sit in shared memory (read once per k-step). NW warps a block (mma_decode_min_blocks).
+// FP8 caches: a warp has the next two chunks loading (cp.async into its shared-memory stages) while
+// it computes on one; a chunk is read into registers only when its turn comes. Held in registers
+// instead (the previous kernel), the chunks in flight cost ~64 registers and spills, and a register
+// copy between buffers waited for the loads: at most one chunk was really in flight
+// (docs/perf/decode_kernels.md, ninth section: FP8-KV attention 0.726 -> 0.786 of copy bandwidth at
+// batch 256 on an H100).
+// 16-bit caches (kDirect): the chunks are loaded straight into two register buffers in turn (the
+// next chunk's loads issued before the current one is computed; no copy between buffers), 64
+// registers each at head_dim 128: the cp.async stages read only 0.57-0.61 of copy on an H200 at
+// batch 32-256 where this reads 0.81-0.90 (docs/perf/decode_kernels.md, twenty-fourth section); FP8
+// caches read this way measured slower (0.44-0.57 against 0.58-0.71).
+// q's MMA fragments sit in shared memory (read once per k-step). NW warps a block
+// (mma_decode_min_blocks).
 template <int D, int HB, typename Cap, int NW, typename T = __nv_fp8_e4m3>
 __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
     decode_mma_kernel(DeviceArgs a, Cap cap, int num_splits, float* partial, float* lse, int* counters) {
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
   using M = MmaIn<T>;
   constexpr int kElem = static_cast<int>(sizeof(T));
+  constexpr bool kDirect = kElem == 2;  // chunks into registers, not through shared memory
   constexpr int VP = 16 / kElem;  // values per 16-byte piece
   static_assert(HB >= 1 && HB <= 8, "at most 8 heads per block (the MMA's n)");
   constexpr int KS = D / 16;  // k-steps of S^T (16 columns each)
@@ -274,8 +289,53 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
       }
     }
   };
+  // kDirect: the chunk of the page slots my_slot (lanes 0-15: the chunk's keys) straight into c --
+  // the same words a lane's copy_chunk / read_chunk give it; zeros for keys past the split's end.
+  auto load_chunk = [&](int64_t my_slot, Chunk& c) {
+    const int64_t ks0 = __shfl_sync(0xffffffffu, my_slot, g), ks1 = __shfl_sync(0xffffffffu, my_slot, g + 8);
 #pragma unroll
-  for (int st = 0; st < kMmaDecodeStages; ++st) copy_chunk(first_slots[st], st, chunk + st * kStep < k_end);
+    for (int row = 0; row < 2; ++row) {
+      const int64_t ks = row == 0 ? ks0 : ks1;
+#pragma unroll
+      for (int i = 0; i < Chunk::kKBytes / 16; ++i) {
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (ks >= 0) x = __ldg(reinterpret_cast<const uint4*>(kc + ks * a.k_ts * kElem + 64 * i));
+        c.k[row][4 * i] = x.x;
+        c.k[row][4 * i + 1] = x.y;
+        c.k[row][4 * i + 2] = x.z;
+        c.k[row][4 * i + 3] = x.w;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
+      const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
+      const uint8_t* src = vc + (vs >= 0 ? vs : 0) * a.v_ts * kElem;
+      if constexpr (Chunk::kVBytes % 16 == 0) {
+#pragma unroll
+        for (int pc = 0; pc < Chunk::kVBytes / 16; ++pc) {
+          uint4 x = make_uint4(0, 0, 0, 0);
+          if (vs >= 0) x = __ldg(reinterpret_cast<const uint4*>(src + 16 * pc));
+          c.v[j][4 * pc] = x.x;
+          c.v[j][4 * pc + 1] = x.y;
+          c.v[j][4 * pc + 2] = x.z;
+          c.v[j][4 * pc + 3] = x.w;
+        }
+      } else {
+        uint2 x = make_uint2(0, 0);
+        if (vs >= 0) x = __ldg(reinterpret_cast<const uint2*>(src));
+        c.v[j][0] = x.x;
+        c.v[j][1] = x.y;
+      }
+    }
+  };
+  Chunk buf_a, buf_b;  // kDirect's two buffers
+  if constexpr (kDirect) {
+    load_chunk(first_slots[0], buf_a);
+  } else {
+#pragma unroll
+    for (int st = 0; st < kMmaDecodeStages; ++st) copy_chunk(first_slots[st], st, chunk + st * kStep < k_end);
+  }
 
   // Q^T as B fragments: k-step s (word s of the lane's K bytes: piece t + 4 (s / 4), word s % 4),
   // lane (g, t) holds head g's columns kcol(s) + {0, 1} (b0) and + {2, 3} (b1), each as hi and lo
@@ -410,10 +470,26 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
     compute(cur, c);
     copy_chunk(ahead, st, c + kAhead < k_end);
   };
-  for (; chunk < k_end; chunk += kAhead) {
+  if constexpr (kDirect) {
+    // Chunks c, c1 = c + kStep, ... alternate between the buffers: the next chunk's loads go out
+    // (and the one after's page slot is looked up) before the current chunk is computed.
+    int64_t slot_b = first_slots[1];
+    for (; chunk < k_end; chunk += 2 * kStep) {
+      const int c1 = chunk + kStep, c2 = c1 + kStep, c3 = c2 + kStep;
+      if (c1 < k_end) load_chunk(slot_b, buf_b);
+      const int64_t slot_a = c2 < k_end ? chunk_slot(c2) : -1;
+      compute(buf_a, chunk);
+      if (c1 >= k_end) break;
+      if (c2 < k_end) load_chunk(slot_a, buf_a);
+      slot_b = c3 < k_end ? chunk_slot(c3) : -1;
+      compute(buf_b, c1);
+    }
+  } else {
+    for (; chunk < k_end; chunk += kAhead) {
 #pragma unroll
-    for (int st = 0; st < kMmaDecodeStages; ++st) {  // constant stage offsets after unrolling
-      if (chunk + st * kStep < k_end) step(st, chunk + st * kStep);
+      for (int st = 0; st < kMmaDecodeStages; ++st) {  // constant stage offsets after unrolling
+        if (chunk + st * kStep < k_end) step(st, chunk + st * kStep);
+      }
     }
   }
   cp_async_wait<0>();  // no copy may still be writing a stage when the block moves on
@@ -490,9 +566,9 @@ int mma_decode_warps(Kernel kernel4, int smem4, int64_t blocks) {
 
 // Launches decode_mma_kernel for cache type T with the vectorised kernel's grid, splits and merge,
 // decode_mma_heads(group) heads a block. FP8 caches: 4 or 8 warps a block (mma_decode_warps);
-// bf16 / f16: 4 warps, 2 blocks a multiprocessor (24 KB of stages a warp at head_dim 128), always
-// the instantiation for 8 heads (the dispatcher sends them blocks of 5-8 heads; any group computes
-// correctly).
+// bf16 / f16: 4 warps, 2 blocks a multiprocessor (the chunks in registers), always the
+// instantiation for 8 heads (decode_mma16 in paged_attention_decode.cu says which groups come here;
+// any group computes correctly).
 template <int D, typename T>
 void launch_mma_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
   const int splits = decode_split_count(requested_splits, a.batch_size, max_seq_len);

@@ -9,7 +9,7 @@
 //    padded sizes and caches whose strides are not 16-byte aligned. It is instantiated for widths
 //    64, 128 and 256 and masks the columns past the call's head sizes at run time.
 //  - decode_mma_kernel (decode_mma_kernel.cuh): aligned caches of head_dim 64 / 128 on sm_80+,
-//    FP8 always, bf16 / f16 when its blocks hold 5 to 8 q heads of a kv head (decode_mma16); the
+//    FP8 always, bf16 / f16 for groups of 3 or more q heads a kv head (decode_mma16); the
 //    vectorised kernel's splits and merge, the products on the tensor cores.
 // All write each split's normalised partial output and log-sum-exp to a workspace that
 // merge_kernel (or, for the vectorised and tensor-core kernels, the last block of the request's
@@ -247,20 +247,23 @@ bool fp8_decode_mma() {
   return on;
 }
 
-// bf16 / f16 caches of head_dim 64 / 128 take the tensor-core kernel on sm_80+ when it runs blocks
-// of 5 to 8 heads (groups of 5, 6, 7, 8, 12, 16, ...): there the vectorised kernel is bound by its
-// FMAs (8 heads a block) or runs blocks of fewer heads than the group, each reading the whole cache
-// (5 and 7 -> 1 head, 6 -> 2). Groups of 1, 2, 3 and 4 keep the vectorised kernel, which reads
-// faster at 3 and 4 (1 and 2 not compared; H200, 2,048 keys, batch 32-256: 0.79-0.86 of copy at 4
-// heads against the tensor-core kernel's 0.63-0.68, 0.63 against 0.58-0.60 for a group of 3 as 3
-// one-head blocks; docs/perf/decode_kernels.md, twenty-fourth section). RADIXLM_DECODE_MMA16=0
-// keeps every group on the vectorised kernel (the reference), =1 sends every group to the
-// tensor-core kernel.
+// bf16 / f16 caches of head_dim 64 / 128 take the tensor-core kernel on sm_80+ (the chunks loaded
+// into registers) where it reads faster than the vectorised kernel: at head_dim 128 every group
+// whose blocks hold 3 to 8 heads (decode_mma_heads), at 64 the same but 4. H200, 2,048 keys, batch
+// 32-256, ratio to copy (docs/perf/decode_kernels.md, twenty-fourth section): head_dim 128, group 3
+// 0.83-0.90 against 0.64 (3 one-head blocks), 4 0.81-0.90 against 0.80-0.87, 5 and 8 0.81-0.90
+// against 0.37-0.49 (one-head blocks; FMA-bound 8-head blocks); head_dim 64, groups 3, 5, 8
+// 0.58-0.75 against 0.35-0.60, group 4 0.60-0.75 against 0.72-0.80. Groups of 1 and 2 stay on the
+// vectorised kernel (group 2 at 128: 0.90-0.98 against 0.84-0.90). RADIXLM_DECODE_MMA16=0 keeps
+// every group on the vectorised kernel (the reference), =1 sends every group to the tensor-core one.
+template <int D>
 bool decode_mma16(const DeviceArgs& a) {
   static const int64_t forced = env_int64("RADIXLM_DECODE_MMA16", -1);
   RLM_CHECK(forced >= -1 && forced <= 1) << "RADIXLM_DECODE_MMA16 must be 0 or 1, not " << forced;
   if (forced == 0) return false;
-  return (forced == 1 || decode_mma_heads(a.num_qo_heads / a.num_kv_heads) >= 5) && tensor_core_device();
+  const int nh = decode_mma_heads(a.num_qo_heads / a.num_kv_heads);
+  const bool faster = D == 128 ? nh >= 3 : nh == 3 || nh >= 5;
+  return (forced == 1 || faster) && tensor_core_device();
 }
 
 bool vec_aligned(const cpu::AttnRows& c) {
@@ -275,12 +278,12 @@ void launch_vec_dtype(DType dtype, const DeviceArgs& a, int requested_splits, in
     case DType::kF32: return launch_vec_cap<D, float, false>(a, requested_splits, max_seq_len);
     case DType::kBF16:
       if constexpr (D <= 128) {
-        if (decode_mma16(a)) return launch_mma_cap<D, __nv_bfloat16>(a, requested_splits, max_seq_len);
+        if (decode_mma16<D>(a)) return launch_mma_cap<D, __nv_bfloat16>(a, requested_splits, max_seq_len);
       }
       return launch_vec_cap<D, __nv_bfloat16, false>(a, requested_splits, max_seq_len);
     case DType::kF16:
       if constexpr (D <= 128) {
-        if (decode_mma16(a)) return launch_mma_cap<D, __half>(a, requested_splits, max_seq_len);
+        if (decode_mma16<D>(a)) return launch_mma_cap<D, __half>(a, requested_splits, max_seq_len);
       }
       return launch_vec_cap<D, __half, false>(a, requested_splits, max_seq_len);
     case DType::kF8E4M3:
