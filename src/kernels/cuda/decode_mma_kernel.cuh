@@ -76,6 +76,14 @@ struct MmaChunk {
   uint32_t v[4][kVBytes / 4];
 };
 
+// A 16-byte piece as a chunk's four consecutive words w[0..3].
+__device__ __forceinline__ void put_words(uint32_t* w, uint4 x) {
+  w[0] = x.x;
+  w[1] = x.y;
+  w[2] = x.z;
+  w[3] = x.w;
+}
+
 // The chunks travel through shared memory (cp.async, sm_80+): each lane copies its own 16-byte
 // (8-byte for an FP8 V row at head_dim 64) pieces of a chunk and later reads back exactly those,
 // so its own cp.async.wait_group is the only synchronisation needed; a piece of a key past the
@@ -217,6 +225,12 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
   // piece-major order across the 32 lanes, so a piece's 32 copies and reads are consecutive.
   extern __shared__ __align__(16) unsigned char s_kv[];
   auto stage = [&](int st) { return s_kv + (st * NW + warp) * mma_stage_bytes<D, T>(); };
+  // V key j of this lane's four (2t, 2t + 1, 2t + 8, 2t + 9) of the chunk whose page slots are
+  // my_slot: its slot vs (-1 past the split's end) and the lane's bytes of its row (row 0 for -1).
+  auto v_row = [&](int64_t my_slot, int j, int64_t& vs) {
+    vs = __shfl_sync(0xffffffffu, my_slot, 2 * t + (j & 1) + (j & 2) * 4);
+    return vc + (vs >= 0 ? vs : 0) * a.v_ts * kElem;
+  };
   // The chunk of the page slots my_slot (lanes 0-15: the chunk's keys) into stage st: lane (g, t)
   // copies what MmaChunk says it holds -- K rows of keys g and g + 8 (16-byte pieces t, t + 4, ...),
   // V rows of keys 2t, 2t + 1, 2t + 8, 2t + 9 (D/8 bytes at column (D/8) g); zeros for keys past
@@ -239,9 +253,8 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
-      const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
-      const uint8_t* src = vc + (vs >= 0 ? vs : 0) * a.v_ts * kElem;
+      int64_t vs;
+      const uint8_t* src = v_row(my_slot, j, vs);
       if constexpr (Chunk::kVBytes % 16 == 0) {
         const int bytes = on && vs >= 0 ? 16 : 0;
 #pragma unroll
@@ -264,10 +277,7 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
 #pragma unroll
       for (int i = 0; i < Chunk::kKBytes / 16; ++i, off += 16 * 32) {
         const uint4 x = *reinterpret_cast<const uint4*>(base + off + 16 * lane);
-        c.k[row][4 * i] = x.x;
-        c.k[row][4 * i + 1] = x.y;
-        c.k[row][4 * i + 2] = x.z;
-        c.k[row][4 * i + 3] = x.w;
+        put_words(&c.k[row][4 * i], x);
       }
     }
 #pragma unroll
@@ -276,10 +286,7 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
 #pragma unroll
         for (int pc = 0; pc < Chunk::kVBytes / 16; ++pc, off += 16 * 32) {
           const uint4 x = *reinterpret_cast<const uint4*>(base + off + 16 * lane);
-          c.v[j][4 * pc] = x.x;
-          c.v[j][4 * pc + 1] = x.y;
-          c.v[j][4 * pc + 2] = x.z;
-          c.v[j][4 * pc + 3] = x.w;
+          put_words(&c.v[j][4 * pc], x);
         }
       } else {
         const uint2 x = *reinterpret_cast<const uint2*>(base + off + 8 * lane);
@@ -300,26 +307,19 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
       for (int i = 0; i < Chunk::kKBytes / 16; ++i) {
         uint4 x = make_uint4(0, 0, 0, 0);
         if (ks >= 0) x = __ldg(reinterpret_cast<const uint4*>(kc + ks * a.k_ts * kElem + 64 * i));
-        c.k[row][4 * i] = x.x;
-        c.k[row][4 * i + 1] = x.y;
-        c.k[row][4 * i + 2] = x.z;
-        c.k[row][4 * i + 3] = x.w;
+        put_words(&c.k[row][4 * i], x);
       }
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int key = 2 * t + (j & 1) + (j & 2) * 4;  // 2t, 2t + 1, 2t + 8, 2t + 9
-      const int64_t vs = __shfl_sync(0xffffffffu, my_slot, key);
-      const uint8_t* src = vc + (vs >= 0 ? vs : 0) * a.v_ts * kElem;
+      int64_t vs;
+      const uint8_t* src = v_row(my_slot, j, vs);
       if constexpr (Chunk::kVBytes % 16 == 0) {
 #pragma unroll
         for (int pc = 0; pc < Chunk::kVBytes / 16; ++pc) {
           uint4 x = make_uint4(0, 0, 0, 0);
           if (vs >= 0) x = __ldg(reinterpret_cast<const uint4*>(src + 16 * pc));
-          c.v[j][4 * pc] = x.x;
-          c.v[j][4 * pc + 1] = x.y;
-          c.v[j][4 * pc + 2] = x.z;
-          c.v[j][4 * pc + 3] = x.w;
+          put_words(&c.v[j][4 * pc], x);
         }
       } else {
         uint2 x = make_uint2(0, 0);
