@@ -258,8 +258,10 @@ bool fp8_decode_mma() {
 // every group on the vectorised kernel (the reference), =1 sends every group to the tensor-core one.
 template <int D>
 bool decode_mma16(const DeviceArgs& a) {
-  static const int64_t forced = env_int64("RADIXLM_DECODE_MMA16", -1);
-  RLM_CHECK(forced >= -1 && forced <= 1) << "RADIXLM_DECODE_MMA16 must be 0 or 1, not " << forced;
+  constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();  // no value a user could set
+  static const int64_t forced = env_int64("RADIXLM_DECODE_MMA16", kUnset);
+  RLM_CHECK(forced == kUnset || forced == 0 || forced == 1)
+      << "RADIXLM_DECODE_MMA16 must be 0 or 1, not " << forced;
   if (forced == 0) return false;
   const int nh = decode_mma_heads(a.num_qo_heads / a.num_kv_heads);
   const bool faster = D == 128 ? nh >= 3 : nh == 3 || nh >= 5;
