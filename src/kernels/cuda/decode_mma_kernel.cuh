@@ -206,6 +206,24 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
     const int pos = chunk + lane % kMmaDecodeKeys;
     return pos < k_end ? pages.slot(pos) : -1;
   };
+  // The same in two halves, for the stages' loop (after the empty-split return): lookup() issues
+  // the page-table load with no branch around it (a key past the split's end reads key k_end - 1's
+  // entry and gets offset -1), slot_of() is the first use of what it loaded.
+  struct PageEntry {
+    uint32_t page;
+    int32_t offset;  // -1: past the split's end
+  };
+  auto lookup = [&](int chunk) -> PageEntry {
+    const int pos = chunk + lane % kMmaDecodeKeys;
+    int32_t index, offset;
+    pages.locate(pos < k_end ? pos : k_end - 1, index, offset);
+    return {static_cast<uint32_t>(pages.pages[index]), pos < k_end ? offset : -1};
+  };
+  auto slot_of = [&](PageEntry e) -> int64_t {
+    return e.offset >= 0
+               ? static_cast<int64_t>(uint64_t{e.page} * static_cast<uint32_t>(a.page_size)) + e.offset
+               : -1;
+  };
   constexpr int kStep = NW * kMmaDecodeKeys;
   int chunk = k_begin + warp * kMmaDecodeKeys;
   int64_t first_slots[kMmaDecodeStages];  // the first kMmaDecodeStages chunks'
@@ -459,16 +477,23 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
   };
   // The chunk at c (stage st): wait for its group (the later chunks' groups may still be in
   // flight: one group per stage is always committed), read it into registers, compute, then refill
-  // the stage with the chunk kMmaDecodeStages steps ahead (its page slot looked up first, so that
-  // lookup's latency hides behind the computation).
+  // the stage with the chunk kMmaDecodeStages steps ahead. That chunk's page-table entries were
+  // loaded one step earlier (entries[st], one per stage so that no register copy waits for a
+  // load); this step loads the next step's. Looked up in the same step, behind a branch, the load
+  // was waited for at once: a third of the stall samples on an H200, and 0.64 -> 0.68-0.69 of copy
+  // at batch 128 with 4 heads a block once moved (docs/perf/decode_kernels.md, twenty-fifth
+  // section).
   constexpr int kAhead = kMmaDecodeStages * kStep;
+  PageEntry entries[kMmaDecodeStages];
+  if constexpr (!kDirect) entries[0] = lookup(chunk + kAhead);
   auto step = [&](int st, int c) {
-    const int64_t ahead = c + kAhead < k_end ? chunk_slot(c + kAhead) : -1;
+    const PageEntry ahead = entries[st];
+    entries[(st + 1) % kMmaDecodeStages] = lookup(c + kAhead + kStep);
     cp_async_wait<kMmaDecodeStages - 1>();
     Chunk cur;
     read_chunk(st, cur);
     compute(cur, c);
-    copy_chunk(ahead, st, c + kAhead < k_end);
+    copy_chunk(slot_of(ahead), st, c + kAhead < k_end);
   };
   if constexpr (kDirect) {
     // Chunks c, c1 = c + kStep, ... alternate between the buffers: the next chunk's loads go out
