@@ -545,25 +545,7 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
   }
   __syncthreads();
   for (int i = tid; i < nh * D; i += NW * 32) {
-    const int h = i / D, c = i % D;
-    float mx = kNegInf;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) mx = fmaxf(mx, s_m[w][h]);
-    float den = 0.0f, num = 0.0f;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      const float wt = fast_exp2(s_m[w][h] - mx);  // 0 for a warp without keys (m = -inf)
-      den += wt * s_l[w][h];
-      num += wt * s_acc[w][h][c];
-    }
-    if (num_splits == 1) {
-      a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
-          num / den * a.out_scale;
-    } else {
-      const int64_t wr = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
-      partial[wr * D + c] = num / den;
-      if (c == 0) lse[wr] = (mx + log2f(den)) * kLn2;
-    }
+    write_merged_states(a, s_m, s_l, s_acc, i / D, i % D, row, r, h0, split, num_splits, partial, lse);
   }
   if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0, nh);
 }

@@ -159,6 +159,35 @@ __device__ __forceinline__ void split_range(int seq_len, int sliding_window, int
 
 constexpr int kMaxDecodeSplits = 64;
 
+// Column c of the block's head h (qo head h0 + h) of request r (query row `row`) from N partial
+// softmax states in shared memory -- maxima m[n][h] (log2 domain), row sums l[n][h], accumulators
+// acc[n][h][c] -- to the output (one split) or to this split's workspace row and its LSE: the
+// epilogue of both split-KV decode kernels (slots here, warps in decode_mma_kernel).
+template <int N, int HB, int D>
+__device__ __forceinline__ void write_merged_states(const DeviceArgs& a, const float (&m)[N][HB],
+                                                    const float (&l)[N][HB], const float (*acc)[HB][D], int h,
+                                                    int c, int row, int r, int h0, int split, int num_splits,
+                                                    float* partial, float* lse) {
+  float mx = kNegInf;
+#pragma unroll
+  for (int n = 0; n < N; ++n) mx = fmaxf(mx, m[n][h]);
+  float den = 0.0f, num = 0.0f;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const float w = fast_exp2(m[n][h] - mx);  // 0 for a state without keys (m = -inf)
+    den += w * l[n][h];
+    num += w * acc[n][h][c];
+  }
+  if (num_splits == 1) {
+    a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
+        num / den * a.out_scale;
+  } else {
+    const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
+    partial[w * D + c] = num / den;
+    if (c == 0) lse[w] = (mx + log2f(den)) * kLn2;
+  }
+}
+
 // The merge of one request's splits for qo heads h0 .. h0 + nh - 1 (nh <= HB: the block's heads),
 // run by the last of their num_splits blocks to arrive (every thread of every block calls it;
 // partial and lse as written by the blocks): out = sum_s exp(lse_s - M) * partial_s / sum_s
@@ -462,24 +491,7 @@ __global__ void __launch_bounds__(kVecThreads)
   for (int i = tid; i < HB * D; i += kVecThreads) {
     const int h = i / D, c = i % D;
     if (kPadded && c >= a.v_head_dim) continue;  // (c == 0 always passes: lse is written)
-    float mx = kNegInf;
-#pragma unroll
-    for (int sl = 0; sl < S::kSlots; ++sl) mx = fmaxf(mx, s_m[sl][h]);
-    float den = 0.0f, num = 0.0f;
-#pragma unroll
-    for (int sl = 0; sl < S::kSlots; ++sl) {
-      const float w = fast_exp2(s_m[sl][h] - mx);  // 0 for a slot without keys (m = -inf)
-      den += w * s_l[sl][h];
-      num += w * s_acc[sl][h][c];
-    }
-    if (num_splits == 1) {
-      a.out[static_cast<int64_t>(row) * a.out_ts + static_cast<int64_t>(h0 + h) * a.out_hs + c] =
-          num / den * a.out_scale;
-    } else {
-      const int64_t w = (static_cast<int64_t>(r) * a.num_qo_heads + h0 + h) * num_splits + split;
-      partial[w * D + c] = num / den;
-      if (c == 0) lse[w] = (mx + log2f(den)) * kLn2;
-    }
+    write_merged_states(a, s_m, s_l, s_acc, h, c, row, r, h0, split, num_splits, partial, lse);
   }
   timeline_mark(2);
   if (counters != nullptr) merge_splits_if_last<D, HB>(a, num_splits, partial, lse, counters, r, h0);
