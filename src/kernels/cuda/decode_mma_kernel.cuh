@@ -256,6 +256,9 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
   // hint: one instruction covers 64 bytes of each of 8 K rows, and without it DRAM served those
   // halves apart (H100, 2,048 keys, batch 32 / 128 / 256: 0.69 / 0.73 / 0.78 of copy bandwidth ->
   // 0.70 / 0.76 / 0.82; head_dim 64: 0.66 / 0.69 / 0.68 -> 0.67 / 0.83 / 0.86; decode_kernels.md).
+  // And every copy goes through L1 (cp_async16_l1, .ca): with .cg the L2 saw about one request a
+  // sector and its tag lookups bounded the kernel (88% busy, DRAM 62%); H200, group 4, batch 32 /
+  // 128 / 256: 0.61 / 0.69 / 0.72 of copy -> 0.62-0.63 / 0.76 / 0.79 (twenty-sixth section).
   auto copy_chunk = [&](int64_t my_slot, int st, bool on) {
     const int64_t ks0 = __shfl_sync(0xffffffffu, my_slot, g), ks1 = __shfl_sync(0xffffffffu, my_slot, g + 8);
     unsigned char* base = stage(st);
@@ -265,8 +268,8 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
       const int64_t ks = row == 0 ? ks0 : ks1;
 #pragma unroll
       for (int i = 0; i < Chunk::kKBytes / 16; ++i, off += 16 * 32) {
-        cp_async16<true>(base + off + 16 * lane, kc + (ks >= 0 ? ks : 0) * a.k_ts * kElem + 64 * i,
-                         on && ks >= 0 ? 16 : 0);
+        cp_async16_l1(base + off + 16 * lane, kc + (ks >= 0 ? ks : 0) * a.k_ts * kElem + 64 * i,
+                      on && ks >= 0 ? 16 : 0);
       }
     }
 #pragma unroll
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(NW * 32, (mma_decode_min_blocks<NW, T>()))
         const int bytes = on && vs >= 0 ? 16 : 0;
 #pragma unroll
         for (int pc = 0; pc < Chunk::kVBytes / 16; ++pc, off += 16 * 32) {
-          cp_async16<true>(base + off + 16 * lane, src + 16 * pc, bytes);
+          cp_async16_l1(base + off + 16 * lane, src + 16 * pc, bytes);
         }
       } else {
         cp_async8<true>(base + off + 8 * lane, src, on && vs >= 0 ? Chunk::kVBytes : 0);

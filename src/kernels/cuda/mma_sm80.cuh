@@ -24,21 +24,28 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // Copies 16 bytes global -> shared asynchronously; src_bytes == 0 writes 16 zero bytes instead
-// (src must still be a valid address). kPrefetch128: with the .L2::128B hint, which has the L2
-// fetch the source's whole 128-byte line (a warp that reads half a line per instruction gets whole
-// lines from DRAM: the FP8 decode kernel, docs/perf/decode_kernels.md, eleventh section).
-template <bool kPrefetch128 = false>
+// (src must still be a valid address).
 __device__ __forceinline__ void cp_async16(void* dst_smem, const void* src, int src_bytes) {
 #ifndef RLM_MMA_UNSUPPORTED
-  if constexpr (kPrefetch128) {
-    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)),
-                 "l"(src), "r"(src_bytes)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-  }
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// The same 16 bytes through L1 (.ca) with the .L2::128B hint (the L2 fetches the source's whole
+// 128-byte line: a warp that reads half a line per instruction gets whole lines from DRAM,
+// eleventh section of docs/perf/decode_kernels.md); L1 gathers a warp's pieces of one
+// 128-byte line into one L2 request (several sectors), where .cg sends L2 about one request a
+// sector. The FP8 decode kernel's copies (16-byte pieces, half a line a row an instruction): L2 tag
+// lookups 88% -> 38% busy, 0.72 -> 0.79 of copy bandwidth on an H200 (docs/perf/decode_kernels.md,
+// twenty-sixth section).
+__device__ __forceinline__ void cp_async16_l1(void* dst_smem, const void* src, int src_bytes) {
+#ifndef RLM_MMA_UNSUPPORTED
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)),
+               "l"(src), "r"(src_bytes)
+               : "memory");
 #else
   __trap();
 #endif
