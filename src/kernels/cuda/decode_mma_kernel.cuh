@@ -29,6 +29,7 @@
 //   (summation order aside).
 // - Heads: HB (1, 2, 4 or 8) is the instantiation's, nh the block's (decode_mma_heads: HB, or at
 //   HB = 8 the largest divisor of the group up to 8); heads past nh are zero in q and not written.
+//   Only FP8 caches at head_dim 64 take HB = 1, 2, 4 (launch_mma_cap).
 // - Online softmax per head in registers (log2 domain, lazy rescaling as in decode_vec_kernel),
 //   the row sums kept per lane and reduced at the end; the warps' states meet in shared memory.
 #pragma once
@@ -149,7 +150,8 @@ __host__ __device__ constexpr int decode_mma_heads(int group) {
   while (group % h != 0) --h;
   return h;
 }
-// The instantiation (HB) that runs nh heads a block: nh itself when 1, 2 or 4, else 8.
+// The instantiation (HB) that runs nh heads a block for FP8 caches at head_dim 64: nh itself when
+// 1, 2 or 4, else 8.
 constexpr int decode_mma_instance(int nh) { return nh == 1 || nh == 2 || nh == 4 ? nh : 8; }
 
 // FP8 caches: a warp has the next two chunks loading (cp.async into its shared-memory stages) while
@@ -576,9 +578,15 @@ int mma_decode_warps(Kernel kernel4, int smem4, int64_t blocks) {
 
 // Launches decode_mma_kernel for cache type T with the vectorised kernel's grid, splits and merge,
 // decode_mma_heads(group) heads a block. FP8 caches: 4 or 8 warps a block (mma_decode_warps);
-// bf16 / f16: 4 warps, 2 blocks a multiprocessor (the chunks in registers), always the
-// instantiation for 8 heads (decode_mma16 in paged_attention_decode.cu says which groups come here;
-// any group computes correctly).
+// bf16 / f16: 4 warps, 2 blocks a multiprocessor (the chunks in registers). The instantiation for
+// 8 heads runs every group (its blocks computing only nh of them), but FP8 caches at head_dim 64
+// take the 1-, 2- or 4-head one where nh is 1, 2 or 4 (decode_mma_instance): at head_dim 128 the
+// 8-head one measured faster for groups of 1, 2 and 4 too (H200, 2,048 keys, batch 32 / 128 / 256,
+// group 4: 0.62 / 0.75 / 0.79 of copy -> 0.66-0.69 / 0.79-0.80 / 0.83-0.84; group 2 0.62-0.63 /
+// 0.76-0.77 / 0.79-0.80 -> 0.69-0.70 / 0.81 / 0.84-0.85; group 1 0.64 / 0.74 / 0.80-0.81 -> 0.69-0.71
+// / 0.81-0.83 / 0.85-0.86), at 64 slower by 1-2% at batch 128-256 (docs/perf/decode_kernels.md,
+// twenty-sixth section). decode_mma16 in paged_attention_decode.cu says which groups of 16-bit
+// caches come here; any group computes correctly.
 template <int D, typename T>
 void launch_mma_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_len) {
   const int splits = decode_split_count(requested_splits, a.batch_size, max_seq_len);
@@ -606,7 +614,7 @@ void launch_mma_cap(const DeviceArgs& a, int requested_splits, int64_t max_seq_l
                                nh);
   };
   auto heads = [&](auto cap) {
-    if constexpr (sizeof(T) == 1) {
+    if constexpr (sizeof(T) == 1 && D == 64) {
       switch (decode_mma_instance(nh)) {
         case 1: return run(std::integral_constant<int, 1>{}, cap);
         case 2: return run(std::integral_constant<int, 2>{}, cap);
