@@ -112,11 +112,11 @@ constexpr int mma_decode_smem_bytes() {
   return mma_decode_stages<T>() * NW * mma_stage_bytes<D, T>();
 }
 
-// FP8 caches: blocks of 4 warps, 3 per multiprocessor (136-138 registers a thread at head_dim
-// 128), or blocks of 8 warps, 2 per multiprocessor (at most 128 registers): the same keys of one
-// (request, head block, split) over twice the warps; mma_decode_warps below picks one per launch.
-// 16-bit caches (chunks loaded into two register buffers): 2 blocks of 4 warps (248-254 registers
-// at head_dim 128, 146-164 at 64).
+// FP8 caches: blocks of 4 warps, at least 3 per multiprocessor (126 registers a thread at head_dim 128, 144
+// with a soft cap; Nsight Compute counts ~3 resident), or blocks of 8 warps, 2 per multiprocessor (at most
+// 128 registers): the same keys of one (request, head block, split) over twice the warps; mma_decode_warps
+// below picks one per launch. 16-bit caches (chunks loaded into two register buffers): 2 blocks of 4 warps
+// (248-254 registers at head_dim 128, 146-164 at 64).
 template <int NW, typename T = __nv_fp8_e4m3>
 constexpr int mma_decode_min_blocks() {
   static_assert(NW == 4 || NW == 8, "4 or 8 warps a block");
