@@ -256,16 +256,17 @@ TEST(AttentionCuda, DecodeMatchesCpu) {
 }
 
 // FP8 caches: grids that overflow one wave of the 4-warp tensor-core decode kernel by at most one
-// block a multiprocessor run its 8-warp instantiation (mma_decode_warps; on sm_90 the 4-warp
-// kernel holds 3 blocks a multiprocessor at head_dim 128 and 4 at 64). One split, 8 kv heads of 4
-// q heads each (HB = 4): 8 blocks a request, so these batches fall at both ends of that band.
+// block a multiprocessor run its 8-warp instantiation (mma_decode_warps, from the occupancy the
+// runtime reports for the 4-warp kernel: 3 to 5 blocks a multiprocessor, by its registers and
+// shared memory). One split, 8 kv heads of 4 q heads each (one block a kv head): 8 blocks a request,
+// so for each of those occupancies these batches fall at both ends of that band.
 TEST(AttentionCuda, Fp8DecodeAtTheEightWarpBatches) {
   SKIP_WITHOUT_CUDA();
   TestRng rng;
   SCOPED_TRACE(rng.trace());
   int sms = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  for (auto [d, per_sm] : {std::pair<int64_t, int>{128, 3}, {64, 4}}) {
+  for (auto [d, per_sm] : {std::pair<int64_t, int>{128, 3}, {128, 4}, {128, 5}, {64, 3}, {64, 4}, {64, 5}}) {
     for (int bs : {per_sm * sms / 8 + 1, (per_sm + 1) * sms / 8}) {
       std::vector<std::pair<int32_t, int32_t>> reqs;
       for (int i = 0; i < bs; ++i) reqs.push_back({static_cast<int32_t>(rng.randint(1, 300)), 1});
@@ -393,12 +394,13 @@ TEST(AttentionCuda, BatchedAgreesWithSingleRequests) {
   }
 }
 
-// Group sizes that are not 1, 2, 4 or 8, for every head_dim and cache dtype: the vectorised decode
-// kernel runs blocks of fewer heads than the group (3 -> 1, 5 -> 1, 6 -> 2, 7 -> 1, 12 -> 4,
-// 16 -> 8 x 2 blocks); at head_dim 64 / 128 the tensor-core kernel (FP8, bf16 and f16 caches;
-// 16-bit chunks loaded into registers, FP8 ones staged in shared memory) runs its instantiation for
-// 8 heads with the block's heads fewer (3, 5, 6, 7 -> one block of the whole group, 12 -> 2 blocks
-// of 6) or 8 (16 -> 2 blocks); page sizes 16 and 24 (not a power of two: the kernels' general
+// Group sizes other than DecodeMatchesCpu's 1, 4 and 8, for every head_dim and cache dtype: the
+// vectorised decode kernel runs blocks of fewer heads than the group (3 -> 1, 5 -> 1, 6 -> 2,
+// 7 -> 1, 12 -> 4, 16 -> 8 x 2 blocks; 2 -> one block of 2); at head_dim 64 / 128 the tensor-core
+// kernel (FP8, bf16 and f16 caches; 16-bit chunks loaded into registers, FP8 ones staged in shared
+// memory) runs its instantiation for 8 heads with the block's heads fewer (3, 5, 6, 7 -> one block
+// of the whole group, 12 -> 2 blocks of 6; 2 -> one block of 2 for FP8 at head_dim 128) or 8
+// (16 -> 2 blocks); page sizes 16 and 24 (not a power of two: the kernels' general
 // page-lookup path).
 TEST(AttentionCuda, DecodeGroupSizes) {
   SKIP_WITHOUT_CUDA();
@@ -406,7 +408,7 @@ TEST(AttentionCuda, DecodeGroupSizes) {
   SCOPED_TRACE(rng.trace());
   std::printf("random seed %llu\n", static_cast<unsigned long long>(rng.seed()));
   int i = 0;
-  for (int64_t group : {3, 5, 6, 7, 12, 16}) {
+  for (int64_t group : {2, 3, 5, 6, 7, 12, 16}) {
     for (int64_t d : {64, 128, 256}) {
       for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3}) {
         const int64_t page_size = (i++ % 2) ? 24 : 16;
